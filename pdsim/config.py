@@ -1,0 +1,229 @@
+"""Structured config schema for the `scenarios/` hydra tree.
+
+Each hydra group has one dataclass here, registered in hydra's ConfigStore as
+`base_<group>`; every YAML in `scenarios/<group>/` lists that schema first in its defaults, so
+a misspelt key or a wrong type fails at compose time. Schema dataclasses are *not* frozen
+(hydra merges into them); `load_config` converts the composed DictConfig once into these
+objects and the domain code never sees a DictConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+@dataclass
+class LengthDist:
+    """A token-length distribution. kind: fixed | uniform | lognormal | empirical."""
+
+    kind: str = "fixed"
+    value: int = 512  # fixed
+    low: int = 1  # uniform (inclusive), also the clip floor for lognormal/empirical
+    high: int = 4096  # uniform (inclusive), also the clip ceiling
+    mean: float = 512.0  # lognormal: mean of the distribution in tokens
+    sigma: float = 0.5  # lognormal: sigma of the underlying normal
+    path: str = ""  # empirical: CSV file (relative paths resolve against data_dir)
+    column: str = ""  # empirical: column holding lengths
+
+
+@dataclass
+class PrefixConfig:
+    """Prefix sharing for synthetic workloads (block hashes in units of block_tokens)."""
+
+    block_tokens: int = 512
+    num_system_prompts: int = 0  # distinct shared system prompts (0 = none)
+    system_prompt_tokens: int = 0
+    session_turns: int = 1  # >1: multi-turn sessions; each turn extends the previous context
+    think_time_s: float = 0.0  # mean gap between turns of one session (exponential)
+
+
+@dataclass
+class ScenarioConfig:
+    """A workload. source: synthetic | mooncake | azure | lengths_csv | csv."""
+
+    name: str = MISSING
+    description: str = ""
+    source: str = "synthetic"
+    path: str = ""  # trace file for non-synthetic sources (relative -> data_dir)
+    num_requests: int = 1000  # synthetic count; for traces, a limit (0 = all)
+    rate_rps: float = 4.0  # synthetic arrival rate; for lengths_csv the Poisson rate
+    arrival: str = "poisson"  # poisson | gamma (burstiness = arrival_cv)
+    arrival_cv: float = 1.0
+    input: LengthDist = field(default_factory=LengthDist)
+    output: LengthDist = field(default_factory=lambda: LengthDist(value=128))
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    start_s: float = 0.0  # trace time window start (trace clock, seconds)
+    end_s: float = 0.0  # window end; 0 = to the end
+    speedup: float = 1.0  # divide inter-arrival gaps by this
+    target_rate_rps: float = 0.0  # >0: rescale arrivals to this mean rate (overrides speedup)
+
+
+@dataclass
+class ModelConfig:
+    """Transformer shape; see pdsim.perf for derived FLOPs, bytes and KV sizes."""
+
+    name: str = MISSING
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    head_dim: int = MISSING
+    ffn_size: int = MISSING  # dense FFN intermediate size (per expert for MoE)
+    vocab_size: int = MISSING
+    num_experts: int = 0  # 0 = dense
+    num_active_experts: int = 0
+    num_shared_experts: int = 0
+    moe_ffn_size: int = 0
+    num_dense_layers: int = 0  # leading dense layers in an MoE model
+    kv_lora_rank: int = 0  # MLA latent (0 = not MLA)
+    qk_rope_head_dim: int = 0
+    q_lora_rank: int = 0
+    v_head_dim: int = 0
+    tied_embeddings: bool = False
+    gated_ffn: bool = True  # SwiGLU (3 matrices) vs GELU MLP (2 matrices, OPT)
+    dtype: str = "bf16"  # weights and KV: fp32 | bf16 | fp16 | fp8
+    hf_name: str = ""
+
+
+@dataclass
+class HardwareConfig:
+    """One GPU kind and its node."""
+
+    name: str = MISSING
+    bf16_tflops: float = MISSING  # dense
+    fp8_tflops: float = 0.0
+    hbm_gbps: float = MISSING  # GB/s
+    memory_gib: float = MISSING
+    nvlink_gbps: float = 0.0  # GB/s per GPU, unidirectional
+    gpus_per_node: int = 8
+    nics_per_node: int = 8
+    nic_gbps: float = 400.0  # Gb/s per NIC
+    pcie_gbps: float = 64.0  # GB/s host<->device
+
+
+@dataclass
+class ClusterConfig:
+    """Instances, parallelism, memory and batching limits."""
+
+    mode: str = "disaggregated"  # disaggregated | colocated
+    prefill: int = 1  # prefill instances
+    decode: int = 1  # decode instances
+    colocated: int = 2  # instances in colocated mode
+    prefill_tp: int = 1
+    decode_tp: int = 1
+    colocated_tp: int = 1
+    page_size_tokens: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_capacity_tokens: int = 0  # >0 overrides the perf model's capacity (per instance)
+    max_running_requests: int = 256
+    max_prefill_tokens: int = 8192  # PrefillAdder token budget per forward
+    chunk_size_tokens: int = 8192  # chunked prefill; 0 = no chunking
+    prefix_cache: bool = True
+    prefix_cache_tokens: int = 0  # 0 = whatever the KV pool holds
+    transfer_backend: str = "rdma"  # rdma | tcp | nvlink
+    link_latency_s: float = 5e-6
+    tcp_gbps: float = 25.0
+    layerwise_transfer: bool = False
+    control_plane_latency_s: float = 0.0005  # one bootstrap/ZMQ round trip
+
+
+@dataclass
+class PolicyConfig:
+    routing: str = "round_robin"
+    admission: str = "accept_all"
+    max_queued_requests: int = 0  # admission threshold (0 = no limit)
+    max_queued_tokens: int = 0
+    token_bucket_rps: float = 0.0
+    token_bucket_burst: int = 0
+    cache_weight: float = 1.0  # cache-aware routing: weight of prefix hit vs load
+    length_buckets: list[int] = field(default_factory=list)
+    new_token_ratio: float = 0.7
+    decode_reserved_tokens: int = 0  # 0 = reserve each request's remaining output
+
+
+@dataclass
+class SloConfig:
+    name: str = "default"
+    ttft_s: float = 2.0
+    tpot_s: float = 0.1
+    attainment_target: float = 0.9
+    tpot_definition: str = "standard"  # standard | distserve
+
+
+@dataclass
+class PerfConfig:
+    """Step-latency model. kind: linear | roofline | fitted | table."""
+
+    kind: str = "linear"
+    mfu: float = 0.5
+    mbu: float = 0.7
+    overhead_s: float = 0.003
+    path: str = ""  # fitted JSON or table CSV (relative -> data_dir)
+    # linear model: t = base + per_token * tokens (+ per_ctx_token * context for decode)
+    prefill_base_s: float = 0.02
+    prefill_per_token_s: float = 0.00008
+    decode_base_s: float = 0.012
+    decode_per_seq_s: float = 0.0001
+    decode_per_ctx_token_s: float = 2e-8
+
+
+@dataclass
+class FaultConfig:
+    transfer_failure_prob: float = 0.0
+    crash_instance: str = ""  # e.g. "decode:0"
+    crash_at_s: float = -1.0
+    heartbeat_interval_s: float = 1.0
+    heartbeat_misses: int = 3
+    bootstrap_timeout_s: float = 30.0
+    retry_failed: bool = False
+
+
+@dataclass
+class Config:
+    scenario: ScenarioConfig = MISSING
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    policy: PolicyConfig = MISSING
+    slo: SloConfig = MISSING
+    perf: PerfConfig = MISSING
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    seed: int = 0
+    data_dir: str = ""  # where relative trace/calibration paths resolve; "" = auto (../shared/data)
+    progress: bool = True
+    record_token_times: bool = False
+    timeseries_interval_s: float = 1.0
+    max_sim_time_s: float = 0.0  # 0 = run until every request is done
+
+
+GROUPS: dict[str, type] = {
+    "scenario": ScenarioConfig,
+    "model": ModelConfig,
+    "hardware": HardwareConfig,
+    "cluster": ClusterConfig,
+    "policy": PolicyConfig,
+    "slo": SloConfig,
+    "perf": PerfConfig,
+}
+
+
+def register_configs() -> None:
+    """Register the schemas with hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, schema in GROUPS.items():
+        cs.store(group=group, name=f"base_{group}", node=schema)
+
+
+def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
+    """Convert a composed config into the dataclass tree (done once, at the boundary)."""
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+    obj = OmegaConf.to_object(cfg)
+    if not isinstance(obj, Config):
+        raise TypeError(f"composed config is {type(obj).__name__}, expected Config")
+    return obj

@@ -1,0 +1,1 @@
+"""Request sources: synthetic generators and trace loaders (see sources.py)."""

@@ -1,0 +1,102 @@
+"""Requests and the columnar workload that yields them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as the router sees it.
+
+    `hash_ids` are prefix block hashes (equal ids = shareable KV), each covering
+    `block_tokens` prompt tokens (the last block may be partial); empty when unknown.
+    """
+
+    request_id: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+    block_tokens: int = 512
+    session_id: int = -1
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests held column-wise (one copy of the data); iterating yields `Request`s lazily.
+
+    `hash_offsets` / `hash_values` store the prefix block hashes in CSR form: request i owns
+    `hash_values[hash_offsets[i]:hash_offsets[i+1]]`.
+    """
+
+    name: str
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    session_id: np.ndarray
+    hash_offsets: np.ndarray
+    hash_values: np.ndarray
+    block_tokens: int = 512
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    def __iter__(self) -> Iterator[Request]:
+        arrivals = self.arrival_s.tolist()
+        inputs = self.input_tokens.tolist()
+        outputs = self.output_tokens.tolist()
+        sessions = self.session_id.tolist()
+        offsets = self.hash_offsets.tolist()
+        values = self.hash_values
+        for i, arrival in enumerate(arrivals):
+            lo, hi = offsets[i], offsets[i + 1]
+            yield Request(
+                request_id=i,
+                arrival_s=arrival,
+                input_tokens=inputs[i],
+                output_tokens=outputs[i],
+                hash_ids=tuple(values[lo:hi].tolist()) if hi > lo else (),
+                block_tokens=self.block_tokens,
+                session_id=sessions[i],
+            )
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) > 1 else 0.0
+
+    def mean_rate_rps(self) -> float:
+        return (len(self) - 1) / self.duration_s if self.duration_s > 0 else float("nan")
+
+
+def make_workload(
+    name: str,
+    arrival_s: np.ndarray,
+    input_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    session_id: np.ndarray | None = None,
+    hash_lists: list[np.ndarray] | None = None,
+    block_tokens: int = 512,
+) -> Workload:
+    """Assemble a Workload from plain arrays (hash_lists: one int array per request)."""
+    n = int(np.asarray(arrival_s).shape[0])
+    if hash_lists is None:
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        values = np.zeros(0, dtype=np.int64)
+    else:
+        lengths = np.fromiter((len(h) for h in hash_lists), dtype=np.int64, count=n)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        values = np.concatenate(hash_lists).astype(np.int64) if n and offsets[-1] else np.zeros(0, np.int64)
+    return Workload(
+        name=name,
+        arrival_s=np.asarray(arrival_s, dtype=np.float64),
+        input_tokens=np.asarray(input_tokens, dtype=np.int64),
+        output_tokens=np.asarray(output_tokens, dtype=np.int64),
+        session_id=np.full(n, -1, np.int64) if session_id is None else np.asarray(session_id, np.int64),
+        hash_offsets=offsets,
+        hash_values=values,
+        block_tokens=block_tokens,
+    )
