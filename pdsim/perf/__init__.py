@@ -5,7 +5,7 @@ from __future__ import annotations
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.perf.base import LatencyModel, PrefillItem
 from pdsim.perf.linear import LinearModel
-from pdsim.perf.spec import kv_bytes_per_token
+from pdsim.perf.spec import kv_bytes_per_token, kv_capacity_tokens, weight_bytes
 
 PERF_KINDS = ("linear",)
 
@@ -31,4 +31,6 @@ __all__ = [
     "PrefillItem",
     "build_latency_model",
     "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "weight_bytes",
 ]
