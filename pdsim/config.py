@@ -87,6 +87,8 @@ class ModelConfig:
     gated_ffn: bool = True  # SwiGLU (3 matrices) vs GELU MLP (2 matrices, OPT)
     dtype: str = "bf16"  # weights and KV: fp32 | bf16 | fp16 | fp8
     hf_name: str = ""
+    kv_dtype: str = ""  # KV cache dtype; "" = same as dtype
+    max_position_embeddings: int = 0  # learned positional table rows (OPT); 0 = RoPE, no table
 
 
 @dataclass
@@ -103,6 +105,7 @@ class HardwareConfig:
     nics_per_node: int = 8
     nic_gbps: float = 400.0  # Gb/s per NIC
     pcie_gbps: float = 64.0  # GB/s host<->device
+    reserved_gib: float = 2.0  # per GPU, unavailable to weights and KV (CUDA context, activations)
 
 
 @dataclass
@@ -156,13 +159,16 @@ class SloConfig:
 
 @dataclass
 class PerfConfig:
-    """Step-latency model. kind: linear | roofline | fitted | table."""
+    """Step-latency model. kind: linear | roofline | fitted | table (see pdsim.perf)."""
 
     kind: str = "linear"
     mfu: float = 0.5
     mbu: float = 0.7
     overhead_s: float = 0.003
     path: str = ""  # fitted JSON or table CSV (relative -> data_dir)
+    comm_latency_s: float = 1.0e-5  # roofline: fixed cost of one TP all-reduce
+    table_model: str = ""  # table: model name in the CSV; "" = match model.name
+    table_hardware: str = ""  # table: hardware name in the CSV; "" = match hardware.name
     # linear model: t = base + per_token * tokens (+ per_ctx_token * context for decode)
     prefill_base_s: float = 0.02
     prefill_per_token_s: float = 0.00008
@@ -198,6 +204,7 @@ class Config:
     record_token_times: bool = False
     timeseries_interval_s: float = 1.0
     max_sim_time_s: float = 0.0  # 0 = run until every request is done
+    report: bool = False  # also write an HTML/markdown run report into the output dir
 
 
 GROUPS: dict[str, type] = {

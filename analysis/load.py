@@ -1,0 +1,161 @@
+"""Loading traces (and the files written beside them) and aligning two runs request by request.
+
+File conventions, all optional except the trace itself:
+
+    RUN.parquet               the per-request trace (pdsim.trace schema)
+    RUN.summary.json          the run summary `write_trace` writes (SLO used, counts, ...)
+    RUN.timeseries.parquet    sampled instance state: time_s, instance_id, role, then any
+                              numeric columns (per-queue lengths, kv_used_fraction, ...)
+
+Every problem a user can cause raises `pdsim.trace.TraceError` with a one-line message naming
+the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pdsim.trace import FIELDS, TraceError, read_trace, validate_frame
+
+log = logging.getLogger(__name__)
+
+# Below this share of common request ids the runs are taken to be numbered differently and
+# are paired by arrival order instead.
+MIN_ID_OVERLAP = 0.9
+
+
+@dataclass(frozen=True)
+class LoadedTrace:
+    """A trace plus what was found beside it."""
+
+    label: str
+    frame: pd.DataFrame
+    source: str = "<frame>"
+    summary: dict[str, Any] | None = None
+    timeseries: pd.DataFrame | None = None
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Two traces cut to the requests they share, row i of `a` paired with row i of `b`."""
+
+    method: str  # 'request_id' or 'arrival_order'
+    a: pd.DataFrame
+    b: pd.DataFrame
+    unmatched_a: int
+    unmatched_b: int
+    input_match_fraction: float  # share of pairs with equal input_tokens (alignment sanity)
+
+
+def check_types(df: pd.DataFrame, source: str) -> None:
+    """Raise TraceError when a schema field holds values of the wrong kind."""
+    for field in FIELDS:
+        column = df[field.name]
+        numeric = pa.types.is_floating(field.type) or pa.types.is_integer(field.type)
+        if numeric and not pd.api.types.is_numeric_dtype(column):
+            bad = next((v for v in column if not _is_number(v)), column.iloc[0])
+            raise TraceError(f"{source}: field {field.name!r} has non-numeric value {bad!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | np.number) and not isinstance(value, bool)
+
+
+def checked_frame(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Validate an in-memory trace (fields, values, types) and return it."""
+    validate_frame(df, source)
+    check_types(df, source)
+    return df
+
+
+def load_trace(
+    path: Path | str, label: str | None = None, timeseries: Path | str | None = None
+) -> LoadedTrace:
+    """Read a trace plus its summary and timeseries (given, or found beside it)."""
+    path = Path(path)
+    frame = checked_frame(read_trace(path), str(path))
+    summary_path = path.with_name(path.stem + ".summary.json")
+    summary = read_summary(summary_path) if summary_path.is_file() else None
+    ts_path = Path(timeseries) if timeseries else path.with_name(path.stem + ".timeseries.parquet")
+    ts = read_timeseries(ts_path) if timeseries or ts_path.is_file() else None
+    log.info("loaded %s: %d requests%s", path, len(frame), " + timeseries" if ts is not None else "")
+    return LoadedTrace(label or path.stem, frame, str(path), summary, ts)
+
+
+def load_traces(paths: list[Path | str], labels: list[str] | None = None) -> list[LoadedTrace]:
+    """Load any number of traces; labels default to the file stems (made unique)."""
+    if labels is not None and len(labels) != len(paths):
+        raise ValueError(f"{len(labels)} labels for {len(paths)} traces")
+    names = labels or _unique_stems([Path(p) for p in paths])
+    return [load_trace(p, name) for p, name in zip(paths, names, strict=True)]
+
+
+def _unique_stems(paths: list[Path]) -> list[str]:
+    stems = [p.stem for p in paths]
+    if len(set(stems)) == len(stems):
+        return stems
+    return [f"{i}:{s}" for i, s in enumerate(stems)]
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: not a readable JSON summary ({exc})") from None
+    if not isinstance(summary, dict):
+        raise TraceError(f"{path}: summary is a {type(summary).__name__}, expected an object")
+    return summary
+
+
+def read_timeseries(path: Path | str) -> pd.DataFrame:
+    """Read a timeseries parquet; needs a numeric `time_s`, keeps whatever else is there."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: timeseries file not found")
+    try:
+        df = pq.read_table(path).to_pandas()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceError(f"{path}: not a readable parquet timeseries ({exc})") from None
+    if "time_s" not in df.columns:
+        raise TraceError(f"{path}: timeseries field 'time_s' missing (columns: {list(df.columns)})")
+    if not pd.api.types.is_numeric_dtype(df["time_s"]):
+        raise TraceError(f"{path}: timeseries field 'time_s' has non-numeric value {df['time_s'].iloc[0]!r}")
+    return df.sort_values("time_s", kind="stable").reset_index(drop=True)
+
+
+def align(a: pd.DataFrame, b: pd.DataFrame) -> Alignment:
+    """Pair the requests of two runs of the same workload.
+
+    By request_id when at least MIN_ID_OVERLAP of the smaller run's ids appear in both;
+    otherwise by arrival order (rank i of `a` with rank i of `b`, ties by request_id).
+    """
+    common = np.intersect1d(a["request_id"].to_numpy(), b["request_id"].to_numpy())
+    smaller = min(len(a), len(b))
+    if smaller and len(common) >= MIN_ID_OVERLAP * smaller:
+        pa_ = a.set_index("request_id").loc[common].reset_index()
+        pb_ = b.set_index("request_id").loc[common].reset_index()
+        method = "request_id"
+    else:
+        order = ["arrival_s", "request_id"]
+        pa_ = a.sort_values(order, kind="stable").head(smaller).reset_index(drop=True)
+        pb_ = b.sort_values(order, kind="stable").head(smaller).reset_index(drop=True)
+        method = "arrival_order"
+    same_input = (pa_["input_tokens"].to_numpy() == pb_["input_tokens"].to_numpy()).mean()
+    result = Alignment(
+        method, pa_, pb_, len(a) - len(pa_), len(b) - len(pb_), float(same_input) if len(pa_) else 1.0
+    )
+    if result.unmatched_a or result.unmatched_b or result.input_match_fraction < 1.0:
+        log.warning(
+            "aligned by %s: %d/%d unmatched, %.0f%% of pairs have equal input_tokens",
+            method, result.unmatched_a, result.unmatched_b, 100 * result.input_match_fraction,
+        )
+    return result

@@ -1,0 +1,113 @@
+"""The `pdsim` command: a thin dispatcher over subcommands.
+
+    pdsim run [overrides...]        simulate one configuration (hydra; --help lists the groups)
+    pdsim report TRACE [TRACE2]     run report, or sim-vs-real comparison report
+    pdsim calibrate ...             fit a latency model to a profiled table
+
+Hydra-backed subcommands are checked first with hydra's compose API so that a typo, a wrong
+type or an unknown scenario ends in one line on stderr and a non-zero exit, before hydra
+creates any output directory.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+USAGE = """usage: pdsim <command> [args]
+
+commands:
+  run         simulate one configuration:  pdsim run scenario=rag cluster.prefill=3 cluster.decode=5
+              (pdsim run --help lists the config groups and their options)
+  report      pdsim report TRACE.parquet [OTHER.parquet] -o report/   (run or comparison report)
+  calibrate   fit roofline efficiencies / fitted coefficients to a profiled latency table
+
+Outputs go to outputs/<scenario>/<time>/ (trace.parquet, trace.summary.json, timeseries.parquet).
+"""
+
+_HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--multirun", "-m",
+                "--shell-completion", "-sc", "--resolve", "--package", "-p", "--config-name", "-cn",
+                "--config-dir", "-cd", "--version", "--run", "-r", "--experimental-rerun")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    handlers: dict[str, Callable[[list[str]], int]] = {
+        "run": _run,
+        "report": _report,
+        "calibrate": _calibrate,
+    }
+    if command not in handlers:
+        print(f"pdsim: error: unknown command {command!r} (choose from {', '.join(handlers)})", file=sys.stderr)
+        return 2
+    return handlers[command](rest)
+
+
+def _run(rest: list[str]) -> int:
+    if not any(a.split("=")[0] in _HYDRA_FLAGS for a in rest):
+        error = check_overrides(rest)
+        if error:
+            print(f"pdsim: error: {error}", file=sys.stderr)
+            return 2
+    from pdsim.run import hydra_run
+
+    sys.argv = ["pdsim run", *rest]
+    hydra_run()
+    return 0
+
+
+def check_overrides(overrides: list[str]) -> str | None:
+    """Compose the config with these overrides; return a one-line error or None."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pdsim.config import register_configs, to_config
+    from pdsim.paths import SCENARIOS_DIR
+
+    register_configs()
+    user = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    try:
+        with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+            to_config(compose("config", overrides=user))
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        return _one_line(exc)
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    message = lines[0] if lines else type(exc).__name__
+    for i, line in enumerate(lines):
+        if line.startswith("Available options"):
+            options = []
+            for option in lines[i + 1 :]:
+                if option.startswith("Config search path"):
+                    break
+                if not option.startswith("base_"):
+                    options.append(option)
+            message += " (available: " + ", ".join(options) + ")"
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        message += ": " + str(cause).strip().splitlines()[0]
+    return message
+
+
+def _report(rest: list[str]) -> int:
+    from analysis.report import main as report_main
+
+    return report_main(rest)
+
+
+def _calibrate(rest: list[str]) -> int:
+    from pdsim.perf.calibrate import main as calibrate_main
+
+    return calibrate_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

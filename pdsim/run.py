@@ -1,0 +1,105 @@
+"""`pdsim run`: compose a scenario, simulate it, write the trace and summary.
+
+The library entry point is `run_simulation(cfg) -> RunOutput` (no files); `hydra_run` is the
+hydra task that writes the outputs into hydra's run directory and prints the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from pdsim.config import Config, register_configs, to_config
+from pdsim.metrics import Slo, summarize
+from pdsim.paths import SCENARIOS_DIR
+from pdsim.summary import format_summary
+from pdsim.trace import write_trace
+from pdsim.workload import build_workload
+
+log = logging.getLogger(__name__)
+
+TRACE_FILE = "trace.parquet"
+TIMESERIES_FILE = "timeseries.parquet"
+
+
+@dataclass
+class RunOutput:
+    trace: pd.DataFrame
+    timeseries: pd.DataFrame
+    summary: dict[str, Any]
+
+
+def slo_of(cfg: Config) -> Slo:
+    return Slo(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.attainment_target)
+
+
+def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:
+    """Build the workload, simulate it, and summarise the trace."""
+    from pdsim.sim import simulate
+
+    workload = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
+    result = simulate(cfg, workload, progress=cfg.progress if progress is None else progress)
+    summary = summarize(result.trace, slo_of(cfg), cfg.slo.tpot_definition)
+    summary["scenario"] = cfg.scenario.name
+    summary["cluster"] = _cluster_label(cfg)
+    summary["instances"] = result.instance_stats
+    return RunOutput(result.trace, result.timeseries, summary)
+
+
+def write_outputs(out: RunOutput, out_dir: Path, report: bool = False) -> list[Path]:
+    """Write trace.parquet (+ summary JSON), timeseries.parquet and optionally the report."""
+    paths = [write_trace(out.trace, out_dir / TRACE_FILE, out.summary)]
+    paths.append(out_dir / "trace.summary.json")
+    if len(out.timeseries):
+        ts_path = out_dir / TIMESERIES_FILE
+        out.timeseries.to_parquet(ts_path, index=False)
+        paths.append(ts_path)
+    if report:
+        from analysis.report import write_run_report
+
+        paths.append(write_run_report(out.trace, out.summary, out.timeseries, out_dir / "report"))
+    return paths
+
+
+def _cluster_label(cfg: Config) -> str:
+    c = cfg.cluster
+    if c.mode == "colocated":
+        return f"colocated x{c.colocated} (TP{c.colocated_tp})"
+    return f"{c.prefill}P(TP{c.prefill_tp}) {c.decode}D(TP{c.decode_tp})"
+
+
+def fail(message: str, out_dir: Path | None = None) -> None:
+    """One-line error on stderr, remove this run's half-written outputs, exit non-zero."""
+    if out_dir is not None and out_dir.exists():
+        shutil.rmtree(out_dir, ignore_errors=True)
+    print(f"pdsim: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+@hydra.main(config_path=str(SCENARIOS_DIR), config_name="config", version_base="1.3")
+def hydra_run(dcfg: DictConfig) -> dict[str, Any]:
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        cfg = to_config(dcfg)
+        out = run_simulation(cfg)
+        paths = write_outputs(out, out_dir, report=cfg.report)
+    except (ValueError, KeyError, OSError) as exc:
+        fail(str(exc).splitlines()[0], out_dir)
+    title = f"pdsim run: scenario={cfg.scenario.name}  model={cfg.model.name}  {out.summary['cluster']}  perf={cfg.perf.kind}"
+    print(format_summary(out.summary, title))
+    print(f"\noutputs: {out_dir}")
+    for path in paths:
+        print(f"  {path.name}")
+    return out.summary
+
+
+register_configs()

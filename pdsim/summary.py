@@ -1,0 +1,46 @@
+"""The one-screen terminal summary of a run (plain text; the JSON summary holds everything)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def format_summary(summary: dict[str, Any], title: str) -> str:
+    """Render the summary dict from pdsim.metrics.summarize as an aligned table."""
+    lines = [title, "=" * len(title)]
+    lines.append(
+        f"requests {summary['requests']}  finished {summary['finished']}  "
+        f"failed {summary['failed']}  rejected {summary['rejected']}  "
+        f"span {summary['duration_s']:.1f} s  offered {summary['offered_rate_rps']:.2f} req/s"
+    )
+    lines.append(
+        f"throughput {summary['throughput_rps']:.2f} req/s, "
+        f"{summary['output_tokens_per_s']:.0f} output tok/s, "
+        f"prefix-cache hit {100 * summary['cached_prefix_fraction']:.1f}% of prompt tokens"
+    )
+    lines.append("")
+    lines.append(f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
+    for key, label in (("ttft_s", "TTFT s"), ("tpot_s", "TPOT s"), ("e2e_s", "E2E s"), ("itl_s", "ITL s")):
+        row = summary.get(key)
+        if row is None:
+            continue
+        lines.append(f"{label:<10}" + "".join(f"{_num(row[k]):>10}" for k in ("mean", "p50", "p90", "p99")))
+    slo, att = summary["slo"], summary["attainment"]
+    lines.append("")
+    lines.append(
+        f"SLO TTFT <= {slo['ttft_s']} s, TPOT <= {slo['tpot_s']} s: attainment "
+        f"TTFT {_pct(att['ttft'])}, TPOT {_pct(att['tpot'])}, both {_pct(att['both'])} "
+        f"(target {_pct(slo['target'])}: {'met' if summary['meets_slo_target'] else 'MISSED'})"
+    )
+    lines.append(f"TPOT = {summary['definitions']['tpot' if summary['tpot_definition'] == 'standard' else 'tpot_distserve']}")
+    return "\n".join(lines)
+
+
+def _num(value: float) -> str:
+    if value != value:  # NaN
+        return "-"
+    return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _pct(value: float) -> str:
+    return "-" if value != value else f"{100 * value:.1f}%"

@@ -1,0 +1,101 @@
+"""Synthetic workloads: arrivals, lengths, shared system prompts and multi-turn sessions.
+
+Prefix sharing is expressed the way the Mooncake trace does it: each prompt carries the hashes
+of its `block_tokens`-sized blocks. A session's token stream is
+`system prompt + user_1 + answer_1 + user_2 + answer_2 + ...`; turn k's prompt is the stream up
+to and including user_k, so it shares every full block with turn k-1's prompt and answer.
+Blocks lying wholly inside a system prompt carry that prompt's ids (shared across sessions);
+every other full block gets a session-specific id; a partial last block gets a fresh id (its
+content differs from the full block it will become).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pdsim.config import ScenarioConfig
+from pdsim.rng import stream
+from pdsim.workload.distributions import arrival_times_s, sample_lengths
+from pdsim.workload.errors import WorkloadError
+from pdsim.workload.request import Workload, make_workload
+
+
+class _BlockIds:
+    """Hands out block ids: system prompt blocks first, then a counter for everything else."""
+
+    def __init__(self, num_system_prompts: int, system_blocks: int) -> None:
+        self.system_blocks = system_blocks
+        self._next = num_system_prompts * system_blocks
+
+    def system(self, prompt: int, block: int) -> int:
+        return prompt * self.system_blocks + block
+
+    def fresh(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+
+def generate_synthetic(cfg: ScenarioConfig, seed: int, data_dir: str = "") -> Workload:
+    """The synthetic workload described by `cfg` (deterministic for a given seed)."""
+    where = f"scenario {cfg.name}"
+    n = cfg.num_requests
+    if n < 1:
+        raise WorkloadError(where, "num_requests", f"must be >= 1, got {n}")
+    prefix = cfg.prefix
+    if prefix.block_tokens < 1:
+        raise WorkloadError(where, "prefix.block_tokens", f"must be >= 1, got {prefix.block_tokens}")
+    if prefix.session_turns < 1:
+        raise WorkloadError(where, "prefix.session_turns", f"must be >= 1, got {prefix.session_turns}")
+    turns = prefix.session_turns
+    num_sessions = -(-n // turns)
+    starts = arrival_times_s(
+        num_sessions, cfg.rate_rps / turns, cfg.arrival, cfg.arrival_cv, stream(seed, "arrivals"), where
+    )
+    user = sample_lengths(cfg.input, num_sessions * turns, stream(seed, "input_tokens"), f"{where}.input", data_dir)
+    out = sample_lengths(cfg.output, num_sessions * turns, stream(seed, "output_tokens"), f"{where}.output", data_dir)
+    think = stream(seed, "think_time").exponential(max(prefix.think_time_s, 0.0), size=num_sessions * turns)
+    sys_choice = stream(seed, "system_prompt").integers(0, max(prefix.num_system_prompts, 1), size=num_sessions)
+    rows = _session_rows(cfg, starts, user, out, think, sys_choice)
+    rows.sort(key=lambda r: (r[0], r[4]))  # by arrival, ties by (session, turn) order
+    rows = rows[:n]
+    return make_workload(
+        cfg.name,
+        arrival_s=np.array([r[0] for r in rows]),
+        input_tokens=np.array([r[1] for r in rows], dtype=np.int64),
+        output_tokens=np.array([r[2] for r in rows], dtype=np.int64),
+        session_id=np.array([r[3] for r in rows], dtype=np.int64),
+        hash_lists=[r[5] for r in rows],
+        block_tokens=prefix.block_tokens,
+    )
+
+
+def _session_rows(
+    cfg: ScenarioConfig,
+    starts: np.ndarray,
+    user: np.ndarray,
+    out: np.ndarray,
+    think: np.ndarray,
+    sys_choice: np.ndarray,
+) -> list[tuple[float, int, int, int, int, np.ndarray]]:
+    prefix = cfg.prefix
+    block = prefix.block_tokens
+    sys_tokens = prefix.system_prompt_tokens if prefix.num_system_prompts > 0 else 0
+    ids = _BlockIds(prefix.num_system_prompts, sys_tokens // block)
+    turns = prefix.session_turns
+    rows = []
+    for s, start_s in enumerate(starts.tolist()):
+        stream_ids: list[int] = [ids.system(int(sys_choice[s]), b) for b in range(sys_tokens // block)]
+        context, t = sys_tokens, start_s
+        for k in range(turns):
+            i = s * turns + k
+            if k > 0:
+                t += float(think[i])
+            prompt = context + int(user[i])
+            while len(stream_ids) < prompt // block:
+                stream_ids.append(ids.fresh())
+            hashes = stream_ids[: prompt // block]
+            if prompt % block:
+                hashes = hashes + [ids.fresh()]
+            rows.append((t, prompt, int(out[i]), s, i, np.asarray(hashes, dtype=np.int64)))
+            context = prompt + int(out[i])
+    return rows
