@@ -1,0 +1,62 @@
+"""Every YAML under scenarios/ composes against its schema; bad overrides fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+
+from pdsim.cli import check_overrides
+from pdsim.config import GROUPS, Config, register_configs, to_config
+from pdsim.paths import SCENARIOS_DIR
+
+register_configs()
+OPTIONS = sorted(
+    (group, path.stem)
+    for group in GROUPS
+    for path in (SCENARIOS_DIR / group).glob("*.yaml")
+)
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS)
+def test_every_option_composes(group, option):
+    with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+        cfg = to_config(compose("config", overrides=[f"{group}={option}"]))
+    assert isinstance(cfg, Config)
+    assert isinstance(getattr(cfg, group), GROUPS[group])
+
+
+def test_required_groups_have_options():
+    groups = {g for g, _ in OPTIONS}
+    assert groups == set(GROUPS)
+    scenarios = {o for g, o in OPTIONS if g == "scenario"}
+    assert {"rag", "chat", "code", "agent", "longctx", "mooncake_conversation", "mooncake_synthetic",
+            "azure_code", "azure_conv"} <= scenarios
+
+
+def test_issue_example_overrides():
+    with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+        cfg = to_config(compose("config", overrides=["scenario=rag", "cluster.prefill=3", "cluster.decode=5", "slo.ttft_s=2"]))
+    assert (cfg.cluster.prefill, cfg.cluster.decode, cfg.slo.ttft_s) == (3, 5, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("scenario.workload.qpz=3", "scenario.workload.qpz"),
+        ("scenario.qpz=3", "Key 'qpz' not in 'ScenarioConfig'"),
+        ("seed=oops", "Value 'oops' of type 'str' could not be converted to Integer"),
+        ("scenario=nosuch", "Could not find 'scenario/nosuch' (available: agent,"),
+        ("cluster.prefill=1.5", "cluster.prefill=1.5"),
+    ],
+)
+def test_bad_overrides_give_one_line(override, needle):
+    message = check_overrides([override])
+    assert message is not None and "\n" not in message
+    assert needle in message
+
+
+def test_typo_fails_at_compose_time():
+    with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException):
+            compose("config", overrides=["cluster.prefil=3"])

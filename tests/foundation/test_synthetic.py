@@ -1,0 +1,62 @@
+"""Synthetic workloads: determinism, rates, burstiness, lengths, prefix sharing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdsim.config import LengthDist, PrefixConfig, ScenarioConfig
+from pdsim.workload import build_workload
+
+
+def _cfg(**kw) -> ScenarioConfig:
+    return ScenarioConfig(name="syn", **kw)
+
+
+def test_same_seed_same_workload_different_seed_differs():
+    cfg = _cfg(num_requests=200, input=LengthDist(kind="lognormal", mean=1000, sigma=0.5, low=1, high=10**6))
+    a, b, c = build_workload(cfg, seed=1), build_workload(cfg, seed=1), build_workload(cfg, seed=2)
+    assert np.array_equal(a.arrival_s, b.arrival_s) and np.array_equal(a.input_tokens, b.input_tokens)
+    assert not np.array_equal(a.arrival_s, c.arrival_s)
+
+
+def test_poisson_rate_and_gamma_burstiness():
+    n = 20000
+    poisson = build_workload(_cfg(num_requests=n, rate_rps=5.0), seed=3)
+    gamma = build_workload(_cfg(num_requests=n, rate_rps=5.0, arrival="gamma", arrival_cv=3.0), seed=3)
+    assert poisson.mean_rate_rps() == pytest.approx(5.0, rel=0.03)
+    assert gamma.mean_rate_rps() == pytest.approx(5.0, rel=0.1)
+    cv = lambda w: np.diff(w.arrival_s).std() / np.diff(w.arrival_s).mean()  # noqa: E731
+    assert cv(poisson) == pytest.approx(1.0, abs=0.05)
+    assert cv(gamma) == pytest.approx(3.0, rel=0.1)
+
+
+def test_length_distributions():
+    n = 20000
+    uni = build_workload(_cfg(num_requests=n, input=LengthDist(kind="uniform", low=10, high=20)))
+    assert uni.input_tokens.min() == 10 and uni.input_tokens.max() == 20
+    logn = build_workload(_cfg(num_requests=n, input=LengthDist(kind="lognormal", mean=800, sigma=0.5, low=1, high=10**7)))
+    assert logn.input_tokens.mean() == pytest.approx(800, rel=0.03)
+    fixed = build_workload(_cfg(num_requests=5, output=LengthDist(kind="fixed", value=7)))
+    assert fixed.output_tokens.tolist() == [7] * 5
+
+
+def test_system_prompts_and_sessions_share_prefix_blocks():
+    cfg = _cfg(
+        num_requests=12,
+        rate_rps=1.0,
+        input=LengthDist(kind="fixed", value=300),
+        output=LengthDist(kind="fixed", value=100),
+        prefix=PrefixConfig(block_tokens=256, num_system_prompts=1, system_prompt_tokens=512, session_turns=3),
+    )
+    reqs = sorted(build_workload(cfg, seed=0), key=lambda r: (r.session_id, r.arrival_s))
+    s0 = [r for r in reqs if r.session_id == 0]
+    assert [r.input_tokens for r in s0] == [812, 1212, 1612]
+    # every request starts with the system prompt's two blocks
+    assert all(r.hash_ids[:2] == (0, 1) for r in reqs)
+    # turn 2 shares every full block of turn 1's prompt+answer (912 tokens -> 3 full blocks)
+    assert s0[1].hash_ids[:3] == s0[0].hash_ids[:3]
+    assert s0[1].hash_ids[3] != s0[0].hash_ids[3]  # turn 1's partial block is not reused
+    assert len(s0[2].hash_ids) == -(-1612 // 256)
+    other = [r for r in reqs if r.session_id == 1][0]
+    assert set(other.hash_ids[2:]).isdisjoint(s0[0].hash_ids)
