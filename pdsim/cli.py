@@ -19,6 +19,9 @@ USAGE = """usage: pdsim <command> [args]
 commands:
   run         simulate one configuration:  pdsim run scenario=rag cluster.prefill=3 cluster.decode=5
               (pdsim run --help lists the config groups and their options)
+  goodput     highest arrival rate meeting the SLOs (bisection):  pdsim goodput scenario=chat slo=strict
+  sweep       goodput per grid point (hydra multirun):  pdsim sweep cluster.prefill=1,2,3 cluster.decode=1,2,3
+              add hydra/launcher=joblib for local parallelism (or +sweep=<file> from scenarios/sweep/)
   report      pdsim report TRACE.parquet [OTHER.parquet] -o report/   (run or comparison report)
   calibrate   fit roofline efficiencies / fitted coefficients to a profiled latency table
 
@@ -38,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     handlers: dict[str, Callable[[list[str]], int]] = {
         "run": _run,
+        "goodput": _goodput,
+        "sweep": _sweep,
         "report": _report,
         "calibrate": _calibrate,
     }
@@ -48,15 +53,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(rest: list[str]) -> int:
+    from pdsim.run import hydra_run
+
+    return _hydra("run", hydra_run, rest)
+
+
+def _goodput(rest: list[str]) -> int:
+    from pdsim.search.task import hydra_goodput
+
+    return _hydra("goodput", hydra_goodput, rest)
+
+
+def _sweep(rest: list[str]) -> int:
+    from pdsim.search.task import hydra_goodput
+
+    flags = [] if any(a in ("-m", "--multirun") for a in rest) else ["--multirun"]
+    return _hydra("sweep", hydra_goodput, flags + rest)
+
+
+def _hydra(name: str, task: Callable[[], object], rest: list[str]) -> int:
+    """Validate single-run overrides up front, then hand argv to the hydra task."""
     if not any(a.split("=")[0] in _HYDRA_FLAGS for a in rest):
         error = check_overrides(rest)
         if error:
             print(f"pdsim: error: {error}", file=sys.stderr)
             return 2
-    from pdsim.run import hydra_run
-
-    sys.argv = ["pdsim run", *rest]
-    hydra_run()
+    sys.argv = [f"pdsim {name}", *rest]
+    task()
     return 0
 
 

@@ -189,6 +189,16 @@ class FaultConfig:
 
 
 @dataclass
+class SearchConfig:
+    """Goodput search (`pdsim goodput`, `pdsim sweep`)."""
+
+    start_rps: float = 1.0  # first rate probed; the search doubles/halves from here
+    rel_tol: float = 0.05  # stop when the pass/fail bracket is this tight (relative)
+    max_probes: int = 24
+    max_rate_rps: float = 10000.0
+
+
+@dataclass
 class Config:
     scenario: ScenarioConfig = MISSING
     model: ModelConfig = MISSING
@@ -198,6 +208,7 @@ class Config:
     slo: SloConfig = MISSING
     perf: PerfConfig = MISSING
     faults: FaultConfig = field(default_factory=FaultConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     seed: int = 0
     data_dir: str = ""  # where relative trace/calibration paths resolve; "" = auto (../shared/data)
     progress: bool = True

@@ -6,6 +6,7 @@ hydra task that writes the outputs into hydra's run directory and prints the sum
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sys
@@ -21,6 +22,7 @@ from omegaconf import DictConfig
 from pdsim.config import Config, register_configs, to_config
 from pdsim.metrics import Slo, summarize
 from pdsim.paths import SCENARIOS_DIR
+from pdsim.search.rows import RESULT_FILE, result_row
 from pdsim.summary import format_summary
 from pdsim.trace import write_trace
 from pdsim.workload import build_workload
@@ -50,15 +52,20 @@ def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:
     result = simulate(cfg, workload, progress=cfg.progress if progress is None else progress)
     summary = summarize(result.trace, slo_of(cfg), cfg.slo.tpot_definition)
     summary["scenario"] = cfg.scenario.name
-    summary["cluster"] = _cluster_label(cfg)
+    summary["cluster"] = cluster_label(cfg)
     summary["instances"] = result.instance_stats
     return RunOutput(result.trace, result.timeseries, summary)
 
 
-def write_outputs(out: RunOutput, out_dir: Path, report: bool = False) -> list[Path]:
-    """Write trace.parquet (+ summary JSON), timeseries.parquet and optionally the report."""
+def write_outputs(
+    out: RunOutput, out_dir: Path, report: bool = False, row: dict[str, Any] | None = None
+) -> list[Path]:
+    """Write trace.parquet (+ summary JSON), result.json, timeseries.parquet, optionally a report."""
     paths = [write_trace(out.trace, out_dir / TRACE_FILE, out.summary)]
     paths.append(out_dir / "trace.summary.json")
+    if row is not None:
+        paths.append(out_dir / RESULT_FILE)
+        paths[-1].write_text(json.dumps(row, indent=2, default=float))
     if len(out.timeseries):
         ts_path = out_dir / TIMESERIES_FILE
         out.timeseries.to_parquet(ts_path, index=False)
@@ -70,7 +77,7 @@ def write_outputs(out: RunOutput, out_dir: Path, report: bool = False) -> list[P
     return paths
 
 
-def _cluster_label(cfg: Config) -> str:
+def cluster_label(cfg: Config) -> str:
     c = cfg.cluster
     if c.mode == "colocated":
         return f"colocated x{c.colocated} (TP{c.colocated_tp})"
@@ -91,7 +98,7 @@ def hydra_run(dcfg: DictConfig) -> dict[str, Any]:
     try:
         cfg = to_config(dcfg)
         out = run_simulation(cfg)
-        paths = write_outputs(out, out_dir, report=cfg.report)
+        paths = write_outputs(out, out_dir, report=cfg.report, row=result_row(cfg, out.summary))
     except (ValueError, KeyError, OSError) as exc:
         fail(str(exc).splitlines()[0], out_dir)
     title = f"pdsim run: scenario={cfg.scenario.name}  model={cfg.model.name}  {out.summary['cluster']}  perf={cfg.perf.kind}"

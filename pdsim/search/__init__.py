@@ -1,0 +1,1 @@
+"""Searches over configurations: goodput bisection, sweeps, placement planning."""

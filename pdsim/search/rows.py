@@ -1,0 +1,42 @@
+"""Flat result rows: one per simulated configuration, the unit of every sweep table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdsim.config import Config
+from pdsim.search.goodput import GoodputResult
+
+RESULT_FILE = "result.json"
+
+
+def gpus_of(cfg: Config) -> int:
+    c = cfg.cluster
+    if c.mode == "colocated":
+        return c.colocated * c.colocated_tp
+    return c.prefill * c.prefill_tp + c.decode * c.decode_tp
+
+
+def result_row(cfg: Config, summary: dict[str, Any], goodput: GoodputResult | None = None) -> dict[str, Any]:
+    """One flat row describing a configuration and its outcome (for sweep tables)."""
+    c = cfg.cluster
+    row: dict[str, Any] = {
+        "scenario": cfg.scenario.name, "model": cfg.model.name, "hardware": cfg.hardware.name,
+        "perf": cfg.perf.kind, "mode": c.mode,
+        "prefill": c.prefill if c.mode == "disaggregated" else 0,
+        "decode": c.decode if c.mode == "disaggregated" else 0,
+        "colocated": c.colocated if c.mode == "colocated" else 0,
+        "prefill_tp": c.prefill_tp, "decode_tp": c.decode_tp, "colocated_tp": c.colocated_tp,
+        "gpus": gpus_of(cfg), "routing": cfg.policy.routing, "admission": cfg.policy.admission,
+        "slo_ttft_s": cfg.slo.ttft_s, "slo_tpot_s": cfg.slo.tpot_s, "seed": cfg.seed,
+        "rate_rps": summary["offered_rate_rps"], "requests": summary["requests"],
+        "attainment_both": summary["attainment"]["both"],
+        "attainment_ttft": summary["attainment"]["ttft"], "attainment_tpot": summary["attainment"]["tpot"],
+    }
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        for stat in ("mean", "p50", "p90", "p99"):
+            row[f"{metric[:-2]}_{stat}_s"] = summary[metric][stat]
+    if goodput is not None:
+        row["goodput_rps"] = goodput.goodput_rps
+        row["goodput_per_gpu_rps"] = goodput.per_gpu(row["gpus"])
+    return row

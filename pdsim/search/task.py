@@ -1,0 +1,85 @@
+"""`pdsim goodput` / `pdsim sweep`: one goodput search per hydra job, results as flat rows.
+
+Each job writes `result.json` (one flat row: configuration + metrics) and `goodput.json` (the
+probes the search visited) into its hydra output directory; `pdsim.search.collect` gathers the
+rows of a multirun into one table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from pdsim.config import Config, register_configs, to_config
+from pdsim.paths import SCENARIOS_DIR
+from pdsim.run import fail, run_simulation
+from pdsim.search.goodput import GoodputResult, find_goodput
+from pdsim.search.rows import RESULT_FILE, gpus_of, result_row
+
+
+def with_rate(cfg: Config, rate_rps: float) -> Config:
+    """The same config with arrivals at `rate_rps` (synthetic rate, or a trace rescaled to it)."""
+    if cfg.scenario.source in ("synthetic", "lengths_csv"):
+        scenario = replace(cfg.scenario, rate_rps=rate_rps)
+    else:
+        scenario = replace(cfg.scenario, target_rate_rps=rate_rps)
+    return replace(cfg, scenario=scenario)
+
+
+def goodput_search(cfg: Config) -> GoodputResult:
+    """Bisection on the arrival rate with the config's seed fixed."""
+
+    def attainment_at(rate_rps: float) -> float:
+        out = run_simulation(with_rate(cfg, rate_rps), progress=False)
+        return out.summary["attainment"]["both"]
+
+    s = cfg.search
+    return find_goodput(
+        attainment_at,
+        target=cfg.slo.attainment_target,
+        start_rps=s.start_rps,
+        rel_tol=s.rel_tol,
+        max_rate_rps=s.max_rate_rps,
+        max_probes=s.max_probes,
+    )
+
+
+def format_goodput(result: GoodputResult, gpus: int) -> str:
+    lines = [f"{'rate req/s':>12}{'attainment':>12}  verdict"]
+    for p in result.probes:
+        lines.append(f"{p.rate_rps:>12.4g}{100 * p.attainment:>11.1f}%  {'pass' if p.passed else 'fail'}")
+    lines.append(
+        f"\ngoodput {result.goodput_rps:.4g} req/s ({result.per_gpu(gpus):.4g} req/s per GPU, {gpus} GPUs); "
+        f"first failing rate {result.upper_rps:.4g} req/s; target {100 * result.target:.0f}% meeting both SLOs"
+    )
+    return "\n".join(lines)
+
+
+@hydra.main(config_path=str(SCENARIOS_DIR), config_name="config", version_base="1.3")
+def hydra_goodput(dcfg: DictConfig) -> dict[str, Any]:
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        cfg = to_config(dcfg)
+        result = goodput_search(cfg)
+        at_goodput = run_simulation(with_rate(cfg, max(result.goodput_rps, 1e-3)), progress=False)
+    except (ValueError, KeyError, OSError) as exc:
+        fail(str(exc).splitlines()[0], out_dir)
+    row = result_row(cfg, at_goodput.summary, result)
+    (out_dir / RESULT_FILE).write_text(json.dumps(row, indent=2, default=float))
+    probes = [{"rate_rps": p.rate_rps, "attainment": p.attainment, "passed": p.passed} for p in result.probes]
+    (out_dir / "goodput.json").write_text(json.dumps({"goodput_rps": result.goodput_rps, "probes": probes}, indent=2))
+    print(f"pdsim goodput: scenario={cfg.scenario.name} {at_goodput.summary['cluster']} "
+          f"SLO TTFT<={cfg.slo.ttft_s}s TPOT<={cfg.slo.tpot_s}s", file=sys.stdout)
+    print(format_goodput(result, gpus_of(cfg)))
+    print(f"outputs: {out_dir}")
+    return row
+
+
+register_configs()
