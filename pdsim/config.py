@@ -115,6 +115,7 @@ class ClusterConfig:
     mode: str = "disaggregated"  # disaggregated | colocated
     prefill: int = 1  # prefill instances
     decode: int = 1  # decode instances
+    total_instances: int = 0  # >0: decode = total_instances - prefill (P:D sweeps at fixed size)
     colocated: int = 2  # instances in colocated mode
     prefill_tp: int = 1
     decode_tp: int = 1
@@ -132,6 +133,9 @@ class ClusterConfig:
     tcp_gbps: float = 25.0
     layerwise_transfer: bool = False
     control_plane_latency_s: float = 0.0005  # one bootstrap/ZMQ round trip
+    prealloc_slots: int = 0  # decode pre-allocation slots beyond max_running_requests (0 = same)
+    transfer_aux_bytes: int = 4096  # aux metadata sent with the last KV chunk
+    colocated_schedule: str = "mixed"  # mixed (chunked-prefill mixed batches) | prefill_priority
 
 
 @dataclass
@@ -166,6 +170,7 @@ class PerfConfig:
     mbu: float = 0.7
     overhead_s: float = 0.003
     path: str = ""  # fitted JSON or table CSV (relative -> data_dir)
+    overhead_per_seq_s: float = 0.0  # roofline: per-sequence cost of a step (scheduling, sampling)
     comm_latency_s: float = 1.0e-5  # roofline: fixed cost of one TP all-reduce
     table_model: str = ""  # table: model name in the CSV; "" = match model.name
     table_hardware: str = ""  # table: hardware name in the CSV; "" = match hardware.name
@@ -186,6 +191,7 @@ class FaultConfig:
     heartbeat_misses: int = 3
     bootstrap_timeout_s: float = 30.0
     retry_failed: bool = False
+    max_retries: int = 1  # router re-dispatches of one request when retry_failed
 
 
 @dataclass
@@ -244,4 +250,17 @@ def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
     obj = OmegaConf.to_object(cfg)
     if not isinstance(obj, Config):
         raise TypeError(f"composed config is {type(obj).__name__}, expected Config")
+    _apply_total_instances(obj.cluster)
     return obj
+
+
+def _apply_total_instances(cluster: ClusterConfig) -> None:
+    if cluster.total_instances <= 0:
+        return
+    decode = cluster.total_instances - cluster.prefill
+    if decode < 1:
+        raise ValueError(
+            f"cluster.total_instances={cluster.total_instances} leaves no decode instance "
+            f"for cluster.prefill={cluster.prefill}"
+        )
+    cluster.decode = decode

@@ -63,7 +63,7 @@ case "$cmd" in
   test)
     install_all
     step "ruff check"
-    "$VENV/bin/ruff" check pdsim pdreal analysis tests benchmarks
+    "$VENV/bin/ruff" check .
     step "pytest"
     exec "$VENV/bin/python" -m pytest "$@"
     ;;

@@ -1,19 +1,43 @@
-"""Step-latency models and model/GPU derived quantities (see base.py for the interface)."""
+"""Step-latency models and model/GPU derived quantities (see base.py for the interface).
+
+Kinds (`perf.kind`): linear (hand-set constants), roofline (specs x efficiencies, roofline.py),
+fitted (DistServe's formula from a profile JSON, fitted.py), table (interpolated measurements,
+table.py; CSV formats in profile.py). `pdsim calibrate` (calibrate.py) fits roofline or fitted
+parameters to a measured table.
+"""
 
 from __future__ import annotations
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
+from pdsim.paths import resolve_data_path
 from pdsim.perf.base import LatencyModel, PrefillItem
+from pdsim.perf.fitted import FittedModel, load_fitted
 from pdsim.perf.linear import LinearModel
-from pdsim.perf.spec import kv_bytes_per_token, kv_capacity_tokens, weight_bytes
+from pdsim.perf.roofline import RooflineModel
+from pdsim.perf.spec import (
+    active_param_count,
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_rank,
+    kv_capacity_tokens,
+    param_count,
+    weight_bytes,
+)
+from pdsim.perf.table import TableModel, load_table
 
-PERF_KINDS = ("linear",)
+PERF_KINDS = ("linear", "roofline", "fitted", "table")
+
+
+def _require_path(perf: PerfConfig) -> None:
+    if not perf.path:
+        raise ValueError(
+            f"perf: kind {perf.kind!r} needs field 'path' (a profile file under data_dir)"
+        )
 
 
 def build_latency_model(
-    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int
+    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int, data_dir: str = ""
 ) -> LatencyModel:
-    """The latency model for one instance of `tp` GPUs."""
+    """The latency model for one instance of `tp` GPUs (relative paths resolve against data_dir)."""
     if perf.kind == "linear":
         return LinearModel(
             prefill_base_s=perf.prefill_base_s,
@@ -22,15 +46,44 @@ def build_latency_model(
             decode_per_seq_s=perf.decode_per_seq_s,
             decode_per_ctx_token_s=perf.decode_per_ctx_token_s,
         )
-    raise ValueError(f"perf: field 'kind' has unknown value {perf.kind!r} (choose from {PERF_KINDS})")
+    if perf.kind == "roofline":
+        return RooflineModel(
+            model,
+            hardware,
+            tp,
+            mfu=perf.mfu,
+            mbu=perf.mbu,
+            overhead_s=perf.overhead_s,
+            overhead_per_seq_s=perf.overhead_per_seq_s,
+            comm_latency_s=perf.comm_latency_s,
+        )
+    if perf.kind == "fitted":
+        _require_path(perf)
+        return load_fitted(resolve_data_path(perf.path, data_dir), model.hf_name or model.name, tp)
+    if perf.kind == "table":
+        _require_path(perf)
+        path = resolve_data_path(perf.path, data_dir)
+        return load_table(
+            path, perf.table_model or model.name, perf.table_hardware or hardware.name, tp
+        )
+    raise ValueError(
+        f"perf: field 'kind' has unknown value {perf.kind!r} (choose from {PERF_KINDS})"
+    )
 
 
 __all__ = [
+    "PERF_KINDS",
+    "FittedModel",
     "LatencyModel",
     "LinearModel",
     "PrefillItem",
+    "RooflineModel",
+    "TableModel",
+    "active_param_count",
     "build_latency_model",
     "kv_bytes_per_token",
+    "kv_bytes_per_token_per_rank",
     "kv_capacity_tokens",
+    "param_count",
     "weight_bytes",
 ]

@@ -1,0 +1,101 @@
+"""Roofline step latency from model shape and GPU specs.
+
+time = overhead_s + overhead_per_seq_s * sequences in the step (scheduling, sampling)
+     + Σ_op max(flops_op / (peak * mfu), bytes_op / (hbm_bw * mbu))   (per rank, see cost.py)
+     + num_allreduces * (comm_latency_s + ring_bytes / link_bw)
+
+GEMMs run at the FP8 peak when the weights are fp8 and the GPU has one, else at the BF16 peak;
+attention runs at the BF16 peak. The all-reduce link is NVLink, or PCIe when the GPU has none.
+A ring all-reduce moves 2 (tp - 1) / tp of the payload through each rank's link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pdsim.config import HardwareConfig, ModelConfig
+from pdsim.perf import cost
+from pdsim.perf.base import PrefillItem
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineTerms:
+    """A step's time at 100% efficiency: per-op (compute_s, memory_s), communication, sequences."""
+
+    ops: tuple[tuple[float, float], ...]
+    comm_s: float
+    num_seqs: int
+
+    def time_s(
+        self, mfu: float, mbu: float, overhead_s: float, overhead_per_seq_s: float = 0.0
+    ) -> float:
+        busy = sum(max(c / mfu, m / mbu) for c, m in self.ops)
+        return overhead_s + overhead_per_seq_s * self.num_seqs + busy + self.comm_s
+
+
+@dataclass(frozen=True)
+class RooflineModel:
+    """Roofline latency for one instance of `tp` GPUs of `hardware` serving `model`."""
+
+    model: ModelConfig
+    hardware: HardwareConfig
+    tp: int
+    mfu: float = 0.5
+    mbu: float = 0.7
+    overhead_s: float = 0.003
+    overhead_per_seq_s: float = 0.0
+    comm_latency_s: float = 1.0e-5
+    name: str = "roofline"
+
+    def __post_init__(self) -> None:
+        for field_name in ("mfu", "mbu"):
+            value = getattr(self, field_name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"perf: field {field_name!r} must be in (0, 1], got {value}")
+        if self.tp < 1:
+            raise ValueError(f"tensor parallel size must be >= 1, got {self.tp}")
+
+    def _gemm_flops_per_s(self) -> float:
+        hw = self.hardware
+        tflops = (
+            hw.fp8_tflops if self.model.dtype == "fp8" and hw.fp8_tflops > 0 else hw.bf16_tflops
+        )
+        return tflops * 1e12
+
+    def _link_bytes_per_s(self) -> float:
+        gbps = self.hardware.nvlink_gbps or self.hardware.pcie_gbps
+        if gbps <= 0:
+            raise ValueError(
+                f"hardware {self.hardware.name}: no nvlink_gbps or pcie_gbps for TP all-reduce"
+            )
+        return gbps * 1e9
+
+    def terms(self, step: cost.StepCost) -> RooflineTerms:
+        """Split a step into per-op compute and memory times at peak, plus all-reduce time."""
+        bf16 = self.hardware.bf16_tflops * 1e12
+        gemm = self._gemm_flops_per_s()
+        hbm = self.hardware.hbm_gbps * 1e9
+        ops = tuple((op.flops / (gemm if op.gemm else bf16), op.bytes / hbm) for op in step.ops)
+        comm_s = 0.0
+        if step.num_allreduces:
+            ring_bytes = 2 * (self.tp - 1) / self.tp * step.allreduce_bytes
+            per_call = self.comm_latency_s + ring_bytes / self._link_bytes_per_s()
+            comm_s = step.num_allreduces * per_call
+        return RooflineTerms(ops, comm_s, step.num_seqs)
+
+    def _time_s(self, step: cost.StepCost) -> float:
+        if not step.ops:
+            return 0.0
+        return self.terms(step).time_s(self.mfu, self.mbu, self.overhead_s, self.overhead_per_seq_s)
+
+    def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
+        return self._time_s(cost.prefill_cost(self.model, items, self.tp))
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
+        return self._time_s(cost.decode_cost(self.model, num_seqs, context_tokens, self.tp))
+
+    def mixed_time_s(
+        self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int
+    ) -> float:
+        return self._time_s(cost.step_cost(self.model, items, num_seqs, context_tokens, self.tp))
