@@ -92,7 +92,9 @@ def compare(
     )
 
 
-def metric_table(values_a: pd.DataFrame, values_b: pd.DataFrame, present: tuple[Metric, ...]) -> pd.DataFrame:
+def metric_table(
+    values_a: pd.DataFrame, values_b: pd.DataFrame, present: tuple[Metric, ...]
+) -> pd.DataFrame:
     """Per metric: n, p50/p90/p99 per side, relative error of each percentile, KS distance,
     and the per-request relative error (median and p90 of its absolute value)."""
     rows = [_metric_row(m, values_a[m.name], values_b[m.name]) for m in present]
@@ -102,7 +104,11 @@ def metric_table(values_a: pd.DataFrame, values_b: pd.DataFrame, present: tuple[
 def _metric_row(metric: Metric, a: pd.Series, b: pd.Series) -> dict[str, Any]:
     pa_, pb_ = metrics.percentiles(a), metrics.percentiles(b)
     per_request = np.abs(_finite(relative_error(a, b)))
-    row: dict[str, Any] = {"metric": metric.name, "n_a": int(a.notna().sum()), "n_b": int(b.notna().sum())}
+    row: dict[str, Any] = {
+        "metric": metric.name,
+        "n_a": int(a.notna().sum()),
+        "n_b": int(b.notna().sum()),
+    }
     for p in PERCENTILES:
         key = f"p{p}"
         row[f"a_{key}"] = pa_[key]
@@ -110,9 +116,38 @@ def _metric_row(metric: Metric, a: pd.Series, b: pd.Series) -> dict[str, Any]:
         row[f"relerr_{key}"] = float(relative_error(pa_[key], pb_[key]))
     row["ks"] = ks_distance(a, b)
     row["req_abs_relerr_p50"] = float(np.median(per_request)) if per_request.size else float("nan")
-    row["req_abs_relerr_p90"] = float(np.percentile(per_request, 90)) if per_request.size else float("nan")
+    row["req_abs_relerr_p90"] = (
+        float(np.percentile(per_request, 90)) if per_request.size else float("nan")
+    )
     row["mean_diff_s"] = float(np.nanmean(a - b)) if (a - b).notna().any() else float("nan")
     return row
+
+
+def itl_table(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> pd.DataFrame | None:
+    """Percentiles of all inter-token gaps per side, their relative error and KS, or None
+    when either trace recorded no token times."""
+    gaps_a, gaps_b = metrics.itl_s(a), metrics.itl_s(b)
+    if gaps_a.size == 0 or gaps_b.size == 0:
+        return None
+    pa_, pb_ = metrics.percentiles(gaps_a), metrics.percentiles(gaps_b)
+    rows = [
+        {
+            "statistic": k,
+            labels[0]: pa_[k],
+            labels[1]: pb_[k],
+            "relerr": float(relative_error(pa_[k], pb_[k])),
+        }
+        for k in pa_
+    ]
+    rows.append(
+        {
+            "statistic": "ks",
+            labels[0]: ks_distance(gaps_a, gaps_b),
+            labels[1]: float("nan"),
+            "relerr": float("nan"),
+        }
+    )
+    return pd.DataFrame(rows)
 
 
 def attainment_table(
@@ -134,4 +169,4 @@ def attainment_table(
             "failed": summary["failed"],
             "rejected": summary["rejected"],
         }
-    return pd.DataFrame(columns)
+    return pd.DataFrame(columns).rename_axis("quantity")

@@ -31,7 +31,9 @@ class Plot:
     caption: str = ""
 
 
-def new_figure(nrows: int = 1, ncols: int = 1, panel: tuple[float, float] = (5.0, 3.6)) -> tuple[Figure, np.ndarray]:
+def new_figure(
+    nrows: int = 1, ncols: int = 1, panel: tuple[float, float] = (5.0, 3.6)
+) -> tuple[Figure, np.ndarray]:
     """A figure with an (nrows x ncols) array of axes, each panel `panel` inches."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -5,7 +5,9 @@ File conventions, all optional except the trace itself:
     RUN.parquet               the per-request trace (pdsim.trace schema)
     RUN.summary.json          the run summary `write_trace` writes (SLO used, counts, ...)
     RUN.timeseries.parquet    sampled instance state: time_s, instance_id, role, then any
-                              numeric columns (per-queue lengths, kv_used_fraction, ...)
+                              numeric columns (per-queue lengths, kv_used_fraction, ...);
+                              `timeseries.parquet` in the same directory (what `pdsim run`
+                              writes beside trace.parquet) is used when this is absent
 
 Every problem a user can cause raises `pdsim.trace.TraceError` with a one-line message naming
 the file, the field and the value.
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 # Below this share of common request ids the runs are taken to be numbered differently and
 # are paired by arrival order instead.
 MIN_ID_OVERLAP = 0.9
+TIMESERIES_FILE = "timeseries.parquet"
 
 
 @dataclass(frozen=True)
@@ -85,10 +88,23 @@ def load_trace(
     frame = checked_frame(read_trace(path), str(path))
     summary_path = path.with_name(path.stem + ".summary.json")
     summary = read_summary(summary_path) if summary_path.is_file() else None
-    ts_path = Path(timeseries) if timeseries else path.with_name(path.stem + ".timeseries.parquet")
-    ts = read_timeseries(ts_path) if timeseries or ts_path.is_file() else None
-    log.info("loaded %s: %d requests%s", path, len(frame), " + timeseries" if ts is not None else "")
+    ts_path = Path(timeseries) if timeseries else find_timeseries(path)
+    ts = read_timeseries(ts_path) if ts_path is not None else None
+    log.info(
+        "loaded %s: %d requests%s", path, len(frame), " + timeseries" if ts is not None else ""
+    )
     return LoadedTrace(label or path.stem, frame, str(path), summary, ts)
+
+
+def find_timeseries(trace_path: Path) -> Path | None:
+    """RUN.timeseries.parquet beside the trace, else timeseries.parquet in its directory."""
+    for candidate in (
+        trace_path.with_name(trace_path.stem + ".timeseries.parquet"),
+        trace_path.with_name(TIMESERIES_FILE),
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def load_traces(paths: list[Path | str], labels: list[str] | None = None) -> list[LoadedTrace]:
@@ -125,10 +141,19 @@ def read_timeseries(path: Path | str) -> pd.DataFrame:
         df = pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(f"{path}: not a readable parquet timeseries ({exc})") from None
+    return checked_timeseries(df, str(path))
+
+
+def checked_timeseries(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check the one required column (numeric `time_s`); return the frame sorted by time."""
     if "time_s" not in df.columns:
-        raise TraceError(f"{path}: timeseries field 'time_s' missing (columns: {list(df.columns)})")
+        raise TraceError(
+            f"{source}: timeseries field 'time_s' missing (columns: {list(df.columns)})"
+        )
     if not pd.api.types.is_numeric_dtype(df["time_s"]):
-        raise TraceError(f"{path}: timeseries field 'time_s' has non-numeric value {df['time_s'].iloc[0]!r}")
+        raise TraceError(
+            f"{source}: timeseries field 'time_s' has non-numeric value {df['time_s'].iloc[0]!r}"
+        )
     return df.sort_values("time_s", kind="stable").reset_index(drop=True)
 
 
@@ -151,11 +176,19 @@ def align(a: pd.DataFrame, b: pd.DataFrame) -> Alignment:
         method = "arrival_order"
     same_input = (pa_["input_tokens"].to_numpy() == pb_["input_tokens"].to_numpy()).mean()
     result = Alignment(
-        method, pa_, pb_, len(a) - len(pa_), len(b) - len(pb_), float(same_input) if len(pa_) else 1.0
+        method,
+        pa_,
+        pb_,
+        len(a) - len(pa_),
+        len(b) - len(pb_),
+        float(same_input) if len(pa_) else 1.0,
     )
     if result.unmatched_a or result.unmatched_b or result.input_match_fraction < 1.0:
         log.warning(
             "aligned by %s: %d/%d unmatched, %.0f%% of pairs have equal input_tokens",
-            method, result.unmatched_a, result.unmatched_b, 100 * result.input_match_fraction,
+            method,
+            result.unmatched_a,
+            result.unmatched_b,
+            100 * result.input_match_fraction,
         )
     return result

@@ -64,10 +64,15 @@ STAGE_SPANS: tuple[tuple[str, str, str, str], ...] = (
     ("prefill_forward_s", "prefill forward", "prefill_start_s", "prefill_end_s"),
     ("inflight_s", "prefill inflight queue", "inflight_enter_s", "inflight_leave_s"),
     ("prealloc_s", "decode prealloc queue", "prealloc_enter_s", "prealloc_leave_s"),
-    ("transfer_queue_s", "decode transfer queue", "transfer_queue_enter_s", "transfer_queue_leave_s"),
+    (
+        "transfer_queue_s",
+        "decode transfer queue",
+        "transfer_queue_enter_s",
+        "transfer_queue_leave_s",
+    ),
     ("transfer_s", "KV transfer", "transfer_start_s", "transfer_end_s"),
     ("decode_waiting_s", "decode waiting queue", "decode_waiting_enter_s", "running_enter_s"),
-    ("decode_s", "decode (running)", "running_enter_s", "last_token_s"),
+    ("decode_s", "decode (running)", "running_enter_s", "finish_s"),
 )
 STAGES: tuple[Metric, ...] = tuple(_stage(*span) for span in STAGE_SPANS)
 
