@@ -105,7 +105,7 @@ def hydra_run(dcfg: DictConfig) -> dict[str, Any]:
     print(format_summary(out.summary, title))
     print(f"\noutputs: {out_dir}")
     for path in paths:
-        print(f"  {path.name}")
+        print(f"  {path.relative_to(out_dir)}")
     return out.summary
 
 
