@@ -1,0 +1,11 @@
+"""The simpy model of PD-disaggregated (and colocated) serving; entry point `simulate`.
+
+Modules, one mechanism each: router.py (dual dispatch), prefill.py, decode.py, colocated.py
+(instances and their queues), kv_pool.py + prefix_cache.py + prompt_kv.py (KV memory),
+network.py + topology.py (max-min fair flows over NICs/NVLink), transfer.py (KVPoll, page-granular
+chunk sends), faults.py, timeseries.py, engine.py (request lifecycles), run.py (simulate, checks).
+"""
+
+from pdsim.sim.run import InvariantError, SimResult, SimulationStuck, check_invariants, simulate
+
+__all__ = ["InvariantError", "SimResult", "SimulationStuck", "check_invariants", "simulate"]

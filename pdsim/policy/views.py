@@ -1,0 +1,101 @@
+"""Views: the read-only snapshots that policies decide over.
+
+A view is a frozen slotted dataclass built by the caller (pdsim's simulated instances or
+pdreal's real ones) from its own state at decision time. Policies never see simulator or engine
+objects, never read a clock (times arrive as arguments) and never mutate a view.
+
+Queue names are the seeds' names, identical in pdsim, pdreal and the trace schema:
+
+    prefill:   bootstrap -> waiting -> (forward) -> inflight
+    decode:    prealloc -> transfer -> waiting -> running
+    colocated: waiting -> running
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass
+
+ROLE_PREFILL = "prefill"
+ROLE_DECODE = "decode"
+ROLE_COLOCATED = "colocated"
+ROLES = (ROLE_PREFILL, ROLE_DECODE, ROLE_COLOCATED)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """One request as a policy sees it.
+
+    prefilled_tokens: prompt tokens whose KV is already present on the instance (prefix-cache
+    hit plus earlier chunks); cached_tokens: the prefix-cache part of it. generated_tokens:
+    output tokens produced so far (the prefill's first token counts). kv_tokens: KV tokens the
+    request holds on the instance now (0 before allocation).
+    """
+
+    request_id: int
+    input_tokens: int
+    output_tokens: int
+    arrival_s: float = 0.0
+    prefilled_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    kv_tokens: int = 0
+    hash_ids: tuple[int, ...] = ()
+
+    @property
+    def remaining_prompt_tokens(self) -> int:
+        return self.input_tokens - self.prefilled_tokens
+
+    @property
+    def remaining_output_tokens(self) -> int:
+        return max(0, self.output_tokens - self.generated_tokens)
+
+    @property
+    def total_tokens(self) -> int:
+        """KV tokens the request needs to finish: prompt plus every output token."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """One instance as the router sees it.
+
+    queued_requests / queued_tokens count every request dispatched to the instance that has not
+    yet reached its running batch (prefill: bootstrap + waiting, tokens not yet prefilled;
+    decode: prealloc + transfer + waiting, prompt tokens). kv_used_tokens excludes evictable
+    prefix-cache blocks. Requests dispatched but still on the wire count as queued, so
+    back-to-back routing decisions see each other. cached_blocks: the prefix-cache summary, the
+    block hashes cached on the instance (a frozenset, or a read-only set-like the caller keeps
+    unchanged during the decision); empty on decode instances and when unknown.
+    """
+
+    instance_id: int
+    role: str
+    queued_requests: int = 0
+    queued_tokens: int = 0
+    running_requests: int = 0
+    inflight_requests: int = 0
+    kv_used_tokens: int = 0
+    kv_total_tokens: int = 0
+    healthy: bool = True
+    cached_blocks: Set[int] = frozenset()
+
+    @property
+    def kv_free_tokens(self) -> int:
+        return self.kv_total_tokens - self.kv_used_tokens
+
+    @property
+    def kv_used_fraction(self) -> float:
+        return self.kv_used_tokens / self.kv_total_tokens if self.kv_total_tokens > 0 else 0.0
+
+    @property
+    def load_tokens(self) -> int:
+        """The least-loaded key: work waiting plus KV in use, in tokens."""
+        return self.queued_tokens + self.kv_used_tokens
+
+
+def pages_for(tokens: int, page_size_tokens: int) -> int:
+    """Pages needed to hold `tokens` tokens (ceil division)."""
+    if page_size_tokens < 1:
+        raise ValueError(f"page_size_tokens must be >= 1, got {page_size_tokens}")
+    return -(-tokens // page_size_tokens)

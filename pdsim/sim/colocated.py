@@ -1,0 +1,225 @@
+"""Colocated instance (the no-disaggregation baseline): waiting -> running on one GPU group.
+
+Two schedules (cluster.colocated_schedule):
+- mixed: Sarathi-Serve / vLLM v1 / SGLang chunked prefill. Every iteration runs all decodes plus
+  prefill chunks chosen by the shared PrefillAdder from the token budget left after one token per
+  decode; KV for running decodes' future growth is held back (policy.new_token_ratio).
+- prefill_priority: vLLM v0 (the DistServe/Splitwise baseline). Whenever a prefill batch can be
+  formed it runs alone; otherwise a decode-only iteration runs.
+The first token appears when a request's last prompt chunk finishes. When the next decode tokens'
+pages do not fit, victims chosen by the shared retraction rule release their KV and go back to the
+head of the waiting queue to recompute prompt + generated tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pdsim.perf import LatencyModel
+from pdsim.policy import (
+    PrefillBudget,
+    RequestView,
+    choose_retraction_victims,
+    decode_reservation_tokens,
+    form_prefill_batch,
+    mixed_prefill_budget,
+)
+from pdsim.policy.views import ROLE_COLOCATED, InstanceView
+from pdsim.sim.instance import InstanceBase, InstanceContext
+from pdsim.sim.prefill import Planned, start_chunks
+from pdsim.sim.prefix_cache import BlockNode
+from pdsim.sim.prompt_kv import PromptKV
+from pdsim.sim.state import SimRequest
+
+SCHEDULES = ("mixed", "prefill_priority")
+
+
+class ColocatedInstance(InstanceBase):
+    role = ROLE_COLOCATED
+
+    def __init__(self, index: int, ctx: InstanceContext, latency: LatencyModel, kv: PromptKV) -> None:
+        super().__init__(index, ctx, latency)
+        if self.cfg.cluster.colocated_schedule not in SCHEDULES:
+            raise ValueError(
+                f"cluster: field 'colocated_schedule' has unknown value {self.cfg.cluster.colocated_schedule!r} (choose from {SCHEDULES})"
+            )
+        self.kv = kv
+        self.page = kv.page
+        self.waiting: dict[int, SimRequest] = {}
+        self.chunked: SimRequest | None = None
+        self.running: dict[int, SimRequest] = {}
+        self.ctx_tokens = 0
+        self.retractions = 0
+        self.env.process(self.run())
+
+    def dispatch(self, sr: SimRequest) -> None:
+        self.queued_requests += 1
+        self.queued_tokens += sr.prompt_tokens
+        self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
+
+    def _receive(self, sr: SimRequest, attempt: int) -> None:
+        if sr.done or sr.attempt != attempt or not self.alive:
+            return
+        sr.mark("prefill_waiting_enter_s", self.env.now)
+        need = sr.req.input_tokens + sr.req.output_tokens
+        if need > self.kv.pool.capacity_tokens:
+            self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}")
+            return
+        self.waiting[sr.rid] = sr
+        self.notify()
+
+    def release(self, sr: SimRequest) -> None:
+        self.waiting.pop(sr.rid, None)
+        if self.chunked is sr:
+            self.chunked = None
+        if self.running.pop(sr.rid, None) is not None:
+            self.ctx_tokens -= sr.kv_tokens
+        if "prefill_end_s" not in sr.times:
+            self.queued_requests -= 1
+            self.queued_tokens -= sr.prompt_tokens
+        self.kv.release(sr, self.env.now)
+        self.notify()
+
+    # -- scheduler loop -------------------------------------------------------------------
+    def run(self) -> Iterator:
+        mixed = self.cfg.cluster.colocated_schedule == "mixed"
+        while self.alive:
+            if mixed:
+                self._grow_pages()
+                planned = self._schedule(len(self.running))
+                decodes = list(self.running.values())
+            else:
+                planned = self._schedule(0)
+                if not planned:
+                    self._grow_pages()
+                decodes = [] if planned else list(self.running.values())
+            if not planned and not decodes:
+                self.batch_size = 0
+                yield self.sleep()
+                continue
+            items = [(c.new_tokens, c.context_tokens) for _, _, c in planned]
+            ctx = self.ctx_tokens if decodes else 0
+            step_s = self.latency.mixed_time_s(items, len(decodes), ctx)
+            self.busy_s += step_s
+            self.iterations += 1
+            self.batch_size = len(planned) + len(decodes)
+            yield self.env.timeout(step_s)
+            if self.alive:
+                self._complete(planned, decodes)
+
+    def _candidates(self, matches: dict[int, list[BlockNode]]) -> Iterator[RequestView]:
+        chunked = self.chunked
+        if chunked is not None:
+            yield RequestView(chunked.rid, chunked.prompt_tokens, chunked.req.output_tokens,
+                              prefilled_tokens=chunked.prefilled, generated_tokens=chunked.generated)
+        block = self.kv.cache.block_tokens if self.kv.cache else 0
+        for sr in self.waiting.values():
+            path = self.kv.peek_match(sr)
+            matches[sr.rid] = path
+            cached = len(path) * block
+            yield RequestView(sr.rid, sr.prompt_tokens, sr.req.output_tokens, prefilled_tokens=cached,
+                              cached_tokens=cached, generated_tokens=sr.generated)
+
+    def _schedule(self, num_decodes: int) -> Planned:
+        if self.chunked is None and not self.waiting:
+            return []
+        c = self.cfg.cluster
+        ratio = self.cfg.policy.new_token_ratio
+        token_budget = min(c.max_prefill_tokens, c.chunk_size_tokens) if c.chunk_size_tokens > 0 else c.max_prefill_tokens
+        budget = PrefillBudget(
+            max_prefill_tokens=mixed_prefill_budget(token_budget, num_decodes),
+            chunk_size_tokens=c.chunk_size_tokens,
+            page_size_tokens=self.page,
+            free_kv_tokens=self.kv.available_tokens,
+            reserved_kv_tokens=decode_reservation_tokens(
+                (sr.req.output_tokens - sr.generated for sr in self.running.values()), ratio
+            ),
+            new_token_ratio=ratio,
+            max_requests=max(0, c.max_running_requests - len(self.running)) or -1,
+        )
+        if budget.max_prefill_tokens <= 0 or budget.max_requests < 0:
+            return []
+        matches: dict[int, list[BlockNode]] = {}
+        batch = form_prefill_batch(self._candidates(matches), budget)
+        return start_chunks(self, batch.chunks, matches)
+
+    def _grow_pages(self) -> None:
+        page = self.page
+        growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
+        short = len(growing) - self.kv.pool.free_pages - self.kv.evictable_pages
+        if short > 0:
+            views = [RequestView(sr.rid, sr.req.input_tokens, sr.req.output_tokens,
+                                 generated_tokens=sr.generated, kv_tokens=sr.kv_tokens)
+                     for sr in self.running.values()]
+            for rid in choose_retraction_victims(views, short, page):
+                self._retract(self.running[rid])
+            growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
+        for sr in growing:
+            if not self.kv.allocate(sr, 1):
+                self.hooks.abort(sr, f"KV exhausted on {self.name}")
+
+    def _retract(self, sr: SimRequest) -> None:
+        del self.running[sr.rid]
+        self.ctx_tokens -= sr.kv_tokens
+        self.kv.release(sr, self.env.now)
+        sr.num_retractions += 1
+        self.retractions += 1
+        sr.prompt_tokens = sr.req.input_tokens + sr.generated - 1
+        sr.prefilled = sr.kv_tokens = 0
+        self.waiting = {sr.rid: sr, **self.waiting}
+
+    def _complete(self, planned: Planned, decodes: list[SimRequest]) -> None:
+        now = self.env.now
+        for sr in decodes:
+            if sr.done or self.running.get(sr.rid) is not sr:
+                continue
+            sr.kv_tokens += 1
+            sr.generated += 1
+            self.ctx_tokens += 1
+            if sr.token_times is not None:
+                sr.token_times.append(now)
+            if sr.generated >= sr.req.output_tokens:
+                self._finish(sr)
+        for sr, attempt, chunk in planned:
+            if sr.done or sr.attempt != attempt:
+                continue
+            sr.prefilled += chunk.new_tokens
+            if not chunk.is_last:
+                self.chunked = sr
+                continue
+            if self.chunked is sr:
+                self.chunked = None
+            self._prefill_done(sr, now)
+
+    def _prefill_done(self, sr: SimRequest, now: float) -> None:
+        sr.kv_tokens = sr.prefilled
+        if "prefill_end_s" not in sr.times:
+            sr.times["prefill_end_s"] = sr.times["first_token_s"] = sr.times["running_enter_s"] = now
+            self.queued_requests -= 1
+            self.queued_tokens -= sr.prompt_tokens
+            sr.generated = 1
+            if sr.token_times is not None:
+                sr.token_times.append(now)
+        if sr.generated >= sr.req.output_tokens:
+            self._finish(sr)
+            return
+        self.running[sr.rid] = sr
+        self.ctx_tokens += sr.kv_tokens
+
+    def _finish(self, sr: SimRequest) -> None:
+        if self.running.pop(sr.rid, None) is not None:
+            self.ctx_tokens -= sr.kv_tokens
+        sr.times["last_token_s"] = self.env.now
+        self.kv.release(sr, self.env.now)
+        self.hooks.finish(sr)
+
+    def view(self) -> InstanceView:
+        return InstanceView(
+            instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
+            queued_tokens=self.queued_tokens, running_requests=len(self.running),
+            kv_used_tokens=self.kv.used_tokens, kv_total_tokens=self.kv.pool.capacity_tokens,
+            healthy=self.healthy,
+        )
+
+    def queue_lengths(self) -> dict[str, int]:
+        return {"waiting": len(self.waiting) + (self.chunked is not None), "running": len(self.running)}

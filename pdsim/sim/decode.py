@@ -1,0 +1,253 @@
+"""Decode instance: prealloc -> transfer -> waiting -> running (+ retracted).
+
+- prealloc: a KV receiver handshakes with the prefill side (one bootstrap lookup per prefill
+  instance, then cached); pages are pre-allocated by the shared allocatable-tokens rule
+  (pdsim.policy.memory), retracted requests first, in pre-allocation slots beyond
+  max_running_requests. Then the TransferInfo goes to the prefill side.
+- transfer: waits for the KV and aux data (KVPoll Success).
+- waiting: the prebuilt batch; joins the running batch at the next iteration boundary, which is
+  when the first token (made by prefill) reaches the client.
+- running: continuous batching, one decode iteration per step (one simpy timeout per
+  iteration for the whole batch). When the next token's pages do not fit, victims are retracted
+  (KV offloaded to host) and later resumed through the prealloc rule, reloading over PCIe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pdsim.perf import LatencyModel
+from pdsim.policy import (
+    DecodeMemoryView,
+    RequestView,
+    choose_retraction_victims,
+    plan_preallocation,
+)
+from pdsim.policy.memory import need_now_tokens
+from pdsim.policy.views import ROLE_DECODE, InstanceView
+from pdsim.sim.instance import InstanceBase, InstanceContext
+from pdsim.sim.kv_pool import KVPool
+from pdsim.sim.state import SimRequest
+
+
+class DecodeInstance(InstanceBase):
+    role = ROLE_DECODE
+
+    def __init__(
+        self, index: int, ctx: InstanceContext, latency: LatencyModel, pool: KVPool, reload_s_per_token: float
+    ) -> None:
+        super().__init__(index, ctx, latency)
+        self.pool = pool
+        self.page = pool.page_size_tokens
+        self.reload_s_per_token = reload_s_per_token
+        c = self.cfg.cluster
+        self.max_running = c.max_running_requests
+        self.prealloc_slots = c.prealloc_slots or c.max_running_requests
+        self.prealloc: dict[int, SimRequest] = {}
+        self.retracted: dict[int, SimRequest] = {}
+        self.transfer: dict[int, SimRequest] = {}
+        self.waiting: dict[int, SimRequest] = {}
+        self.running: dict[int, SimRequest] = {}
+        self.reloading: dict[int, SimRequest] = {}
+        self.connected_at: dict[str, float] = {}
+        self.ctx_tokens = 0
+        self.retractions = 0
+        self.env.process(self.run())
+
+    # -- messages -------------------------------------------------------------------------
+    def dispatch(self, sr: SimRequest) -> None:
+        self.queued_requests += 1
+        self.queued_tokens += sr.req.input_tokens
+        self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
+
+    def _receive(self, sr: SimRequest, attempt: int) -> None:
+        if sr.done or sr.attempt != attempt or not self.alive:
+            return
+        now = self.env.now
+        sr.mark("prealloc_enter_s", now)
+        need = sr.req.input_tokens + sr.req.output_tokens
+        if need > self.pool.capacity_tokens:
+            self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.pool.capacity_tokens}")
+            return
+        self.prealloc[sr.rid] = sr
+        ready_s = self.connected_at.setdefault(sr.prefill.name, now + self.cfg.cluster.control_plane_latency_s)
+        if ready_s <= now:
+            sr.handshaken = True
+            self.notify()
+        else:
+            self.hooks.after(ready_s - now, self._handshaken, sr, attempt)
+
+    def _handshaken(self, sr: SimRequest, attempt: int) -> None:
+        if not sr.done and sr.attempt == attempt and sr.rid in self.prealloc:
+            sr.handshaken = True
+            self.notify()
+
+    def on_kv_arrived(self, sr: SimRequest) -> None:
+        """Transfer queue poll returned Success: the prebuilt request waits to join the batch."""
+        now = self.env.now
+        del self.transfer[sr.rid]
+        sr.mark("transfer_queue_leave_s", now)
+        sr.mark("decode_waiting_enter_s", now)
+        sr.generated = 1
+        self.waiting[sr.rid] = sr
+        self.notify()
+
+    def _reloaded(self, sr: SimRequest, attempt: int) -> None:
+        if not sr.done and sr.attempt == attempt and self.reloading.pop(sr.rid, None) is sr:
+            self.waiting[sr.rid] = sr
+            self.notify()
+
+    def release(self, sr: SimRequest) -> None:
+        rid = sr.rid
+        for queue in (self.prealloc, self.retracted, self.transfer, self.waiting, self.reloading):
+            queue.pop(rid, None)
+        if self.running.pop(rid, None) is not None:
+            self.ctx_tokens -= sr.kv_tokens
+        if "running_enter_s" not in sr.times:
+            self.queued_requests -= 1
+            self.queued_tokens -= sr.req.input_tokens
+        self.pool.free(rid)
+        sr.d_pages = 0
+        self.notify()
+
+    # -- scheduler loop -------------------------------------------------------------------
+    def run(self) -> Iterator:
+        while self.alive:
+            self._prealloc()
+            self._admit()
+            if not self.running:
+                self.batch_size = 0
+                yield self.sleep()
+                continue
+            self._grow_pages()
+            n = len(self.running)
+            step_s = self.latency.decode_time_s(n, self.ctx_tokens)
+            self.busy_s += step_s
+            self.iterations += 1
+            self.batch_size = n
+            yield self.env.timeout(step_s)
+            if self.alive:
+                self._complete_step()
+
+    def _view(self, sr: SimRequest) -> RequestView:
+        return RequestView(sr.rid, sr.req.input_tokens, sr.req.output_tokens,
+                           generated_tokens=sr.generated, kv_tokens=sr.kv_tokens)
+
+    def memory_view(self) -> DecodeMemoryView:
+        active = (*self.running.values(), *self.transfer.values(), *self.waiting.values())
+        return DecodeMemoryView(
+            available_tokens=self.pool.free_pages * self.page,
+            num_active=len(active),
+            reserved_decode_tokens=self.cfg.policy.decode_reserved_tokens,
+            remaining_output_tokens=sum(max(0, s.req.output_tokens - s.generated) for s in active),
+            largest_need_tokens=max((s.req.input_tokens + s.req.output_tokens for s in self.running.values()), default=0),
+            retractable_tokens=self.ctx_tokens,
+            page_size_tokens=self.page,
+        )
+
+    def _prealloc(self) -> None:
+        if not self.retracted and not self.prealloc:
+            return
+        free_slots = self.prealloc_slots - len(self.transfer) - len(self.waiting)
+        handshaken = (self._view(sr) for sr in self.prealloc.values() if sr.handshaken)
+        plan = plan_preallocation(
+            [self._view(sr) for sr in self.retracted.values()], handshaken, self.memory_view(), free_slots
+        )
+        now = self.env.now
+        for rid in plan.resume_ids:
+            sr = self.retracted.pop(rid)
+            self._allocate_now(sr)
+            self.reloading[rid] = sr
+            self.hooks.after(sr.kv_tokens * self.reload_s_per_token, self._reloaded, sr, sr.attempt)
+        for rid in plan.admit_ids:
+            sr = self.prealloc.pop(rid)
+            self._allocate_now(sr)
+            sr.mark("prealloc_leave_s", now)
+            sr.mark("transfer_queue_enter_s", now)
+            self.transfer[rid] = sr
+            self.hooks.after(self.cfg.cluster.control_plane_latency_s, sr.prefill.on_transfer_info, sr, sr.attempt)
+
+    def _allocate_now(self, sr: SimRequest) -> None:
+        pages = need_now_tokens(self._view(sr), self.page) // self.page
+        self.pool.allocate(sr.rid, pages)
+        sr.d_pages = pages
+        sr.kv_tokens = sr.req.input_tokens + max(0, sr.generated - 1)
+
+    def _admit(self) -> None:
+        now = self.env.now
+        while self.waiting and len(self.running) < self.max_running:
+            sr = self.waiting.pop(next(iter(self.waiting)))
+            if "running_enter_s" not in sr.times:
+                sr.times["running_enter_s"] = sr.times["first_token_s"] = now
+                self.queued_requests -= 1
+                self.queued_tokens -= sr.req.input_tokens
+                if sr.token_times is not None:
+                    sr.token_times.append(now)
+            if sr.generated >= sr.req.output_tokens:
+                self._finish(sr)
+                continue
+            self.running[sr.rid] = sr
+            self.ctx_tokens += sr.kv_tokens
+
+    def _grow_pages(self) -> None:
+        """Give every running request room for its next token, retracting if KV runs out."""
+        page = self.page
+        growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
+        short = len(growing) - self.pool.free_pages
+        if short > 0:
+            views = [self._view(sr) for sr in self.running.values()]
+            for rid in choose_retraction_victims(views, short, page):
+                self._retract(self.running[rid])
+            growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
+            if len(growing) > self.pool.free_pages:
+                last = next(iter(self.running.values()))
+                self.hooks.abort(last, f"decode KV exhausted on {self.name}")
+                growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
+        for sr in growing:
+            self.pool.allocate(sr.rid, 1)
+            sr.d_pages += 1
+
+    def _retract(self, sr: SimRequest) -> None:
+        del self.running[sr.rid]
+        self.ctx_tokens -= sr.kv_tokens
+        self.pool.free(sr.rid)
+        sr.d_pages = 0
+        sr.num_retractions += 1
+        self.retractions += 1
+        self.retracted[sr.rid] = sr
+
+    def _complete_step(self) -> None:
+        now = self.env.now
+        done: list[SimRequest] = []
+        for sr in self.running.values():
+            sr.kv_tokens += 1
+            sr.generated += 1
+            if sr.token_times is not None:
+                sr.token_times.append(now)
+            if sr.generated >= sr.req.output_tokens:
+                done.append(sr)
+        self.ctx_tokens += len(self.running)
+        for sr in done:
+            del self.running[sr.rid]
+            self.ctx_tokens -= sr.kv_tokens
+            self._finish(sr)
+
+    def _finish(self, sr: SimRequest) -> None:
+        sr.times["last_token_s"] = self.env.now
+        self.pool.free(sr.rid)
+        sr.d_pages = 0
+        self.hooks.finish(sr)
+
+    def view(self) -> InstanceView:
+        return InstanceView(
+            instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
+            queued_tokens=self.queued_tokens, running_requests=len(self.running),
+            kv_used_tokens=self.pool.used_pages * self.page, kv_total_tokens=self.pool.capacity_tokens,
+            healthy=self.healthy,
+        )
+
+    def queue_lengths(self) -> dict[str, int]:
+        return {
+            "prealloc": len(self.prealloc), "transfer": len(self.transfer), "waiting": len(self.waiting),
+            "running": len(self.running), "retracted": len(self.retracted) + len(self.reloading),
+        }

@@ -1,0 +1,222 @@
+"""The simulation: builds instances, network and router from a Config, owns request lifecycles.
+
+`Simulation` implements the hooks instances call (`SimHooks`): delayed callbacks, finishing and
+aborting requests (with optional retry), sending KV chunks and concluding transfers. It keeps
+every request that has arrived and not reached a terminal status in `active`, so nothing can be
+lost silently, and records exactly one trace row per request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import simpy
+
+from pdsim import rng
+from pdsim.config import Config
+from pdsim.perf import build_latency_model, kv_capacity_tokens
+from pdsim.sim.colocated import ColocatedInstance
+from pdsim.sim.decode import DecodeInstance
+from pdsim.sim.faults import FaultInjector
+from pdsim.sim.instance import InstanceContext
+from pdsim.sim.kv_pool import KVPool
+from pdsim.sim.network import Network
+from pdsim.sim.prefill import PrefillInstance
+from pdsim.sim.prompt_kv import PromptKV
+from pdsim.sim.router import Router, arrivals
+from pdsim.sim.state import SimRequest, trace_row
+from pdsim.sim.timeseries import TimeseriesSampler
+from pdsim.sim.topology import Topology
+from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, TraceRecorder
+from pdsim.workload.request import Workload
+
+log = logging.getLogger(__name__)
+MODES = ("disaggregated", "colocated")
+
+
+class Simulation:
+    def __init__(self, cfg: Config, workload: Workload) -> None:
+        validate_config(cfg)
+        self.cfg = cfg
+        self.mode = cfg.cluster.mode
+        self.workload = workload
+        self.env = simpy.Environment()
+        self.network = Network(self.env)
+        self.topology = Topology(self.network, cfg.cluster, cfg.hardware)
+        self.recorder = TraceRecorder()
+        self.active: dict[int, SimRequest] = {}
+        self.arrived = 0
+        self.terminal = 0
+        self.done = self.env.event()
+        self.on_terminal: Callable[[], None] | None = None
+        self.fault_rng = rng.stream(cfg.seed, "faults.transfer")
+        ctx = InstanceContext(self.env, cfg, self)
+        self.prefill, self.decode = self._build_instances(ctx, workload.block_tokens)
+        self.instances = [*self.prefill, *self.decode]
+        self.router = Router(
+            self.env, cfg, self, self.prefill, self.decode,
+            rng.stream(cfg.seed, "router.route"), rng.stream(cfg.seed, "router.bootstrap_room"),
+        )
+        self.transfer = TransferService(
+            self.network, self.topology, cfg.cluster.page_size_tokens, cfg.cluster.link_latency_s,
+            cfg.cluster.transfer_aux_bytes,
+        )
+        self.wire_bytes_per_token = wire_bytes_per_token(cfg.model, cfg.cluster.decode_tp)
+        self.faults = FaultInjector(cfg.faults, self, {i.name: i for i in self.instances})
+        self.sampler = TimeseriesSampler(self.env, self.network, self.instances, cfg.timeseries_interval_s)
+        self.env.process(arrivals(self.env, self._requests(), self._on_arrival))
+
+    # -- construction ----------------------------------------------------------------------
+    def _capacity_pages(self, tp: int) -> int:
+        c = self.cfg.cluster
+        tokens = c.kv_capacity_tokens or kv_capacity_tokens(self.cfg.model, self.cfg.hardware, tp, c.gpu_memory_utilization)
+        return tokens // c.page_size_tokens
+
+    def _prompt_kv(self, name: str, tp: int, block_tokens: int) -> PromptKV:
+        c = self.cfg.cluster
+        return PromptKV(name, self._capacity_pages(tp), c.page_size_tokens, c.prefix_cache, block_tokens,
+                        c.prefix_cache_tokens)
+
+    def _latency(self, tp: int) -> Any:
+        return build_latency_model(self.cfg.perf, self.cfg.model, self.cfg.hardware, tp, data_dir=self.cfg.data_dir)
+
+    def _build_instances(self, ctx: InstanceContext, block_tokens: int) -> tuple[list[Any], list[Any]]:
+        c = self.cfg.cluster
+        if self.mode == "colocated":
+            lat = self._latency(c.colocated_tp)
+            insts = [ColocatedInstance(i, ctx, lat, self._prompt_kv(f"colocated:{i}", c.colocated_tp, block_tokens))
+                     for i in range(c.colocated)]
+            for inst in insts:
+                inst.placement = self.topology.place(inst.name, c.colocated_tp)
+            return insts, []
+        p_lat, d_lat = self._latency(c.prefill_tp), self._latency(c.decode_tp)
+        prefill = [PrefillInstance(i, ctx, p_lat, self._prompt_kv(f"prefill:{i}", c.prefill_tp, block_tokens))
+                   for i in range(c.prefill)]
+        reload_s_per_token = wire_bytes_per_token(self.cfg.model, c.decode_tp) / (
+            c.decode_tp * self.cfg.hardware.pcie_gbps * 1e9)
+        decode = [DecodeInstance(i, ctx, d_lat, KVPool(f"decode:{i}", self._capacity_pages(c.decode_tp), c.page_size_tokens),
+                                 reload_s_per_token) for i in range(c.decode)]
+        for inst in prefill:
+            inst.placement = self.topology.place(inst.name, c.prefill_tp)
+        for inst in decode:
+            inst.placement = self.topology.place(inst.name, c.decode_tp)
+        return prefill, decode
+
+    def _requests(self) -> Iterator[SimRequest]:
+        record = self.cfg.record_token_times
+        for req in self.workload:
+            yield SimRequest(req=req, prompt_tokens=req.input_tokens, token_times=[] if record else None)
+
+    def _on_arrival(self, sr: SimRequest) -> None:
+        self.arrived += 1
+        self.active[sr.rid] = sr
+        self.router.dispatch(sr)
+
+    # -- hooks -------------------------------------------------------------------------------
+    def after(self, delay_s: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call fn(*args) `delay_s` from now (0 still goes through the event queue, FIFO)."""
+        self.env.timeout(delay_s).callbacks.append(lambda _e: fn(*args))
+
+    def finish(self, sr: SimRequest) -> None:
+        sr.done = True
+        sr.times["finish_s"] = self.env.now
+        self.recorder.add(trace_row(sr, self.mode, STATUS_FINISHED, ""))
+        self._terminal(sr)
+
+    def abort(self, sr: SimRequest, reason: str, retryable: bool = False) -> None:
+        """Fail `sr` now: both halves release what it holds; retry or record it as failed."""
+        if sr.done:
+            return
+        sr.poll = advance_poll(sr.poll, KVPoll.Failed, sr.rid)
+        for flow in sr.flows:
+            self.network.cancel(flow)
+        if sr.prefill is not None:
+            sr.prefill.release(sr)
+        if sr.decode is not None:
+            sr.decode.release(sr)
+        faults = self.cfg.faults
+        if retryable and faults.retry_failed and sr.attempt < faults.max_retries:
+            log.debug("request %d retried after: %s", sr.rid, reason)
+            sr.reset_attempt()
+            self.router.dispatch(sr)
+            return
+        sr.done = True
+        sr.times["finish_s"] = self.env.now
+        self.recorder.add(trace_row(sr, self.mode, STATUS_FAILED, reason))
+        self._terminal(sr)
+
+    def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None:
+        """Put a chunk's pages (and the aux data with the last chunk) on the wire."""
+        if is_last:
+            sr.last_sent = True
+            prob = self.cfg.faults.transfer_failure_prob
+            sr.fail_transfer = prob > 0 and bool(self.fault_rng.random() < prob)
+        if pages == 0 and not is_last:
+            return
+        if not sr.decode.alive:
+            self.abort(sr, f"transfer_failed: {sr.decode.name} is down (write to a dead peer)", True)
+            return
+        sr.mark("transfer_start_s", self.env.now)
+        sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
+        sr.flows_pending += 1
+        attempt = sr.attempt
+        flow, nbytes = self.transfer.send(
+            sr.prefill.name, sr.decode.name, pages, self.wire_bytes_per_token, is_last,
+            lambda: self._chunk_arrived(sr, attempt),
+        )
+        sr.flows.append(flow)
+        sr.pages_sent += pages
+        sr.transfer_bytes += nbytes
+
+    def _chunk_arrived(self, sr: SimRequest, attempt: int) -> None:
+        if sr.done or sr.attempt != attempt:
+            return
+        sr.flows_pending -= 1
+        self.transfer_ready(sr)
+
+    def transfer_ready(self, sr: SimRequest) -> None:
+        """Conclude the transfer once the last chunk was sent, every flow arrived and (with
+        layer-wise overlap) the last forward has ended."""
+        if sr.last_sent and sr.flows_pending == 0 and "prefill_end_s" in sr.times and not sr.done:
+            self.transfer_done(sr, not sr.fail_transfer)
+
+    def transfer_done(self, sr: SimRequest, success: bool) -> None:
+        sr.times["transfer_end_s"] = self.env.now
+        if not success:
+            self.abort(sr, f"transfer_failed: {sr.prefill.name} -> {sr.decode.name}", True)
+            return
+        sr.poll = advance_poll(sr.poll, KVPoll.Success, sr.rid)
+        sr.flows = []
+        sr.prefill.on_transfer_success(sr)
+        sr.decode.on_kv_arrived(sr)
+
+    def _terminal(self, sr: SimRequest) -> None:
+        del self.active[sr.rid]
+        self.terminal += 1
+        if self.on_terminal is not None:
+            self.on_terminal()
+        if self.terminal == len(self.workload):
+            self.done.succeed()
+
+
+def validate_config(cfg: Config) -> None:
+    """Reject configurations the simulator cannot run, naming the field and value."""
+    c = cfg.cluster
+    if c.mode not in MODES:
+        raise ValueError(f"cluster: field 'mode' has unknown value {c.mode!r} (choose from {MODES})")
+    counts = {"colocated": c.colocated} if c.mode == "colocated" else {"prefill": c.prefill, "decode": c.decode}
+    for name, value in counts.items():
+        if value < 1:
+            raise ValueError(f"cluster: field {name!r} must be >= 1 in {c.mode} mode, got {value}")
+    if c.page_size_tokens < 1:
+        raise ValueError(f"cluster: field 'page_size_tokens' must be >= 1, got {c.page_size_tokens}")
+    budget = min(c.max_prefill_tokens, c.chunk_size_tokens) if c.chunk_size_tokens > 0 else c.max_prefill_tokens
+    if budget < c.page_size_tokens:
+        raise ValueError(f"cluster: prefill token budget {budget} is smaller than page_size_tokens {c.page_size_tokens}")
+    if c.max_running_requests < 1:
+        raise ValueError(f"cluster: field 'max_running_requests' must be >= 1, got {c.max_running_requests}")
+    if not 0.0 <= cfg.faults.transfer_failure_prob <= 1.0:
+        raise ValueError(f"faults: field 'transfer_failure_prob' must be in [0, 1], got {cfg.faults.transfer_failure_prob}")

@@ -1,0 +1,227 @@
+"""Prefill instance: bootstrap -> waiting -> (forward) -> inflight.
+
+- bootstrap: the request waits until its decode side has handshaken and pre-allocated (the
+  TransferInfo message arrives); prompts longer than the KV pool are rejected here; a request
+  still here after faults.bootstrap_timeout_s fails.
+- waiting: the PrefillAdder (pdsim.policy) forms each forward's batch from an in-progress chunked
+  request and the waiting queue, skipping prefix-cached tokens; max_new_tokens is 1.
+- inflight: after each chunk's forward its KV pages go on the wire (transfer.py); when the last
+  chunk's transfer succeeds the KV is released (full blocks stay in the prefix cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pdsim.perf import LatencyModel
+from pdsim.policy import PrefillBudget, PrefillChunk, RequestView, form_prefill_batch
+from pdsim.policy.views import ROLE_PREFILL, InstanceView
+from pdsim.sim.instance import InstanceBase, InstanceContext
+from pdsim.sim.prefix_cache import BlockNode
+from pdsim.sim.prompt_kv import PromptKV
+from pdsim.sim.state import SimRequest
+from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send
+
+Planned = list[tuple[SimRequest, int, PrefillChunk]]
+
+
+class PrefillInstance(InstanceBase):
+    role = ROLE_PREFILL
+
+    def __init__(self, index: int, ctx: InstanceContext, latency: LatencyModel, kv: PromptKV) -> None:
+        super().__init__(index, ctx, latency)
+        self.kv = kv
+        self.bootstrap: dict[int, SimRequest] = {}
+        self.ready: list[SimRequest] = []
+        self.waiting: dict[int, SimRequest] = {}
+        self.chunked: SimRequest | None = None
+        self.inflight: dict[int, SimRequest] = {}
+        self.env.process(self.run())
+
+    # -- messages -------------------------------------------------------------------------
+    def dispatch(self, sr: SimRequest) -> None:
+        """The router sent `sr` here; it arrives after one control-plane hop."""
+        self.queued_requests += 1
+        self.queued_tokens += sr.prompt_tokens
+        self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
+
+    def _receive(self, sr: SimRequest, attempt: int) -> None:
+        if sr.done or sr.attempt != attempt or not self.alive:
+            return
+        sr.mark("bootstrap_enter_s", self.env.now)
+        if sr.prompt_tokens > self.kv.pool.capacity_tokens:
+            self.hooks.abort(
+                sr, f"input_tokens {sr.prompt_tokens} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}"
+            )
+            return
+        self.bootstrap[sr.rid] = sr
+        timeout_s = self.cfg.faults.bootstrap_timeout_s
+        if timeout_s > 0:
+            self.hooks.after(timeout_s, self._bootstrap_timeout, sr, attempt)
+        if sr.p_ready:
+            self.ready.append(sr)
+            self.notify()
+
+    def on_transfer_info(self, sr: SimRequest, attempt: int) -> None:
+        """The decode side pre-allocated and sent its page indices: KVPoll WaitingForInput."""
+        if sr.done or sr.attempt != attempt or not self.alive:
+            return
+        sr.p_ready = True
+        sr.poll = advance_poll(sr.poll, KVPoll.WaitingForInput, sr.rid)
+        if sr.rid in self.bootstrap:
+            self.ready.append(sr)
+            self.notify()
+
+    def _bootstrap_timeout(self, sr: SimRequest, attempt: int) -> None:
+        if not sr.done and sr.attempt == attempt and self.bootstrap.get(sr.rid) is sr:
+            self.hooks.abort(sr, f"bootstrap_timeout after {self.cfg.faults.bootstrap_timeout_s} s on {self.name}", True)
+
+    def on_transfer_success(self, sr: SimRequest) -> None:
+        """Inflight poll returned Success: release the KV (blocks stay cached)."""
+        self.inflight.pop(sr.rid, None)
+        sr.mark("inflight_leave_s", self.env.now)
+        self.kv.release(sr, self.env.now)
+        self.notify()
+
+    def release(self, sr: SimRequest) -> None:
+        """Forget an aborted request and free what it holds here."""
+        rid = sr.rid
+        self.bootstrap.pop(rid, None)
+        self.waiting.pop(rid, None)
+        self.inflight.pop(rid, None)
+        if self.chunked is sr:
+            self.chunked = None
+        if "prefill_end_s" not in sr.times:
+            self.queued_requests -= 1
+            self.queued_tokens -= sr.prompt_tokens
+        self.kv.release(sr, self.env.now)
+        self.notify()
+
+    # -- scheduler loop -------------------------------------------------------------------
+    def run(self) -> Iterator:
+        while self.alive:
+            self._pop_bootstrapped()
+            planned = self._schedule()
+            if not planned:
+                self.batch_size = 0
+                yield self.sleep()
+                continue
+            step_s = self.latency.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
+            self.busy_s += step_s
+            self.iterations += 1
+            self.batch_size = len(planned)
+            layerwise = self.cfg.cluster.layerwise_transfer
+            if layerwise:
+                self._send_chunks(planned)
+            yield self.env.timeout(step_s)
+            if self.alive:
+                self._complete(planned, send=not layerwise)
+
+    def _pop_bootstrapped(self) -> None:
+        now = self.env.now
+        for sr in self.ready:  # entries of an earlier attempt have p_ready reset: skipped
+            if sr.p_ready and self.bootstrap.get(sr.rid) is sr:
+                del self.bootstrap[sr.rid]
+                sr.mark("bootstrap_leave_s", now)
+                sr.mark("prefill_waiting_enter_s", now)
+                self.waiting[sr.rid] = sr
+        self.ready.clear()
+
+    def _candidates(self, matches: dict[int, list[BlockNode]]) -> Iterator[RequestView]:
+        chunked = self.chunked
+        if chunked is not None:
+            yield RequestView(chunked.rid, chunked.prompt_tokens, 1, prefilled_tokens=chunked.prefilled,
+                              cached_tokens=chunked.cached_tokens)
+        block = self.kv.cache.block_tokens if self.kv.cache else 0
+        for sr in self.waiting.values():
+            path = self.kv.peek_match(sr)
+            matches[sr.rid] = path
+            cached = len(path) * block
+            yield RequestView(sr.rid, sr.prompt_tokens, 1, prefilled_tokens=cached, cached_tokens=cached)
+
+    def _schedule(self) -> Planned:
+        if self.chunked is None and not self.waiting:
+            return []
+        c = self.cfg.cluster
+        budget = PrefillBudget(
+            max_prefill_tokens=c.max_prefill_tokens, chunk_size_tokens=c.chunk_size_tokens,
+            page_size_tokens=c.page_size_tokens, free_kv_tokens=self.kv.available_tokens,
+            max_requests=c.max_running_requests,
+        )
+        matches: dict[int, list[BlockNode]] = {}
+        batch = form_prefill_batch(self._candidates(matches), budget)
+        return start_chunks(self, batch.chunks, matches)
+
+    def _send_chunks(self, planned: Planned) -> None:
+        """Layer-wise overlap: each chunk's pages go on the wire as its forward starts (the
+        transfer still completes no earlier than the forward's end, see engine.transfer_ready)."""
+        page = self.cfg.cluster.page_size_tokens
+        for sr, _, chunk in planned:
+            end = sr.prefilled + chunk.new_tokens
+            self.hooks.send_kv(sr, chunk_pages_to_send(end, sr.prompt_tokens, sr.pages_sent, page, chunk.is_last),
+                               chunk.is_last)
+
+    def _complete(self, planned: Planned, send: bool = True) -> None:
+        now = self.env.now
+        page = self.cfg.cluster.page_size_tokens
+        for sr, attempt, chunk in planned:
+            if sr.done or sr.attempt != attempt:
+                continue
+            sr.prefilled += chunk.new_tokens
+            pages = chunk_pages_to_send(sr.prefilled, sr.prompt_tokens, sr.pages_sent, page, chunk.is_last)
+            if chunk.is_last:
+                sr.mark("prefill_end_s", now)
+                sr.mark("inflight_enter_s", now)
+                self.queued_requests -= 1
+                self.queued_tokens -= sr.prompt_tokens
+                self.inflight[sr.rid] = sr
+                if self.chunked is sr:
+                    self.chunked = None
+            else:
+                self.chunked = sr
+            if send:
+                self.hooks.send_kv(sr, pages, chunk.is_last)
+            elif chunk.is_last:
+                self.hooks.transfer_ready(sr)
+
+    def view(self) -> InstanceView:
+        return InstanceView(
+            instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
+            queued_tokens=self.queued_tokens, running_requests=self.batch_size,
+            inflight_requests=len(self.inflight), kv_used_tokens=self.kv.used_tokens,
+            kv_total_tokens=self.kv.pool.capacity_tokens, healthy=self.healthy,
+        )
+
+    def queue_lengths(self) -> dict[str, int]:
+        return {
+            "bootstrap": len(self.bootstrap), "waiting": len(self.waiting) + (self.chunked is not None),
+            "inflight": len(self.inflight), "running": self.batch_size,
+        }
+
+
+def start_chunks(inst: PrefillInstance, chunks: tuple[PrefillChunk, ...], matches: dict[int, list[BlockNode]]) -> Planned:
+    """Lock new requests' prefixes, allocate every chunk's pages; drop what does not fit.
+
+    Shared by prefill and colocated instances. New requests leave the waiting queue here.
+    """
+    now = inst.env.now
+    by_id = {sr.rid: sr for sr in ([inst.chunked] if inst.chunked else [])}
+    for chunk in chunks:
+        if chunk.request_id not in by_id:
+            sr = inst.waiting[chunk.request_id]
+            inst.kv.begin(sr, matches.get(sr.rid, []), now)
+            by_id[sr.rid] = sr
+    planned: Planned = []
+    for i, chunk in enumerate(chunks):
+        sr = by_id[chunk.request_id]
+        if not inst.kv.allocate(sr, chunk.new_pages):
+            for later in chunks[i:]:
+                other = by_id[later.request_id]
+                if other is not inst.chunked:
+                    inst.kv.release(other, now)
+            break
+        if sr.rid in inst.waiting:
+            del inst.waiting[sr.rid]
+            sr.mark("prefill_start_s", now)
+        planned.append((sr, sr.attempt, chunk))
+    return planned

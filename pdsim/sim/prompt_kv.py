@@ -1,0 +1,100 @@
+"""The KV side of prompt processing: a paged pool plus the prefix cache (prefill, colocated).
+
+A request's prompt KV is its matched prefix (cache blocks, locked while in use) plus pages it
+owns for everything it computes. On release, its full blocks join the cache (their pages move
+to CACHE_OWNER) and the rest is freed. Allocation evicts unreferenced cache blocks on demand.
+Cached prefixes are whole blocks and never the whole prompt (at least one token is computed).
+"""
+
+from __future__ import annotations
+
+from pdsim.sim.kv_pool import CACHE_OWNER, KVPool
+from pdsim.sim.prefix_cache import BlockNode, PrefixCache
+from pdsim.sim.state import SimRequest
+
+
+class PromptKV:
+    def __init__(
+        self, name: str, capacity_pages: int, page_size_tokens: int, cache_enabled: bool,
+        block_tokens: int, cache_capacity_tokens: int = 0,
+    ) -> None:
+        self.pool = KVPool(name, capacity_pages, page_size_tokens)
+        self.page = page_size_tokens
+        self.cache: PrefixCache | None = None
+        if cache_enabled:
+            if block_tokens % page_size_tokens:
+                raise ValueError(
+                    f"{name}: prefix cache needs block_tokens ({block_tokens}) to be a multiple of "
+                    f"page_size_tokens ({page_size_tokens})"
+                )
+            self.cache = PrefixCache(
+                block_tokens, block_tokens // page_size_tokens, cache_capacity_tokens // block_tokens
+            )
+
+    @property
+    def evictable_pages(self) -> int:
+        return self.cache.evictable_pages if self.cache else 0
+
+    @property
+    def used_tokens(self) -> int:
+        """KV in use, not counting evictable cache blocks."""
+        return (self.pool.used_pages - self.evictable_pages) * self.page
+
+    @property
+    def available_tokens(self) -> int:
+        return (self.pool.free_pages + self.evictable_pages) * self.page
+
+    def peek_match(self, sr: SimRequest) -> list[BlockNode]:
+        """Blocks of the prompt already cached (not locked)."""
+        if self.cache is None or not sr.req.hash_ids:
+            return []
+        max_blocks = (sr.prompt_tokens - 1) // self.cache.block_tokens
+        return self.cache.match(sr.req.hash_ids, max_blocks)
+
+    def begin(self, sr: SimRequest, path: list[BlockNode], now_s: float) -> None:
+        """Lock the matched prefix; it counts as prefilled."""
+        if self.cache is not None and path:
+            self.cache.lock(path, now_s)
+        sr.match = path
+        sr.cached_tokens = len(path) * self.cache.block_tokens if self.cache and path else 0
+        sr.prefilled = sr.cached_tokens
+
+    def allocate(self, sr: SimRequest, pages: int) -> bool:
+        """Give `sr` `pages` more pages, evicting cache blocks if needed; False if impossible."""
+        short = pages - self.pool.free_pages
+        if short > 0 and self.cache is not None:
+            blocks = -(-short // self.cache.pages_per_block)
+            evicted = self.cache.evict(blocks)
+            self.pool.free(CACHE_OWNER, evicted * self.cache.pages_per_block)
+        if pages > self.pool.free_pages:
+            return False
+        self.pool.allocate(sr.rid, pages)
+        sr.p_pages += pages
+        return True
+
+    def release(self, sr: SimRequest, now_s: float) -> None:
+        """Drop `sr`'s prompt KV: complete prompts donate their full blocks to the cache."""
+        cache = self.cache
+        if cache is not None:
+            if sr.match:
+                cache.unlock(sr.match, now_s)
+            if sr.prefilled >= sr.prompt_tokens and sr.p_pages:
+                n_full = min(sr.req.input_tokens // cache.block_tokens, len(sr.req.hash_ids))
+                created = cache.insert(sr.req.hash_ids[:n_full], now_s)
+                self.pool.move(sr.rid, CACHE_OWNER, created * cache.pages_per_block)
+                over = cache.over_capacity_blocks()
+                if over:
+                    self.pool.free(CACHE_OWNER, cache.evict(over) * cache.pages_per_block)
+        self.pool.free(sr.rid)
+        sr.match = []
+        sr.p_pages = 0
+
+    def check_invariants(self, final: bool = False) -> None:
+        self.pool.check_invariants(final)
+        if self.cache is not None:
+            self.cache.check_invariants(final)
+            if self.pool.pages_of(CACHE_OWNER) != self.cache.cached_pages:
+                raise RuntimeError(
+                    f"{self.pool.name}: cache holds {self.cache.cached_pages} pages, pool says "
+                    f"{self.pool.pages_of(CACHE_OWNER)}"
+                )

@@ -1,0 +1,114 @@
+"""Per-request simulation state and the hooks instances call back into the engine.
+
+One `SimRequest` per request carries both halves of its life (prefill side and decode side, or
+the colocated instance), its KVPoll state and the trace timestamps (keyed by trace field name).
+A retry starts a new attempt on the same object: `reset_attempt` clears the per-attempt state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pdsim.sim.network import Flow
+from pdsim.sim.prefix_cache import BlockNode
+from pdsim.sim.transfer import KVPoll
+from pdsim.workload.request import Request
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    req: Request
+    times: dict[str, float] = field(default_factory=dict)
+    attempt: int = 0
+    bootstrap_room: int = -1
+    prefill: Any = None  # PrefillInstance | ColocatedInstance
+    decode: Any = None  # DecodeInstance | None
+    poll: KVPoll = KVPoll.Bootstrapping
+    done: bool = False
+    # prefill side (and colocated prompt processing)
+    p_ready: bool = False
+    match: list[BlockNode] = field(default_factory=list)
+    cached_tokens: int = 0
+    prompt_tokens: int = 0  # tokens to prefill (colocated recompute after retraction: more)
+    prefilled: int = 0
+    p_pages: int = 0
+    pages_sent: int = 0
+    flows: list[Flow] = field(default_factory=list)
+    flows_pending: int = 0
+    last_sent: bool = False
+    fail_transfer: bool = False
+    transfer_bytes: int = 0
+    # decode side
+    handshaken: bool = False
+    generated: int = 0
+    kv_tokens: int = 0
+    d_pages: int = 0
+    num_retractions: int = 0
+    token_times: list[float] | None = None
+
+    @property
+    def rid(self) -> int:
+        return self.req.request_id
+
+    def mark(self, name: str, t: float) -> None:
+        """Set a trace time once (first occurrence wins)."""
+        if name not in self.times:
+            self.times[name] = t
+
+    def reset_attempt(self) -> None:
+        """Forget per-attempt state before the router re-dispatches a failed request."""
+        self.attempt += 1
+        keep = ("arrival_s",)
+        self.times = {k: v for k, v in self.times.items() if k in keep}
+        self.prefill = self.decode = None
+        self.poll = KVPoll.Bootstrapping
+        self.p_ready = self.handshaken = self.last_sent = self.fail_transfer = False
+        self.match = []
+        self.cached_tokens = self.prefilled = self.p_pages = self.pages_sent = 0
+        self.flows = []
+        self.flows_pending = self.transfer_bytes = 0
+        self.generated = self.kv_tokens = self.d_pages = 0
+        self.prompt_tokens = self.req.input_tokens
+        if self.token_times is not None:
+            self.token_times = []
+
+
+class SimHooks(Protocol):
+    """What instances need from the engine (implemented by `pdsim.sim.engine.Simulation`)."""
+
+    def after(self, delay_s: float, fn: Any, *args: Any) -> None: ...
+
+    def finish(self, sr: SimRequest) -> None: ...
+
+    def abort(self, sr: SimRequest, reason: str, retryable: bool = False) -> None: ...
+
+    def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None: ...
+
+    def transfer_ready(self, sr: SimRequest) -> None: ...
+
+
+def trace_row(sr: SimRequest, mode: str, status: str, reason: str) -> dict[str, Any]:
+    """The trace row of a request that reached a terminal status (see pdsim.trace)."""
+    req = sr.req
+    row: dict[str, Any] = dict(sr.times)
+    row.update(
+        request_id=req.request_id,
+        session_id=req.session_id,
+        arrival_s=req.arrival_s,
+        input_tokens=req.input_tokens,
+        output_tokens=sr.generated if status == "finished" else req.output_tokens,
+        cached_prefix_tokens=sr.cached_tokens,
+        mode=mode,
+        prefill_instance=sr.prefill.index if sr.prefill is not None else -1,
+        decode_instance=sr.decode.index if sr.decode is not None else -1,
+        bootstrap_room=sr.bootstrap_room,
+        transfer_bytes=sr.transfer_bytes,
+        status=status,
+        failure_reason=reason,
+        num_retractions=sr.num_retractions,
+        token_times_s=sr.token_times,
+    )
+    if mode == "colocated" and sr.prefill is not None:
+        row["decode_instance"] = sr.prefill.index
+    return row

@@ -1,0 +1,98 @@
+"""KV transfer: the KVPoll state machine, page-granular chunk sends and their network flows.
+
+Lifecycle of one request's transfer (SGLang `KVPoll`, shared by sender and receiver):
+
+    Bootstrapping (prefill got the request) -> WaitingForInput (decode pre-allocated and sent
+    its TransferInfo) -> Transferring (first chunk on the wire) -> Success (last chunk + aux
+    arrived); any non-terminal state -> Failed. Values only grow, except Failed (=0, which wins
+    a TP all-reduce MIN); Success and Failed are terminal and sticky.
+
+Each prefill chunk sends pages as soon as its forward ends: a non-last chunk only the full
+pages computed so far, the last chunk every remaining page (a partial page travels whole) plus the
+aux metadata. Prefix-cached pages travel with the first chunk (the decode side has no cache).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from enum import IntEnum
+
+from pdsim.config import ModelConfig
+from pdsim.perf.spec import kv_bytes_per_token_per_rank
+from pdsim.policy.views import pages_for
+from pdsim.sim.network import Flow, Network
+from pdsim.sim.topology import Topology
+
+
+class KVPoll(IntEnum):
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+TERMINAL = (KVPoll.Failed, KVPoll.Success)
+
+
+class KVPollError(RuntimeError):
+    """An illegal KVPoll transition."""
+
+
+def advance_poll(current: KVPoll, new: KVPoll, request_id: int) -> KVPoll:
+    """The state after moving `current` to `new`: monotone, terminal states sticky.
+
+    Failing an already-terminal transfer keeps its state (a late failure report after Success
+    is ignored); any other illegal move raises KVPollError naming the request.
+    """
+    if current in TERMINAL:
+        if new == KVPoll.Failed or new == current:
+            return current
+        raise KVPollError(f"request {request_id}: KVPoll {current.name} is terminal, cannot go to {new.name}")
+    if new == KVPoll.Failed or new >= current:
+        return new
+    raise KVPollError(f"request {request_id}: KVPoll cannot go back from {current.name} to {new.name}")
+
+
+def chunk_pages_to_send(
+    prefilled_tokens: int, input_tokens: int, pages_sent: int, page_size_tokens: int, is_last: bool
+) -> int:
+    """Pages a chunk sends: full pages computed so far (non-last) or every remaining page (last)."""
+    if is_last:
+        total = pages_for(input_tokens, page_size_tokens)
+    else:
+        total = prefilled_tokens // page_size_tokens
+    return max(0, total - pages_sent)
+
+
+def wire_bytes_per_token(model: ModelConfig, decode_tp: int) -> int:
+    """KV bytes per token on the wire for the whole decode instance: what its ranks store.
+
+    GQA/MHA heads split over decode ranks (replicated when decode_tp exceeds the KV heads, so
+    more bytes travel); MLA's latent is not split, so each decode rank receives a full copy.
+    """
+    return math.ceil(kv_bytes_per_token_per_rank(model, decode_tp) * decode_tp)
+
+
+class TransferService:
+    """Starts the network flows of chunk sends between named instances."""
+
+    def __init__(
+        self, network: Network, topology: Topology, page_size_tokens: int, link_latency_s: float,
+        aux_bytes: int,
+    ) -> None:
+        self.network = network
+        self.topology = topology
+        self.page_size_tokens = page_size_tokens
+        self.link_latency_s = link_latency_s
+        self.aux_bytes = aux_bytes
+
+    def send(
+        self, src: str, dst: str, pages: int, bytes_per_token: int, is_last: bool,
+        on_done: Callable[[], None],
+    ) -> tuple[Flow, int]:
+        """Send `pages` (+ aux when last); returns the flow and the bytes it carries."""
+        nbytes = pages * self.page_size_tokens * bytes_per_token + (self.aux_bytes if is_last else 0)
+        flow = self.network.start_flow(self.topology.path(src, dst), nbytes, self.link_latency_s, on_done)
+        return flow, nbytes
