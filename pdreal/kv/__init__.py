@@ -1,5 +1,11 @@
 """Paged KV memory: the page allocator (pure Python) and the pool buffer (torch)."""
 
-from pdreal.kv.allocator import OutOfPagesError, PageAllocator, PageRun, coalesce_runs, pages_for_tokens
+from pdreal.kv.allocator import (
+    OutOfPagesError,
+    PageAllocator,
+    PageRun,
+    coalesce_runs,
+    pages_for_tokens,
+)
 
 __all__ = ["OutOfPagesError", "PageAllocator", "PageRun", "coalesce_runs", "pages_for_tokens"]

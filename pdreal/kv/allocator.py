@@ -85,20 +85,24 @@ class PageAllocator:
         return max(range(len(self._lengths)), key=lambda i: (self._lengths[i], -i))
 
     def free(self, pages: list[int]) -> None:
-        """Return pages to the free list; freeing a page that is already free raises ValueError."""
-        for start, length in _runs(sorted(pages)):
+        """Return pages to the free list; nothing changes if any page is already free or out of range."""
+        runs = _runs(sorted(pages))
+        for start, length in runs:
+            self._check_used(start, length)
+        for start, length in runs:
             self._insert(start, length)
         self._num_free += len(pages)
 
-    def _insert(self, start: int, length: int) -> None:
+    def _check_used(self, start: int, length: int) -> None:
         if start < 0 or start + length > self.num_pages:
             raise ValueError(f"pages [{start}, {start + length}) outside [0, {self.num_pages})")
-        i = bisect.bisect_left(self._starts, start)
-        prev_end = self._starts[i - 1] + self._lengths[i - 1] if i > 0 else -1
-        next_start = self._starts[i] if i < len(self._starts) else self.num_pages + 1
-        if prev_end > start or start + length > next_start:
+        i = bisect.bisect_right(self._starts, start + length - 1) - 1  # last run starting inside or before
+        if i >= 0 and self._starts[i] + self._lengths[i] > start:
             raise ValueError(f"double free of pages in [{start}, {start + length})")
-        if prev_end == start:  # merge with the previous run
+
+    def _insert(self, start: int, length: int) -> None:
+        i = bisect.bisect_left(self._starts, start)
+        if i > 0 and self._starts[i - 1] + self._lengths[i - 1] == start:  # merge with the previous run
             i -= 1
             self._lengths[i] += length
         else:

@@ -1,0 +1,58 @@
+"""Drive a prefill engine and a decode engine in one process until every request is done.
+
+Used by tests and `pdreal generate` with the `local` or `fake` transfer backends (both engines
+in one process); the multi-process path is pdreal.workers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pdreal.engine.common import EngineRequest, RequestOutput, merge_halves
+from pdreal.engine.decode import DecodeEngine
+from pdreal.engine.prefill import PrefillEngine
+
+
+@dataclass
+class RequestResult:
+    request_id: int
+    token_ids: list[int] = field(default_factory=list)
+    prefill_row: dict[str, Any] | None = None
+    decode_row: dict[str, Any] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.prefill_row is not None and self.decode_row is not None
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return merge_halves(self.prefill_row or {}, self.decode_row or {})
+
+
+def collect(results: dict[int, RequestResult], outputs: list[RequestOutput], side: str) -> None:
+    for out in outputs:
+        result = results[out.request_id]
+        if side == "decode":
+            result.token_ids.extend(out.token_ids)
+        if out.finished:
+            setattr(result, f"{side}_row", out.row)
+
+
+def run_disaggregated(prefill: PrefillEngine, decode: DecodeEngine, requests: list[EngineRequest],
+                      timeout_s: float = 120.0) -> dict[int, RequestResult]:
+    """Dispatch every request to both engines (dual dispatch) and step both until all are done."""
+    results = {r.request_id: RequestResult(r.request_id) for r in requests}
+    for req in requests:
+        prefill.add_request(req)
+        decode.add_request(replace(req, bootstrap_addr=prefill.kv.bootstrap_addr))
+    deadline = time.monotonic() + timeout_s
+    while not all(r.done for r in results.values()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{sum(not r.done for r in results.values())} requests unfinished after {timeout_s} s")
+        collect(results, prefill.step(), "prefill")
+        collect(results, decode.step(), "decode")
+        if not (prefill.ready_to_run() or decode.ready_to_run()):
+            time.sleep(0.0005)
+    return results

@@ -1,0 +1,226 @@
+"""The prefill instance's loop (the seeds' prefill server).
+
+    add_request -> bootstrap queue  (KVSender created; wait for the decode side's pre-allocation)
+                -> waiting queue    (PrefillAdder from pdsim.policy forms each batch: token
+                                     budget, chunked prefill; max_new_tokens is 1 here)
+                -> forward          (the last chunk samples the first output token)
+                -> inflight queue   (non-last chunks sent full pages, the last chunk the rest
+                                     plus aux; poll the sender until Success/Failed)
+                -> release          (pages freed in every path)
+
+Each `step()` is schedule -> run -> postprocess; the policy call is in `_schedule` only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdreal.engine.common import (
+    EngineConfig,
+    EngineRequest,
+    EngineStats,
+    ModelRunner,
+    RequestOutput,
+    trace_row,
+)
+from pdreal.kv.allocator import PageAllocator, pages_for_tokens
+from pdreal.model.batch import SeqChunk
+from pdreal.model.sampling import sample
+from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
+from pdreal.transfer.common import Clock
+from pdsim.policy import PrefillBudget, PrefillChunk, RequestView, form_prefill_batch
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PrefillState:
+    req: EngineRequest
+    sender: KVSender | None
+    pages: list[int] = field(default_factory=list)
+    prefilled_tokens: int = 0
+    sent_pages: int = 0
+    first_token: int = -1
+    times: dict[str, float] = field(default_factory=dict)
+
+    def view(self) -> RequestView:
+        return RequestView(self.req.request_id, len(self.req.input_ids), 1,
+                           prefilled_tokens=self.prefilled_tokens)
+
+
+class PrefillEngine:
+    def __init__(self, runner: ModelRunner, kv_manager: KVManager, config: EngineConfig,
+                 clock: Clock = time.monotonic) -> None:
+        self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
+        self.bootstrap: list[PrefillState] = []
+        self.waiting: deque[PrefillState] = deque()
+        self.chunked: PrefillState | None = None
+        self.inflight: list[PrefillState] = []
+        self._outputs: list[RequestOutput] = []
+        self.num_added = self.num_finished = self.num_failed = 0
+
+    @property
+    def allocator(self) -> PageAllocator:
+        return self.runner.pool.allocator
+
+    def live(self) -> list[PrefillState]:
+        return [*self.bootstrap, *self.waiting, *self.inflight, *([self.chunked] if self.chunked else [])]
+
+    def add_request(self, req: EngineRequest) -> None:
+        """Enter the bootstrap queue (or finish at once as rejected); duplicate live ids raise ValueError."""
+        if any(s.req.request_id == req.request_id for s in self.live()):
+            raise ValueError(f"request_id {req.request_id} is already in this prefill engine")
+        now = self.clock()
+        self.num_added += 1
+        state = PrefillState(req, None, times={"bootstrap_enter_s": now})
+        need = pages_for_tokens(len(req.input_ids), self.config.page_size_tokens)
+        if need > self.allocator.num_pages:
+            self._finish(state, STATUS_REJECTED, f"prompt of {len(req.input_ids)} tokens exceeds the KV pool "
+                         f"({self.config.kv_capacity_tokens} tokens)")
+            return
+        state.sender = self.kv.create_sender(req.bootstrap_room)
+        self.bootstrap.append(state)
+
+    def has_work(self) -> bool:
+        return bool(self.bootstrap or self.waiting or self.chunked or self.inflight)
+
+    def ready_to_run(self) -> bool:
+        """True when the next step has a forward to run (else a server loop may sleep a little)."""
+        return bool(self.waiting or self.chunked)
+
+    def step(self) -> list[RequestOutput]:
+        """One loop iteration; returns the outputs (finished half-rows) it produced."""
+        self._poll_bootstrap()
+        plan = self._schedule()
+        if plan:
+            logits = self.runner.forward([chunk for _, _, chunk in plan])
+            self._postprocess(plan, logits)
+        self._poll_inflight()
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def _poll_bootstrap(self) -> None:
+        still: list[PrefillState] = []
+        for state in self.bootstrap:
+            poll = state.sender.poll()
+            if poll == KVPoll.Failed:
+                self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+            elif poll >= KVPoll.WaitingForInput:
+                now = self.clock()
+                state.times.update(bootstrap_leave_s=now, prefill_waiting_enter_s=now)
+                self.waiting.append(state)
+            else:
+                still.append(state)
+        self.bootstrap = still
+        for state in [s for s in self.waiting if s.sender.poll() == KVPoll.Failed]:
+            self.waiting.remove(state)
+            self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+
+    def _schedule(self) -> list[tuple[PrefillState, PrefillChunk, SeqChunk]]:
+        """The policy seam: PrefillAdder picks the chunks; pages are allocated for them here."""
+        c = self.config
+        budget = PrefillBudget(c.max_prefill_tokens, c.chunk_size_tokens, c.page_size_tokens,
+                               free_kv_tokens=self.allocator.num_free * c.page_size_tokens,
+                               new_token_ratio=c.new_token_ratio)
+        candidates = ([self.chunked] if self.chunked else []) + list(self.waiting)
+        by_id = {s.req.request_id: s for s in candidates}
+        batch = form_prefill_batch((s.view() for s in candidates), budget)
+        plan = []
+        for chunk in batch.chunks:
+            state = by_id[chunk.request_id]
+            if state is self.chunked:
+                self.chunked = None
+            else:
+                self.waiting.remove(state)
+            state.pages.extend(self.allocator.allocate(chunk.new_pages))
+            start = chunk.context_tokens
+            tokens = list(state.req.input_ids[start:start + chunk.new_tokens])
+            state.times.setdefault("prefill_start_s", self.clock())
+            plan.append((state, chunk, SeqChunk(tokens, start, state.pages)))
+        return plan
+
+    def _postprocess(self, plan: list[tuple[PrefillState, PrefillChunk, SeqChunk]], logits: Any) -> None:
+        firsts = sample(logits, [s.req.sampling for s, _, _ in plan], [0] * len(plan))
+        now = self.clock()
+        for (state, chunk, _), token in zip(plan, firsts, strict=True):
+            state.prefilled_tokens += chunk.new_tokens
+            if not chunk.is_last:
+                full = state.prefilled_tokens // self.config.page_size_tokens
+                self._send(state, state.pages[state.sent_pages:full], None)
+                self.chunked = state
+                continue
+            state.first_token = token
+            state.times.update(prefill_end_s=now, inflight_enter_s=now)
+            aux = TransferAux(state.req.bootstrap_room, token)
+            self._send(state, state.pages[state.sent_pages:], aux)
+            self.inflight.append(state)
+
+    def _send(self, state: PrefillState, pages: list[int], aux: TransferAux | None) -> None:
+        state.sent_pages += len(pages)
+        if state.sender.poll() != KVPoll.Failed:
+            state.sender.send(pages, aux)
+
+    def _poll_inflight(self) -> None:
+        still: list[PrefillState] = []
+        for state in self.inflight:
+            poll = state.sender.poll()
+            if poll == KVPoll.Success:
+                self._finish(state, STATUS_FINISHED, "")
+            elif poll == KVPoll.Failed:
+                self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+            else:
+                still.append(state)
+        self.inflight = still
+        if self.chunked is not None and self.chunked.sender.poll() == KVPoll.Failed:
+            state, self.chunked = self.chunked, None
+            self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+
+    def _finish(self, state: PrefillState, status: str, reason: str) -> None:
+        now = self.clock()
+        if state.times.get("inflight_enter_s") is not None:
+            state.times["inflight_leave_s"] = now
+        self.allocator.free(state.pages)
+        state.pages = []
+        if state.sender is not None:
+            state.sender.close()
+        self.num_finished += status == STATUS_FINISHED
+        self.num_failed += status != STATUS_FINISHED
+        req = state.req
+        row = trace_row(request_id=req.request_id, input_tokens=len(req.input_ids),
+                        output_tokens=req.sampling.max_new_tokens, mode="disaggregated",
+                        prefill_instance=self.config.instance_id, bootstrap_room=req.bootstrap_room,
+                        arrival_s=req.arrival_s, status=status, failure_reason=reason, finish_s=now,
+                        **state.times)
+        tokens = (state.first_token,) if state.first_token >= 0 else ()
+        self._outputs.append(RequestOutput(req.request_id, tokens, True, status, reason, row))
+
+    def abort(self, request_id: int, reason: str) -> bool:
+        """Fail a request wherever it is (client gone); False if it is not here."""
+        for queue in (self.bootstrap, self.waiting, self.inflight, [self.chunked] if self.chunked else []):
+            for state in list(queue):
+                if state.req.request_id == request_id:
+                    state.sender.abort(reason)
+                    return True
+        return False
+
+    def stats(self) -> EngineStats:
+        queues = {"bootstrap": len(self.bootstrap), "waiting": len(self.waiting) + (self.chunked is not None),
+                  "inflight": len(self.inflight)}
+        page = self.config.page_size_tokens
+        return EngineStats(queues, self.allocator.num_used * page, self.allocator.num_pages * page,
+                           self.num_finished, self.num_failed)
+
+    def check_invariants(self) -> None:
+        """No page leaked; every request accounted for; no transfer room left open when idle."""
+        live = self.live()
+        self.allocator.check_invariants(expected_used=sum(len(s.pages) for s in live))
+        done = self.num_finished + self.num_failed
+        if done + len(live) != self.num_added:
+            raise AssertionError(f"{self.num_added} added, {done} done + {len(live)} live")
+        if not live and self.kv.num_rooms():
+            raise AssertionError(f"idle prefill engine still has {self.kv.num_rooms()} transfer rooms")

@@ -1,0 +1,299 @@
+"""Shared machinery of the data-moving backends (mooncake, local): rooms, states, the worker.
+
+`PagedKVManager` keeps one table of sender rooms (prefill side) and one of receiver rooms
+(decode side), runs chunk sends on one background worker thread, applies the timeouts, and
+leaves four hooks to a backend: `_connect` / `_send_transfer_info` (decode -> prefill control
+messages, engine thread), `_write` (data plane, worker thread) and `_notify` (prefill -> decode
+status with the aux data, worker thread). Chunk k's source pages go to the next pages of the
+destination list, so chunked prefill needs no extra bookkeeping on the decode side.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pdreal.kv.allocator import PageRun, coalesce_runs
+from pdreal.kv.pool import KVLayout, KVPool
+from pdreal.transfer.base import (
+    TERMINAL,
+    KVManager,
+    KVPoll,
+    KVReceiver,
+    KVSender,
+    KVTransferError,
+    PollState,
+    TransferAux,
+)
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    backend: str = "local"  # mooncake | local | fake
+    host: str = "127.0.0.1"
+    protocol: str = "tcp"  # mooncake: tcp | rdma
+    device_name: str = ""  # mooncake RDMA device (empty: auto)
+    # prefill: max wait for the decode side's pre-allocation (decode memory pressure waits here)
+    bootstrap_timeout_s: float = 300.0
+    transfer_timeout_s: float = 600.0  # decode: max wait from receiver creation to Success
+    coalesce: bool = True  # False: one entry per page (for measuring the benefit)
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    """What a decode manager tells the prefill side: where to write and whom to notify."""
+
+    peer_id: str  # control address of the decode manager (status messages go there)
+    session: str  # data-plane target (mooncake "host:rpc_port"; local: the hub name)
+    base_ptr: int
+    layout: KVLayout
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "layout": asdict(self.layout)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PeerInfo:
+        return cls(**{**data, "layout": KVLayout(**data["layout"])})
+
+
+@dataclass
+class _SenderRoom:
+    state: PollState
+    created_s: float
+    peer: PeerInfo | None = None
+    dst_pages: list[int] = field(default_factory=list)
+    dst_offset: int = 0
+    first_send_s: float = math.nan
+    bytes_sent: int = 0
+
+
+@dataclass
+class _ReceiverRoom:
+    state: PollState
+    created_s: float
+    addr: str
+    aux: TransferAux | None = None
+
+
+_Job = tuple[int, _SenderRoom, list[int], TransferAux | None, str]
+
+
+class PagedKVManager(KVManager):
+    def __init__(self, config: TransferConfig, pool: KVPool, clock: Clock = time.monotonic) -> None:
+        self.config, self.pool, self.clock = config, pool, clock
+        self._senders: dict[int, _SenderRoom] = {}
+        self._receivers: dict[int, _ReceiverRoom] = {}
+        self._early_info: dict[int, tuple[PeerInfo, list[int]]] = {}
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name=f"kv-{self.backend}-worker", daemon=True)
+        self._worker.start()
+
+    # ---- hooks -------------------------------------------------------------------------
+    @abstractmethod
+    def local_peer(self) -> PeerInfo: ...
+
+    @abstractmethod
+    def _connect(self, addr: str) -> None: ...
+
+    @abstractmethod
+    def _send_transfer_info(self, addr: str, room: int, pages: list[int]) -> None: ...
+
+    @abstractmethod
+    def _write(self, peer: PeerInfo, runs: list[PageRun]) -> int: ...
+
+    @abstractmethod
+    def _notify(self, peer: PeerInfo, room: int, aux: TransferAux | None, reason: str) -> None: ...
+
+    # ---- prefill side --------------------------------------------------------------------
+    def create_sender(self, room: int) -> KVSender:
+        if room in self._senders:
+            raise ValueError(f"bootstrap_room {room} already has a sender")
+        self._senders[room] = _SenderRoom(PollState(), self.clock())
+        early = self._early_info.pop(room, None)
+        if early is not None:
+            self.on_transfer_info(room, *early)
+        return _Sender(self, room)
+
+    def on_transfer_info(self, room: int, peer: PeerInfo, pages: list[int]) -> None:
+        """The decode side pre-allocated `pages` for `room` (any thread)."""
+        r = self._senders.get(room)
+        if r is None:
+            self._early_info[room] = (peer, pages)
+            return
+        r.peer, r.dst_pages = peer, list(pages)
+        problem = self.pool.layout.compatible_with(peer.layout)
+        if problem:
+            r.state.fail(problem)
+        else:
+            r.state.advance(KVPoll.WaitingForInput)
+
+    def _sender_poll(self, room: int) -> KVPoll:
+        r = self._senders[room]
+        if r.state.get() == KVPoll.Bootstrapping and self.clock() - r.created_s > self.config.bootstrap_timeout_s:
+            r.state.fail(f"bootstrap timeout after {self.config.bootstrap_timeout_s} s")
+        return r.state.get()
+
+    def _enqueue(self, room: int, pages: list[int], aux: TransferAux | None, abort: str = "") -> None:
+        r = self._senders[room]
+        if not abort:
+            if r.state.get() < KVPoll.WaitingForInput:
+                raise KVTransferError(f"room {room}: send() in state {r.state.get().name}")
+            r.state.advance(KVPoll.Transferring)
+        self._jobs.put((room, r, list(pages), aux, abort))
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            room, r, pages, aux, abort = job
+            try:
+                if abort:
+                    raise KVTransferError(abort)
+                self._run_chunk(room, r, pages, aux)
+            except Exception as exc:  # noqa: BLE001 - any failure fails the room, never the thread
+                reason = str(exc) or type(exc).__name__
+                log.warning("room %d: transfer failed: %s", room, reason)
+                r.state.fail(reason)
+                self._try_notify(r.peer, room, reason)
+
+    def _run_chunk(self, room: int, r: _SenderRoom, pages: list[int], aux: TransferAux | None) -> None:
+        if r.state.get() in TERMINAL or r.peer is None:
+            raise KVTransferError(r.state.reason or f"room {room}: no destination")
+        dst = r.dst_pages[r.dst_offset:r.dst_offset + len(pages)]
+        if len(dst) != len(pages):
+            raise KVTransferError(f"room {room}: {len(pages)} pages at offset {r.dst_offset} overflow "
+                                  f"{len(r.dst_pages)} destination pages")
+        r.dst_offset += len(pages)
+        if math.isnan(r.first_send_s):
+            r.first_send_s = self.clock()
+        if pages:
+            runs = coalesce_runs(pages, dst) if self.config.coalesce else [
+                PageRun(s, d, 1) for s, d in zip(pages, dst, strict=True)]
+            r.bytes_sent += self._write(r.peer, runs)
+        if aux is not None:
+            final = replace(aux, transfer_start_s=r.first_send_s, transfer_end_s=self.clock(),
+                            transfer_bytes=r.bytes_sent)
+            self._notify(r.peer, room, final, "")
+            r.state.advance(KVPoll.Success)
+
+    def _try_notify(self, peer: PeerInfo | None, room: int, reason: str) -> None:
+        if peer is None:
+            return
+        try:
+            self._notify(peer, room, None, reason)
+        except Exception as exc:  # noqa: BLE001 - the peer may be gone; the room is failed anyway
+            log.debug("room %d: failure notice not delivered: %s", room, exc)
+
+    # ---- decode side ---------------------------------------------------------------------
+    def create_receiver(self, bootstrap_addr: str, room: int) -> KVReceiver:
+        if room in self._receivers:
+            raise ValueError(f"bootstrap_room {room} already has a receiver")
+        r = _ReceiverRoom(PollState(), self.clock(), bootstrap_addr)
+        self._receivers[room] = r
+        try:
+            self._connect(bootstrap_addr)
+            r.state.advance(KVPoll.WaitingForInput)
+        except Exception as exc:  # noqa: BLE001 - unreachable peer fails the request only
+            r.state.fail(f"cannot reach prefill at {bootstrap_addr!r}: {exc}")
+        return _Receiver(self, room)
+
+    def _receiver_init(self, room: int, pages: list[int]) -> None:
+        r = self._receivers[room]
+        if r.state.get() != KVPoll.WaitingForInput:
+            raise KVTransferError(f"room {room}: init() in state {r.state.get().name}")
+        try:
+            self._send_transfer_info(r.addr, room, list(pages))
+            r.state.advance(KVPoll.Transferring)
+        except Exception as exc:  # noqa: BLE001
+            r.state.fail(f"transfer info to {r.addr!r} not sent: {exc}")
+
+    def on_status(self, room: int, aux: TransferAux | None, reason: str) -> None:
+        """The prefill side finished `room` (aux) or failed it (reason); any thread."""
+        r = self._receivers.get(room)
+        if r is None:
+            return
+        if aux is not None:
+            r.aux = aux
+            r.state.advance(KVPoll.Success)
+        else:
+            r.state.fail(f"prefill side failed: {reason}")
+
+    def _receiver_poll(self, room: int) -> KVPoll:
+        r = self._receivers[room]
+        if r.state.get() not in TERMINAL and self.clock() - r.created_s > self.config.transfer_timeout_s:
+            r.state.fail(f"transfer timeout after {self.config.transfer_timeout_s} s")
+        return r.state.get()
+
+    # ---- both ----------------------------------------------------------------------------
+    def fail_peer(self, peer: str, reason: str) -> int:
+        count = 0
+        for s in list(self._senders.values()):
+            if s.peer is not None and peer in (s.peer.peer_id, s.peer.session):
+                count += s.state.fail(reason)
+        for r in list(self._receivers.values()):
+            if r.addr == peer:
+                count += r.state.fail(reason)
+        return count
+
+    def num_rooms(self) -> int:
+        return len(self._senders) + len(self._receivers)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._worker.join(timeout=5.0)
+
+
+class _Sender(KVSender):
+    def __init__(self, manager: PagedKVManager, room: int) -> None:
+        self.manager, self.room = manager, room
+
+    def poll(self) -> KVPoll:
+        return self.manager._sender_poll(self.room)
+
+    def send(self, pages: list[int], aux: TransferAux | None = None) -> None:
+        self.manager._enqueue(self.room, pages, aux)
+
+    def abort(self, reason: str) -> None:
+        r = self.manager._senders[self.room]
+        if r.state.get() not in TERMINAL:
+            self.manager._enqueue(self.room, [], None, abort=reason)
+            r.state.fail(reason)
+
+    @property
+    def failure_reason(self) -> str:
+        return self.manager._senders[self.room].state.reason
+
+    def close(self) -> None:
+        self.manager._senders.pop(self.room, None)
+
+
+class _Receiver(KVReceiver):
+    def __init__(self, manager: PagedKVManager, room: int) -> None:
+        self.manager, self.room = manager, room
+
+    def poll(self) -> KVPoll:
+        return self.manager._receiver_poll(self.room)
+
+    def init(self, pages: list[int]) -> None:
+        self.manager._receiver_init(self.room, pages)
+
+    def aux(self) -> TransferAux | None:
+        return self.manager._receivers[self.room].aux
+
+    def abort(self, reason: str) -> None:
+        self.manager._receivers[self.room].state.fail(reason)
+
+    @property
+    def failure_reason(self) -> str:
+        return self.manager._receivers[self.room].state.reason
+
+    def close(self) -> None:
+        self.manager._receivers.pop(self.room, None)
