@@ -19,19 +19,9 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from enum import IntEnum
 from typing import Any
 
-
-class KVPoll(IntEnum):
-    Failed = 0
-    Bootstrapping = 1
-    WaitingForInput = 2
-    Transferring = 3
-    Success = 4
-
-
-TERMINAL = (KVPoll.Failed, KVPoll.Success)
+from pdsim.kvpoll import TERMINAL, KVPoll
 
 
 class KVTransferError(RuntimeError):

@@ -16,43 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from enum import IntEnum
 
 from pdsim.config import ModelConfig
+from pdsim.kvpoll import TERMINAL, KVPoll, KVPollError, advance_poll  # noqa: F401  (re-exported)
 from pdsim.perf.spec import kv_bytes_per_token_per_rank
 from pdsim.policy.views import pages_for
 from pdsim.sim.network import Flow, Network
 from pdsim.sim.topology import Topology
-
-
-class KVPoll(IntEnum):
-    Failed = 0
-    Bootstrapping = 1
-    WaitingForInput = 2
-    Transferring = 3
-    Success = 4
-
-
-TERMINAL = (KVPoll.Failed, KVPoll.Success)
-
-
-class KVPollError(RuntimeError):
-    """An illegal KVPoll transition."""
-
-
-def advance_poll(current: KVPoll, new: KVPoll, request_id: int) -> KVPoll:
-    """The state after moving `current` to `new`: monotone, terminal states sticky.
-
-    Failing an already-terminal transfer keeps its state (a late failure report after Success
-    is ignored); any other illegal move raises KVPollError naming the request.
-    """
-    if current in TERMINAL:
-        if new == KVPoll.Failed or new == current:
-            return current
-        raise KVPollError(f"request {request_id}: KVPoll {current.name} is terminal, cannot go to {new.name}")
-    if new == KVPoll.Failed or new >= current:
-        return new
-    raise KVPollError(f"request {request_id}: KVPoll cannot go back from {current.name} to {new.name}")
 
 
 def chunk_pages_to_send(
