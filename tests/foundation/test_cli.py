@@ -1,0 +1,70 @@
+"""`pdsim` end to end in a subprocess: a tiny run, and bad input that writes nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pdsim.trace import read_trace
+
+
+def _pdsim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pdsim.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_tiny_rag_run_writes_trace_summary_and_timeseries(tmp_path):
+    out = tmp_path / "run"
+    proc = _pdsim("run", "scenario=rag", "scenario.num_requests=40", "progress=false", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "pdsim run: scenario=rag" in proc.stdout and "TTFT s" in proc.stdout
+    assert f"outputs: {out}" in proc.stdout
+    trace = read_trace(out / "trace.parquet")
+    assert len(trace) == 40 and set(trace["status"]) == {"finished"}
+    summary = json.loads((out / "trace.summary.json").read_text())
+    assert summary["requests"] == 40 and summary["finished"] == 40
+    row = json.loads((out / "result.json").read_text())
+    assert row["prefill"] == 2 and row["decode"] == 2 and row["gpus"] == 4
+    assert not pd.read_parquet(out / "timeseries.parquet").empty
+
+
+def test_unknown_scenario_one_line_no_output(tmp_path):
+    out = tmp_path / "run"
+    proc = _pdsim("run", "scenario=nosuch", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "scenario/nosuch" in lines[0] and "available:" in lines[0]
+    assert not out.exists()
+
+
+def test_wrong_type_override_one_line(tmp_path):
+    proc = _pdsim("run", "cluster.decode=many", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cluster.decode=many" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_malformed_trace_one_line_nothing_written(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n'
+                   '{"timestamp": 5, "input_length": -4, "output_length": 2, "hash_ids": [0]}\n')
+    out = tmp_path / "run"
+    proc = _pdsim("run", "scenario=mooncake_synthetic", f"scenario.path={bad}", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == [f"pdsim: error: {bad}: field 'input_length': length must be a positive integer, got -4 at row 2"]
+    assert not out.exists()
+
+
+def test_top_level_usage(tmp_path):
+    assert _pdsim(cwd=tmp_path).returncode == 2
+    proc = _pdsim("--help", cwd=tmp_path)
+    assert proc.returncode == 0 and "run" in proc.stdout and "report" in proc.stdout
+    bad = _pdsim("fly", cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown command 'fly'" in bad.stderr
