@@ -3,8 +3,14 @@
     pdreal generate [--prompt TEXT ...]   greedy/sampled PD generation on this machine: a prefill
                                           and a decode engine, KV over mooncake|local|fake
     pdreal bench                          prefill / decode step / KV transfer timings here
+    pdreal serve [--config F] [k=v ...]   no arguments: a 1P/1D/router cluster here (SmolLM2, CPU);
+                                          node.role=prefill|decode|router: one role of a cluster
+    pdreal replay --url URL [overrides]   open-loop replay of a pdsim workload or trace; writes
+                                          trace.parquet + trace.summary.json (pdsim's schema)
+    pdreal profile [--out DIR]            step latencies over a grid -> profile.csv (pdsim perf
+                                          table) + engine.json (KV capacity, limits, bandwidth)
 
-(`serve`, `replay` and `profile` belong to the serving layer.)
+See docs/PDREAL.md.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import logging
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 DEFAULT_PROMPTS = ["The capital of France is", "def fibonacci(n):"]
@@ -97,6 +104,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pdreal.serving.config import load_serve_config
+    from pdreal.serving.launch import serve_local
+    from pdreal.serving.node import serve_role
+
+    cfg = load_serve_config(args.config, args.overrides)
+    if cfg.node.role == "all":
+        return serve_local(cfg, args.log_dir)
+    return serve_role(cfg)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from pdreal.replay_cli import run_replay_command
+
+    return run_replay_command(args)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from pdreal.profile import run_profile_command
+
+    return run_profile_command(args)
+
+
+def _serve_parser(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("serve", help="serve a PD cluster (OpenAI-compatible router)",
+                           description="No arguments: prefill, decode and router processes on this machine "
+                                       "(SmolLM2 on CPU); prints the router URL. With node.role=prefill|decode|"
+                                       "router: that one role (multi-node clusters, see docs/PDREAL.md).")
+    serve.add_argument("--config", help="serve YAML (node/cluster/policy/slo/faults groups)")
+    serve.add_argument("--log-dir", type=Path, help="write each child's log there (role=all)")
+    serve.add_argument("overrides", nargs="*", help="key=value, e.g. node.model=smollm2 policy=least_loaded "
+                                                    "cluster.page_size_tokens=16 faults.heartbeat_interval_s=1")
+    serve.set_defaults(func=cmd_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pdreal", description="real prefill/decode engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--backend", default="mooncake", choices=["mooncake", "local"])
     bench.add_argument("--num-pages", type=int, default=256)
     bench.set_defaults(func=cmd_bench)
+    _serve_parser(sub)
+    from pdreal.profile import add_profile_parser
+    from pdreal.replay_cli import add_replay_parser
+
+    add_replay_parser(sub, cmd_replay)
+    add_profile_parser(sub, cmd_profile)
     return parser
 
 
@@ -127,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, TimeoutError) as exc:
+    except (ValueError, FileNotFoundError, TimeoutError, RuntimeError) as exc:
         print(f"pdreal {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

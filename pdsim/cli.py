@@ -1,6 +1,7 @@
 """The `pdsim` command: a thin dispatcher over subcommands.
 
     pdsim run [overrides...]        simulate one configuration (hydra; --help lists the groups)
+    pdsim plan [overrides...]       P:D split and TP per side for plan.gpus GPUs (planner)
     pdsim report TRACE [TRACE2]     run report, or sim-vs-real comparison report
     pdsim calibrate ...             fit a latency model to a profiled table
 
@@ -22,6 +23,8 @@ commands:
   goodput     highest arrival rate meeting the SLOs (bisection):  pdsim goodput scenario=chat slo=strict
   sweep       goodput per grid point (hydra multirun):  pdsim sweep cluster.prefill=1,2,3 cluster.decode=1,2,3
               add hydra/launcher=joblib for local parallelism (or +sweep=<file> from scenarios/sweep/)
+  plan        recommend the P:D split and TP per side for a GPU budget, vs the best colocated fleet:
+              pdsim plan scenario=rag model=llama3_70b hardware=a800 perf=roofline plan.gpus=16
   report      pdsim report TRACE.parquet [OTHER.parquet] -o report/   (run or comparison report)
   calibrate   fit roofline efficiencies / fitted coefficients to a profiled latency table
 
@@ -43,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         "run": _run,
         "goodput": _goodput,
         "sweep": _sweep,
+        "plan": _plan,
         "report": _report,
         "calibrate": _calibrate,
     }
@@ -69,6 +73,12 @@ def _sweep(rest: list[str]) -> int:
 
     flags = [] if any(a in ("-m", "--multirun") for a in rest) else ["--multirun"]
     return _hydra("sweep", hydra_goodput, flags + rest)
+
+
+def _plan(rest: list[str]) -> int:
+    from pdsim.search.plan_task import hydra_plan
+
+    return _hydra("plan", hydra_plan, rest)
 
 
 def _hydra(name: str, task: Callable[[], object], rest: list[str]) -> int:

@@ -150,6 +150,22 @@ class PolicyConfig:
     length_buckets: list[int] = field(default_factory=list)
     new_token_ratio: float = 0.7
     decode_reserved_tokens: int = 0  # 0 = reserve each request's remaining output
+    # early_reject admission: reject when predicted TTFT > slo.ttft_s * margin (TBT: slo.tpot_s)
+    admission_ttft_margin: float = 1.0
+    admission_tbt_margin: float = 1.0
+    # P:D rebalancer (pdsim.policy.scaling): none | rebalance
+    scaling: str = "none"
+    scaling_interval_s: float = 5.0  # how often views are sampled and a move is considered
+    scaling_window_s: float = 60.0  # pressure is averaged over the samples of this window
+    scaling_min_samples: int = 3
+    scaling_high: float = 1.0  # a side at or above this pressure asks for an instance
+    scaling_low: float = 0.5  # the donor side must be at or below this pressure
+    scaling_prefill_queue_tokens: int = 16384  # queued prefill tokens per instance = pressure 1
+    scaling_decode_kv_fraction: float = 0.9  # decode KV use = pressure 1
+    scaling_decode_queue_requests: int = 8  # decode requests waiting per instance = pressure 1
+    scaling_warmup_s: float = 30.0  # a moved instance serves in its new role after this delay
+    scaling_cooldown_s: float = 60.0  # no new move until this long after the last one is ready
+    scaling_min_per_role: int = 1
 
 
 @dataclass
@@ -205,6 +221,18 @@ class SearchConfig:
 
 
 @dataclass
+class PlanConfig:
+    """`pdsim plan`: recommend a P:D split and TP per side for a GPU budget (pdsim.search.planner)."""
+
+    gpus: int = 16  # GPU budget (of hardware.name)
+    tp_options: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    num_requests: int = 300  # requests per simulated probe (0 = the scenario's own count)
+    verify_top: int = 3  # candidates per mode re-checked with a full-fleet goodput search
+    helper_instances: int = 4  # other-role instances (at the largest TP) when measuring one role
+    colocated: bool = True  # also plan the best colocated fleet and report the gain
+
+
+@dataclass
 class Config:
     scenario: ScenarioConfig = MISSING
     model: ModelConfig = MISSING
@@ -215,10 +243,14 @@ class Config:
     perf: PerfConfig = MISSING
     faults: FaultConfig = field(default_factory=FaultConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
     seed: int = 0
     data_dir: str = ""  # where relative trace/calibration paths resolve; "" = auto (../shared/data)
     progress: bool = True
     record_token_times: bool = False
+    # advance a decode batch several iterations per event while its membership cannot change
+    # (identical results; false = one event per iteration, the reference path)
+    skip_ahead: bool = True
     timeseries_interval_s: float = 1.0
     max_sim_time_s: float = 0.0  # 0 = run until every request is done
     report: bool = False  # also write an HTML/markdown run report into the output dir

@@ -8,12 +8,15 @@ Two schedules (cluster.colocated_schedule):
   formed it runs alone; otherwise a decode-only iteration runs.
 The first token appears when a request's last prompt chunk finishes. When the next decode tokens'
 pages do not fit, victims chosen by the shared retraction rule release their KV and go back to the
-head of the waiting queue to recompute prompt + generated tokens.
+head of the waiting queue to recompute prompt + generated tokens. Decode-only iterations while
+nothing waits run as spans of several iterations per simpy event (span.py), with results
+identical to one event per iteration (`skip_ahead=false`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
@@ -29,6 +32,7 @@ from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prefill import Planned, start_chunks
 from pdsim.sim.prefix_cache import BlockNode
 from pdsim.sim.prompt_kv import PromptKV
+from pdsim.sim.span import BatchClock, Span, add_steps
 from pdsim.sim.state import SimRequest
 
 SCHEDULES = ("mixed", "prefill_priority")
@@ -50,9 +54,11 @@ class ColocatedInstance(InstanceBase):
         self.running: dict[int, SimRequest] = {}
         self.ctx_tokens = 0
         self.retractions = 0
-        self.env.process(self.run())
+        self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
+        self.clock.process = self.env.process(self.run())
 
     def dispatch(self, sr: SimRequest) -> None:
+        self.view_stale = True
         self.queued_requests += 1
         self.queued_tokens += sr.prompt_tokens
         self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
@@ -60,6 +66,7 @@ class ColocatedInstance(InstanceBase):
     def _receive(self, sr: SimRequest, attempt: int) -> None:
         if sr.done or sr.attempt != attempt or not self.alive:
             return
+        self.view_stale = True
         sr.mark("prefill_waiting_enter_s", self.env.now)
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.kv.pool.capacity_tokens:
@@ -69,6 +76,7 @@ class ColocatedInstance(InstanceBase):
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
+        self.clock.settle_now(self)
         self.waiting.pop(sr.rid, None)
         if self.chunked is sr:
             self.chunked = None
@@ -95,7 +103,18 @@ class ColocatedInstance(InstanceBase):
                 decodes = [] if planned else list(self.running.values())
             if not planned and not decodes:
                 self.batch_size = 0
+                self.view_stale = True
                 yield self.sleep()
+                continue
+            if not planned:  # decode-only iterations
+                span = self._begin_span()
+                self.view_stale = True
+                yield from self.clock.wait(span)
+                self.view_stale = True
+                if self.alive:
+                    self.clock.settle(self, span.end - 1)
+                    self.clock.span = None
+                    self._complete([], list(self.running.values()))
                 continue
             items = [(c.new_tokens, c.context_tokens) for _, _, c in planned]
             ctx = self.ctx_tokens if decodes else 0
@@ -103,9 +122,33 @@ class ColocatedInstance(InstanceBase):
             self.busy_s += step_s
             self.iterations += 1
             self.batch_size = len(planned) + len(decodes)
+            self.view_stale = True
             yield self.env.timeout(step_s)
+            self.view_stale = True
             if self.alive:
                 self._complete(planned, decodes)
+
+    def _begin_span(self) -> Span:
+        """Decode-only iterations: as many as run before a finish or a retraction (page growth
+        may evict cache blocks); one while requests wait (their prefill may fit at any boundary)."""
+        n, clock = len(self.running), self.clock
+        k, growth = 1, None
+        if not self.waiting and self.chunked is None:
+            k, growth = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
+        span = clock.begin(n, self.ctx_tokens, k, growth)
+        self.busy_s += float(span.steps[0])
+        self.iterations += 1
+        self.batch_size = n
+        return span
+
+    def add_pages(self, sr: SimRequest, pages: int) -> None:
+        if not self.kv.allocate(sr, pages):
+            raise RuntimeError(f"{self.name}: span page growth of request {sr.rid} did not fit")
+
+    def advanced(self, iterations: int, steps: Any) -> None:
+        self.ctx_tokens += iterations * len(self.running)
+        self.busy_s = add_steps(self.busy_s, steps)
+        self.iterations += iterations
 
     def _candidates(self, matches: dict[int, list[BlockNode]]) -> Iterator[RequestView]:
         chunked = self.chunked
@@ -213,13 +256,16 @@ class ColocatedInstance(InstanceBase):
         self.kv.release(sr, self.env.now)
         self.hooks.finish(sr)
 
-    def view(self) -> InstanceView:
-        return InstanceView(
-            instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
-            queued_tokens=self.queued_tokens, running_requests=len(self.running),
-            kv_used_tokens=self.kv.used_tokens, kv_total_tokens=self.kv.pool.capacity_tokens,
-            healthy=self.healthy,
-        )
+    def peek_match(self, sr: SimRequest) -> list[BlockNode]:
+        """The cached blocks of `sr`'s prompt here, for cache-aware routing (a span's pending
+        page growth may evict blocks: settled first)."""
+        self.clock.settle_now(self)
+        self.view_stale = True
+        return self.kv.peek_match(sr)
+
+    def build_view(self) -> InstanceView:
+        used_tokens = self.kv.used_tokens + self.clock.pending_pages() * self.page
+        return self.instance_view(len(self.running), 0, used_tokens, self.kv.pool.capacity_tokens)
 
     def queue_lengths(self) -> dict[str, int]:
         return {"waiting": len(self.waiting) + (self.chunked is not None), "running": len(self.running)}

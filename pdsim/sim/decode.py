@@ -7,14 +7,17 @@
 - transfer: waits for the KV and aux data (KVPoll Success).
 - waiting: the prebuilt batch; joins the running batch at the next iteration boundary, which is
   when the first token (made by prefill) reaches the client.
-- running: continuous batching, one decode iteration per step (one simpy timeout per
-  iteration for the whole batch). When the next token's pages do not fit, victims are retracted
-  (KV offloaded to host) and later resumed through the prealloc rule, reloading over PCIe.
+- running: continuous batching, one decode iteration per step for the whole batch. While the
+  batch cannot change, several iterations run as one span with one simpy event (span.py; the
+  `skip_ahead=false` path takes one event per iteration, with identical results). When the next
+  token's pages do not fit, victims are retracted (KV offloaded to host) and later resumed
+  through the prealloc rule, reloading over PCIe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
@@ -27,6 +30,7 @@ from pdsim.policy.memory import need_now_tokens
 from pdsim.policy.views import ROLE_DECODE, InstanceView
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
+from pdsim.sim.span import BatchClock, PageGrowth, Span, add_steps
 from pdsim.sim.state import SimRequest
 
 
@@ -51,11 +55,14 @@ class DecodeInstance(InstanceBase):
         self.reloading: dict[int, SimRequest] = {}
         self.connected_at: dict[str, float] = {}
         self.ctx_tokens = 0
+        self.remaining_output_tokens = 0  # over running + transfer + waiting (memory_view)
         self.retractions = 0
-        self.env.process(self.run())
+        self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
+        self.clock.process = self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------
     def dispatch(self, sr: SimRequest) -> None:
+        self.view_stale = True
         self.queued_requests += 1
         self.queued_tokens += sr.req.input_tokens
         self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
@@ -63,6 +70,7 @@ class DecodeInstance(InstanceBase):
     def _receive(self, sr: SimRequest, attempt: int) -> None:
         if sr.done or sr.attempt != attempt or not self.alive:
             return
+        self.view_stale = True
         now = self.env.now
         sr.mark("prealloc_enter_s", now)
         need = sr.req.input_tokens + sr.req.output_tokens
@@ -88,17 +96,24 @@ class DecodeInstance(InstanceBase):
         del self.transfer[sr.rid]
         sr.mark("transfer_queue_leave_s", now)
         sr.mark("decode_waiting_enter_s", now)
+        self.remaining_output_tokens -= _remaining(sr)
         sr.generated = 1
+        self.remaining_output_tokens += _remaining(sr)
         self.waiting[sr.rid] = sr
         self.notify()
 
     def _reloaded(self, sr: SimRequest, attempt: int) -> None:
         if not sr.done and sr.attempt == attempt and self.reloading.pop(sr.rid, None) is sr:
             self.waiting[sr.rid] = sr
+            self.remaining_output_tokens += _remaining(sr)
             self.notify()
 
     def release(self, sr: SimRequest) -> None:
         rid = sr.rid
+        self.clock.settle_now(self)
+        for queue in (self.transfer, self.waiting, self.running):
+            if rid in queue:
+                self.remaining_output_tokens -= _remaining(sr)
         for queue in (self.prealloc, self.retracted, self.transfer, self.waiting, self.reloading):
             queue.pop(rid, None)
         if self.running.pop(rid, None) is not None:
@@ -117,29 +132,77 @@ class DecodeInstance(InstanceBase):
             self._admit()
             if not self.running:
                 self.batch_size = 0
+                self.view_stale = True
                 yield self.sleep()
                 continue
             self._grow_pages()
-            n = len(self.running)
-            step_s = self.latency.decode_time_s(n, self.ctx_tokens)
-            self.busy_s += step_s
-            self.iterations += 1
-            self.batch_size = n
-            yield self.env.timeout(step_s)
+            span = self._begin_span()
+            self.view_stale = True
+            yield from self.clock.wait(span)
+            self.view_stale = True
             if self.alive:
+                self.clock.settle(self, span.end - 1)
+                self.clock.span = None
                 self._complete_step()
+
+    def _begin_span(self) -> Span:
+        """Start the next iterations: as many as the batch provably runs unchanged (span.py)."""
+        n, clock = len(self.running), self.clock
+        k, growth = 1, None
+        if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
+            k, growth = clock.limit(self.running.values(), self.pool.free_pages)
+        if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
+            k = self._prealloc_limit(k, n, growth)
+        span = clock.begin(n, self.ctx_tokens, k, growth)
+        self.busy_s += float(span.steps[0])
+        self.iterations += 1
+        self.batch_size = n
+        return span
+
+    def _prealloc_limit(self, k: int, n: int, growth: PageGrowth) -> int:
+        """The first boundary 1..k-1 at which the shared pre-allocation plan would admit or
+        resume a request, given the memory those boundaries free up (k if none)."""
+        base = self.memory_view()
+        free_slots = self.prealloc_slots - len(self.transfer) - len(self.waiting)
+        retracted = [self._view(sr) for sr in self.retracted.values()]
+        for j in range(1, k):
+            mem = DecodeMemoryView(
+                available_tokens=base.available_tokens - growth.pages(j - 1) * self.page,
+                num_active=base.num_active, reserved_decode_tokens=base.reserved_decode_tokens,
+                remaining_output_tokens=base.remaining_output_tokens - n * j,
+                largest_need_tokens=base.largest_need_tokens,
+                retractable_tokens=base.retractable_tokens + n * j, page_size_tokens=self.page,
+            )
+            handshaken = (self._view(sr) for sr in self.prealloc.values() if sr.handshaken)
+            plan = plan_preallocation(retracted, handshaken, mem, free_slots)
+            if plan.resume_ids or plan.admit_ids:
+                return j
+        return k
+
+    def add_pages(self, sr: SimRequest, pages: int) -> None:
+        """Grow `sr` by `pages` pages (virtual boundaries of a span, see span.py)."""
+        self.pool.allocate(sr.rid, pages)
+        sr.d_pages += pages
+
+    def advanced(self, iterations: int, steps: Any) -> None:
+        n = len(self.running)
+        self.ctx_tokens += iterations * n
+        self.remaining_output_tokens -= iterations * n
+        self.busy_s = add_steps(self.busy_s, steps)
+        self.iterations += iterations
 
     def _view(self, sr: SimRequest) -> RequestView:
         return RequestView(sr.rid, sr.req.input_tokens, sr.req.output_tokens,
                            generated_tokens=sr.generated, kv_tokens=sr.kv_tokens)
 
     def memory_view(self) -> DecodeMemoryView:
-        active = (*self.running.values(), *self.transfer.values(), *self.waiting.values())
+        """The allocatable-tokens inputs; the remaining-output sum is kept up to date as
+        requests enter and leave the active queues and decode (no scan of the queues)."""
         return DecodeMemoryView(
             available_tokens=self.pool.free_pages * self.page,
-            num_active=len(active),
+            num_active=len(self.running) + len(self.transfer) + len(self.waiting),
             reserved_decode_tokens=self.cfg.policy.decode_reserved_tokens,
-            remaining_output_tokens=sum(max(0, s.req.output_tokens - s.generated) for s in active),
+            remaining_output_tokens=self.remaining_output_tokens,
             largest_need_tokens=max((s.req.input_tokens + s.req.output_tokens for s in self.running.values()), default=0),
             retractable_tokens=self.ctx_tokens,
             page_size_tokens=self.page,
@@ -165,6 +228,7 @@ class DecodeInstance(InstanceBase):
             sr.mark("prealloc_leave_s", now)
             sr.mark("transfer_queue_enter_s", now)
             self.transfer[rid] = sr
+            self.remaining_output_tokens += _remaining(sr)
             self.hooks.after(self.cfg.cluster.control_plane_latency_s, sr.prefill.on_transfer_info, sr, sr.attempt)
 
     def _allocate_now(self, sr: SimRequest) -> None:
@@ -184,6 +248,7 @@ class DecodeInstance(InstanceBase):
                 if sr.token_times is not None:
                     sr.token_times.append(now)
             if sr.generated >= sr.req.output_tokens:
+                self.remaining_output_tokens -= _remaining(sr)
                 self._finish(sr)
                 continue
             self.running[sr.rid] = sr
@@ -209,6 +274,7 @@ class DecodeInstance(InstanceBase):
 
     def _retract(self, sr: SimRequest) -> None:
         del self.running[sr.rid]
+        self.remaining_output_tokens -= _remaining(sr)
         self.ctx_tokens -= sr.kv_tokens
         self.pool.free(sr.rid)
         sr.d_pages = 0
@@ -227,6 +293,7 @@ class DecodeInstance(InstanceBase):
             if sr.generated >= sr.req.output_tokens:
                 done.append(sr)
         self.ctx_tokens += len(self.running)
+        self.remaining_output_tokens -= len(self.running)
         for sr in done:
             del self.running[sr.rid]
             self.ctx_tokens -= sr.kv_tokens
@@ -238,16 +305,16 @@ class DecodeInstance(InstanceBase):
         sr.d_pages = 0
         self.hooks.finish(sr)
 
-    def view(self) -> InstanceView:
-        return InstanceView(
-            instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
-            queued_tokens=self.queued_tokens, running_requests=len(self.running),
-            kv_used_tokens=self.pool.used_pages * self.page, kv_total_tokens=self.pool.capacity_tokens,
-            healthy=self.healthy,
-        )
+    def build_view(self) -> InstanceView:
+        used_pages = self.pool.used_pages + self.clock.pending_pages()
+        return self.instance_view(len(self.running), 0, used_pages * self.page, self.pool.capacity_tokens)
 
     def queue_lengths(self) -> dict[str, int]:
         return {
             "prealloc": len(self.prealloc), "transfer": len(self.transfer), "waiting": len(self.waiting),
             "running": len(self.running), "retracted": len(self.retracted) + len(self.reloading),
         }
+
+
+def _remaining(sr: SimRequest) -> int:
+    return max(0, sr.req.output_tokens - sr.generated)

@@ -30,7 +30,7 @@ from pdsim.sim.state import SimRequest, trace_row
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
-from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, TraceRecorder
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED, TraceRecorder
 from pdsim.workload.request import Workload
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,13 @@ class Simulation:
         sr.done = True
         sr.times["finish_s"] = self.env.now
         self.recorder.add(trace_row(sr, self.mode, STATUS_FAILED, reason))
+        self._terminal(sr)
+
+    def reject(self, sr: SimRequest, reason: str) -> None:
+        """Record `sr` as rejected by admission (it never reached an instance)."""
+        sr.done = True
+        sr.times["finish_s"] = self.env.now
+        self.recorder.add(trace_row(sr, self.mode, STATUS_REJECTED, reason))
         self._terminal(sr)
 
     def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None:

@@ -7,6 +7,7 @@ is picked up at the next iteration boundary, as in SGLang's event loop.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,8 @@ import simpy
 
 from pdsim.config import Config
 from pdsim.perf import LatencyModel
+from pdsim.policy.views import InstanceView
+from pdsim.sim.span import BatchClock
 from pdsim.sim.state import SimHooks
 
 
@@ -37,7 +40,7 @@ class InstanceBase:
         self.hooks = ctx.hooks
         self.latency = latency
         self.alive = True  # false from the crash on
-        self.healthy = True  # the router's belief: false once the crash is detected
+        self._healthy = True
         self.queued_requests = 0  # router-side accounting (see InstanceView)
         self.queued_tokens = 0
         self.busy_s = 0.0
@@ -45,8 +48,40 @@ class InstanceBase:
         self.batch_size = 0
         self.placement: Any = None  # topology.Placement, set by the engine
         self._wake: simpy.Event | None = None
+        self.clock: BatchClock | None = None  # decode and colocated: the running batch's spans
+        # the router's view is cached: every entry point that can change what `build_view`
+        # reads sets view_stale; a decode span's page growth bounds the cache in time
+        self.view_stale = True
+        self._view_valid_until_s = 0.0
+        self._last_view: InstanceView | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """The router's belief: false once the crash is detected."""
+        return self._healthy
+
+    @healthy.setter
+    def healthy(self, value: bool) -> None:
+        self._healthy = value
+        self.view_stale = True
+
+    def view(self) -> InstanceView:
+        """The instance as the router sees it now (the same frozen object while unchanged)."""
+        if self.view_stale or self.env.now > self._view_valid_until_s or self._last_view is None:
+            self._last_view = self.build_view()
+            self.view_stale = False
+            self._view_valid_until_s = self.clock.view_valid_until_s() if self.clock is not None else math.inf
+        return self._last_view
+
+    def build_view(self) -> InstanceView:
+        raise NotImplementedError
 
     def notify(self) -> None:
+        """The next scheduling decision may differ: wake the loop if it sleeps, or end a
+        running decode span at its next iteration boundary (span.py)."""
+        self.view_stale = True
+        if self.clock is not None:
+            self.clock.truncate()
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()
@@ -56,9 +91,20 @@ class InstanceBase:
         return self._wake
 
     def crash(self) -> None:
+        self.view_stale = True
+        if self.clock is not None:  # tokens of the iterations completed before the crash
+            self.clock.settle_now(self)
+            self.clock.span = None
         self.alive = False
         self.batch_size = 0
         self.notify()
+
+    def instance_view(self, running: int, inflight: int, kv_used_tokens: int, kv_total_tokens: int) -> InstanceView:
+        return InstanceView(
+            instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
+            queued_tokens=self.queued_tokens, running_requests=running, inflight_requests=inflight,
+            kv_used_tokens=kv_used_tokens, kv_total_tokens=kv_total_tokens, healthy=self._healthy,
+        )
 
     def stats(self) -> dict[str, float]:
         now = self.env.now

@@ -22,6 +22,7 @@ _DONE_EPS_S = 1e-12
 class Resource:
     name: str
     capacity_bytes_per_s: float
+    order: int = 0  # creation order: the tie-break when two resources offer the same share
     flows: dict[int, Flow] = field(default_factory=dict)
     bytes_moved: float = 0.0
 
@@ -53,7 +54,7 @@ class Network:
             raise ValueError(f"network resource {name}: capacity must be > 0 B/s, got {capacity_bytes_per_s}")
         if name in self.resources:
             raise ValueError(f"network resource {name} defined twice")
-        res = Resource(name, capacity_bytes_per_s)
+        res = Resource(name, capacity_bytes_per_s, len(self.resources))
         self.resources[name] = res
         return res
 
@@ -130,9 +131,15 @@ class Network:
             flow.on_done()
 
     def _fill_rates(self) -> None:
-        """Max-min fair rates by progressive filling; ties broken by resource insertion order."""
-        cap = {name: r.capacity_bytes_per_s for name, r in self.resources.items() if r.flows}
-        count = {name: len(self.resources[name].flows) for name in cap}
+        """Max-min fair rates by progressive filling; ties broken by resource creation order.
+        Only resources carrying a flow take part (the cost does not grow with idle links)."""
+        if len(self.flows) == 1:  # alone: the path's narrowest link (what the filling gives)
+            for flow in self.flows.values():
+                flow.rate_bytes_per_s = min(res.capacity_bytes_per_s for res in flow.path)
+            return
+        busy = sorted({res.order: res for flow in self.flows.values() for res in flow.path}.items())
+        cap = {res.name: res.capacity_bytes_per_s for _, res in busy}
+        count = {res.name: len(res.flows) for _, res in busy}
         frozen: set[int] = set()
         while len(frozen) < len(self.flows):
             name = min((n for n in cap if count[n] > 0), key=lambda n: cap[n] / count[n])

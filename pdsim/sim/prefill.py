@@ -41,6 +41,7 @@ class PrefillInstance(InstanceBase):
     # -- messages -------------------------------------------------------------------------
     def dispatch(self, sr: SimRequest) -> None:
         """The router sent `sr` here; it arrives after one control-plane hop."""
+        self.view_stale = True
         self.queued_requests += 1
         self.queued_tokens += sr.prompt_tokens
         self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
@@ -48,6 +49,7 @@ class PrefillInstance(InstanceBase):
     def _receive(self, sr: SimRequest, attempt: int) -> None:
         if sr.done or sr.attempt != attempt or not self.alive:
             return
+        self.view_stale = True
         sr.mark("bootstrap_enter_s", self.env.now)
         if sr.prompt_tokens > self.kv.pool.capacity_tokens:
             self.hooks.abort(
@@ -104,6 +106,7 @@ class PrefillInstance(InstanceBase):
             planned = self._schedule()
             if not planned:
                 self.batch_size = 0
+                self.view_stale = True
                 yield self.sleep()
                 continue
             step_s = self.latency.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
@@ -113,7 +116,9 @@ class PrefillInstance(InstanceBase):
             layerwise = self.cfg.cluster.layerwise_transfer
             if layerwise:
                 self._send_chunks(planned)
+            self.view_stale = True
             yield self.env.timeout(step_s)
+            self.view_stale = True
             if self.alive:
                 self._complete(planned, send=not layerwise)
 
@@ -184,13 +189,12 @@ class PrefillInstance(InstanceBase):
             elif chunk.is_last:
                 self.hooks.transfer_ready(sr)
 
-    def view(self) -> InstanceView:
-        return InstanceView(
-            instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
-            queued_tokens=self.queued_tokens, running_requests=self.batch_size,
-            inflight_requests=len(self.inflight), kv_used_tokens=self.kv.used_tokens,
-            kv_total_tokens=self.kv.pool.capacity_tokens, healthy=self.healthy,
-        )
+    def peek_match(self, sr: SimRequest) -> list[BlockNode]:
+        """The cached blocks of `sr`'s prompt here (nothing locked), for cache-aware routing."""
+        return self.kv.peek_match(sr)
+
+    def build_view(self) -> InstanceView:
+        return self.instance_view(self.batch_size, len(self.inflight), self.kv.used_tokens, self.kv.pool.capacity_tokens)
 
     def queue_lengths(self) -> dict[str, int]:
         return {

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 
-@dataclass(slots=True, eq=False)
 class BlockNode:
-    node_id: int
-    block_hash: int
-    parent: BlockNode | None
-    children: dict[int, BlockNode] = field(default_factory=dict)
-    ref: int = 0
-    last_access_s: float = 0.0
+    """One cached block: its hash, trie links, lock count and last use (a plain slotted class:
+    the cache creates one per new block, so construction cost matters)."""
+
+    __slots__ = ("node_id", "block_hash", "parent", "children", "ref", "last_access_s")
+
+    def __init__(self, node_id: int, block_hash: int, parent: BlockNode | None) -> None:
+        self.node_id = node_id
+        self.block_hash = block_hash
+        self.parent = parent
+        self.children: dict[int, BlockNode] = {}
+        self.ref = 0
+        self.last_access_s = 0.0
 
 
 class PrefixCache:
@@ -79,37 +83,39 @@ class PrefixCache:
 
     def insert(self, hash_ids: Sequence[int], now_s: float) -> int:
         """Add the blocks of `hash_ids` not yet cached (unreferenced); returns how many are new."""
-        node, created = self.root, 0
+        node, created, next_id = self.root, 0, self._next_id
         for h in hash_ids:
-            child = node.children.get(h)
+            children = node.children
+            child = children.get(h)
             if child is None:
-                child = BlockNode(node_id=self._next_id, block_hash=h, parent=node)
-                self._next_id += 1
-                node.children[h] = child
-                self.num_blocks += 1
-                self.evictable_blocks += 1
+                child = children[h] = BlockNode(next_id, h, node)
+                next_id += 1
                 created += 1
             child.last_access_s = now_s
             node = child
+        self._next_id = next_id
+        self.num_blocks += created
+        self.evictable_blocks += created
         if node is not self.root and node.ref == 0 and not node.children:
             heapq.heappush(self._heap, (now_s, node.node_id, node))
         return created
 
     def evict(self, blocks: int) -> int:
         """Evict up to `blocks` unreferenced blocks, LRU leaves first; returns blocks evicted."""
+        heap, root, pop, push = self._heap, self.root, heapq.heappop, heapq.heappush
         evicted = 0
-        while evicted < blocks and self._heap:
-            t, _, node = heapq.heappop(self._heap)
-            if node.ref or node.children or node.parent is None or t != node.last_access_s:
-                continue  # stale entry: re-locked, grew children, already evicted, or touched
+        while evicted < blocks and heap:
+            t, _, node = pop(heap)
             parent = node.parent
+            if node.ref or node.children or parent is None or t != node.last_access_s:
+                continue  # stale entry: re-locked, grew children, already evicted, or touched
             del parent.children[node.block_hash]
             node.parent = None
-            self.num_blocks -= 1
-            self.evictable_blocks -= 1
             evicted += 1
-            if parent is not self.root and parent.ref == 0 and not parent.children:
-                heapq.heappush(self._heap, (parent.last_access_s, parent.node_id, parent))
+            if parent is not root and parent.ref == 0 and not parent.children:
+                push(heap, (parent.last_access_s, parent.node_id, parent))
+        self.num_blocks -= evicted
+        self.evictable_blocks -= evicted
         return evicted
 
     def over_capacity_blocks(self) -> int:

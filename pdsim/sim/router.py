@@ -1,7 +1,10 @@
 """Router: admission, pair selection by the shared routing policy, dual dispatch.
 
-For each arriving request the router asks `pdsim.policy.route` for a (prefill, decode) pair over
-the instances' current views (only instances it believes healthy), draws a random 63-bit
+For each arriving request the router first asks `pdsim.policy.admit` (first attempt only; a
+rejection is recorded with status 'rejected' and the policy's reason), then asks
+`pdsim.policy.route` for a (prefill, decode) pair over the instances' current views (only
+instances it believes healthy; cache_aware also sees each prefill instance's prefix hit for this
+request as its cache summary), draws a random 63-bit
 bootstrap_room from its own seeded stream, and sends the request to both halves at once; each
 copy arrives after one control-plane hop. In colocated mode only one instance is chosen.
 """
@@ -9,16 +12,26 @@ copy arrives after one control-plane hop. In colocated mode only one instance is
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import simpy
 
 from pdsim.config import Config
-from pdsim.policy import RequestView, RouterState, route
+from pdsim.policy import (
+    AdmissionParams,
+    AdmissionState,
+    InstanceView,
+    RequestView,
+    RouterState,
+    RoutingParams,
+    SloPredictor,
+    admit,
+    route,
+)
+from pdsim.policy.admission import ACCEPT_ALL, ADMISSION_POLICIES
 from pdsim.sim.state import SimHooks, SimRequest
-
-ADMISSION_POLICIES = ("accept_all",)
 
 
 class Router:
@@ -35,7 +48,12 @@ class Router:
         self.hooks = hooks
         self.prefill = list(prefill)
         self.decode = list(decode)
-        self.state = RouterState()
+        self.state = RouterState(params=routing_params(cfg, self.prefill))
+        self.admission = cfg.policy.admission
+        self.admission_params = admission_params(cfg)
+        self.admission_state = AdmissionState()
+        self.predictor = SloPredictor(self.prefill[0].latency, (self.decode or self.prefill)[0].latency,
+                                      cfg.cluster.max_prefill_tokens, cfg.cluster.max_running_requests)
         self.route_rng = route_rng
         self.room_rng = room_rng
         self.dispatched = 0
@@ -45,10 +63,14 @@ class Router:
         req = sr.req
         view = RequestView(req.request_id, req.input_tokens, req.output_tokens, arrival_s=req.arrival_s,
                            hash_ids=req.hash_ids)
-        decision = route(
-            self.policy_name, view, [p.view() for p in self.prefill], [d.view() for d in self.decode],
-            self.state, self.route_rng,
-        )
+        prefill, decode = self._prefill_views(sr), [d.view() for d in self.decode]
+        if self.admission != ACCEPT_ALL and sr.attempt == 0:
+            verdict = admit(self.admission, view, prefill, decode, self.admission_params,
+                            self.admission_state, self.env.now, self.predictor)
+            if not verdict.admitted:
+                self.hooks.reject(sr, verdict.reason)
+                return
+        decision = route(self.policy_name, view, prefill, decode, self.state, self.route_rng)
         if decision is None:
             self.hooks.abort(sr, "no healthy instance to route to")
             return
@@ -60,6 +82,29 @@ class Router:
         sr.prefill.dispatch(sr)
         if sr.decode is not None:
             sr.decode.dispatch(sr)
+
+    def _prefill_views(self, sr: SimRequest) -> list[InstanceView]:
+        views = [p.view() for p in self.prefill]
+        if self.policy_name != "cache_aware":
+            return views
+        return [replace(v, cached_blocks=frozenset(n.block_hash for n in p.peek_match(sr)))
+                for v, p in zip(views, self.prefill, strict=True)]
+
+
+def routing_params(cfg: Config, prefill: Sequence[Any]) -> RoutingParams:
+    cache = prefill[0].kv.cache if prefill else None
+    block_tokens = cache.block_tokens if cache is not None else cfg.scenario.prefix.block_tokens
+    return RoutingParams(cfg.policy.cache_weight, tuple(cfg.policy.length_buckets), block_tokens)
+
+
+def admission_params(cfg: Config) -> AdmissionParams:
+    p = cfg.policy
+    return AdmissionParams(
+        max_queued_requests=p.max_queued_requests, max_queued_tokens=p.max_queued_tokens,
+        token_bucket_rps=p.token_bucket_rps, token_bucket_burst=p.token_bucket_burst,
+        ttft_slo_s=cfg.slo.ttft_s, tbt_slo_s=cfg.slo.tpot_s,
+        ttft_margin=p.admission_ttft_margin, tbt_margin=p.admission_tbt_margin,
+    )
 
 
 def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Iterator:

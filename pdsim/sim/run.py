@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import simpy
 from tqdm import tqdm
 
 from pdsim.config import Config
@@ -41,6 +42,7 @@ class SimResult:
     link_stats: dict[str, dict[str, float]] = field(default_factory=dict)
     sim_time_s: float = 0.0
     wall_s: float = 0.0
+    events: int = 0  # simpy events scheduled
 
 
 def simulate(cfg: Config, workload: Workload, progress: bool = False) -> SimResult:
@@ -61,7 +63,15 @@ def simulate(cfg: Config, workload: Workload, progress: bool = False) -> SimResu
         link_stats=link_stats(sim),
         sim_time_s=float(sim.env.now),
         wall_s=wall_s,
+        events=events_scheduled(sim.env),
     )
+
+
+def events_scheduled(env: simpy.Environment) -> int:
+    """How many events simpy scheduled: its event-id counter (private; read once, at the end,
+    because counting in `schedule` would cost a Python call per event)."""
+    counter = getattr(env, "_eid", None)
+    return next(counter) if counter is not None else -1
 
 
 def _run(sim: Simulation) -> None:

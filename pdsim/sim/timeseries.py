@@ -3,14 +3,16 @@
 One row per (sample time, instance): queue lengths by queue name (0 where the role has no such
 queue), KV used fraction (evictable cache blocks count as free), the batch size of the current
 iteration, and the utilisation of the instance's NIC egress and ingress at that instant.
-Columns are kept as lists and become a DataFrame at the end.
+Columns are kept as typed arrays (8 bytes a value) and become a DataFrame at the end.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import simpy
 
@@ -30,7 +32,14 @@ class TimeseriesSampler:
         self.network = network
         self.instances = list(instances)
         self.interval_s = interval_s
-        self.columns: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+        # typed columns (8 bytes a value); instance identity is its position, expanded at the end
+        self.times = array("d")
+        self.positions = array("q")
+        self.queues = {q: array("q") for q in QUEUES}
+        self.kv_used_fraction = array("d")
+        self.batch_size = array("q")
+        self.nic_out = array("d")
+        self.nic_in = array("d")
         if interval_s > 0:
             env.process(self.sample())
 
@@ -43,21 +52,37 @@ class TimeseriesSampler:
             yield self.env.timeout(self.interval_s)
 
     def record(self) -> None:
-        cols, now = self.columns, self.env.now
-        for inst in self.instances:
-            view = inst.view()
-            queues = inst.queue_lengths()
-            cols["time_s"].append(now)
-            cols["instance_id"].append(inst.index)
-            cols["role"].append(inst.role)
-            cols["instance"].append(inst.name)
-            for q in QUEUES:
-                cols[f"queue_{q}"].append(queues.get(q, 0))
-            cols["kv_used_fraction"].append(view.kv_used_fraction)
-            cols["batch_size"].append(inst.batch_size)
-            placement = inst.placement
-            cols["nic_out_utilization"].append(self.network.utilization(placement.nic_out))
-            cols["nic_in_utilization"].append(self.network.utilization(placement.nic_in))
+        insts, utilization = self.instances, self.network.utilization
+        views = [inst.view() for inst in insts]
+        lengths = [inst.queue_lengths() for inst in insts]
+        self.times.extend([self.env.now] * len(insts))
+        self.positions.extend(range(len(insts)))
+        for q, column in self.queues.items():
+            column.extend([counts.get(q, 0) for counts in lengths])
+        self.kv_used_fraction.extend([view.kv_used_fraction for view in views])
+        self.batch_size.extend([inst.batch_size for inst in insts])
+        self.nic_out.extend([utilization(inst.placement.nic_out) for inst in insts])
+        self.nic_in.extend([utilization(inst.placement.nic_in) for inst in insts])
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({c: pd.Series(v) for c, v in self.columns.items()}, columns=list(COLUMNS))
+        pos = np.frombuffer(self.positions, dtype=np.int64) if len(self.positions) else np.zeros(0, np.int64)
+        insts = self.instances
+        columns: dict[str, Any] = {
+            "time_s": _floats(self.times),
+            "instance_id": np.array([i.index for i in insts], dtype=np.int64)[pos],
+            "role": pd.Series(np.array([i.role for i in insts] or [""], dtype=object)[pos].tolist()),
+            "instance": pd.Series(np.array([i.name for i in insts] or [""], dtype=object)[pos].tolist()),
+        }
+        for q, column in self.queues.items():
+            columns[f"queue_{q}"] = _ints(column)
+        columns.update(kv_used_fraction=_floats(self.kv_used_fraction), batch_size=_ints(self.batch_size),
+                       nic_out_utilization=_floats(self.nic_out), nic_in_utilization=_floats(self.nic_in))
+        return pd.DataFrame(columns, columns=list(COLUMNS))
+
+
+def _floats(values: array) -> np.ndarray:
+    return np.array(values, dtype=np.float64)
+
+
+def _ints(values: array) -> np.ndarray:
+    return np.array(values, dtype=np.int64)

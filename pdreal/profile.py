@@ -1,0 +1,231 @@
+"""`pdreal profile`: the engine's step latencies on this device, in pdsim's profile-table format.
+
+Grid (each cell: one warm-up, then the median of `repeats` timed steps, forward plus greedy
+sampling, device-synchronised):
+
+- prefill: `num_seqs` fresh prompts of `tokens` tokens each (kind=prefill, context_tokens=0),
+  and single chunks after cached context (context_tokens > 0; pdsim's table model skips these,
+  `pdsim calibrate` can use them);
+- decode: `num_seqs` sequences of `context` KV tokens each, one new token each.
+
+Writes `profile.csv` (kind,num_seqs,new_tokens,context_tokens,latency_s; pdsim.perf.profile) and
+`engine.json`: the served engine's configuration (KV capacity, page size, max running requests,
+chunk size, from the same serve config `pdreal serve` reads), KV bytes per token, the measured
+KV-transfer bandwidth and setup time, and the engine loop's per-step overhead beyond the forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pdsim.perf.profile import ProfilePoint, write_profile_csv
+
+PROFILE_FILE, FACTS_FILE = "profile.csv", "engine.json"
+
+
+@dataclass(frozen=True)
+class ProfileGrid:
+    prefill_seqs: tuple[int, ...] = (1, 2, 4)
+    prefill_tokens: tuple[int, ...] = (16, 64, 128, 256, 512)  # per sequence
+    chunk_tokens: tuple[int, ...] = (64, 256)  # one chunk after cached context
+    chunk_context: tuple[int, ...] = (256, 1024)
+    decode_seqs: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    decode_context: tuple[int, ...] = (64, 256, 1024)  # per sequence
+    repeats: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_context"):
+            values = getattr(self, name)
+            if not values or min(values) < 1:
+                raise ValueError(f"profile grid {name} must be non-empty positive integers, got {values}")
+        if self.repeats < 1:
+            raise ValueError(f"profile repeats must be >= 1, got {self.repeats}")
+
+    def pages_needed(self, page_size_tokens: int) -> int:
+        def pages(tokens: int) -> int:
+            return -(-tokens // page_size_tokens)
+        prefill = max(self.prefill_seqs) * pages(max(self.prefill_tokens))
+        chunk = pages(max(self.chunk_context, default=0) + max(self.chunk_tokens, default=0))
+        decode = max(self.decode_seqs) * pages(max(self.decode_context) + 1)
+        return max(prefill, chunk, decode)
+
+
+QUICK_GRID = ProfileGrid(prefill_seqs=(1, 2), prefill_tokens=(16, 64, 256), chunk_tokens=(64,), chunk_context=(256,),
+                         decode_seqs=(1, 4, 16), decode_context=(64, 512), repeats=2)
+
+
+def _timed_median_s(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def profile_runner(runner: Any, grid: ProfileGrid, on_point: Callable[[ProfilePoint], None] | None = None
+                   ) -> list[ProfilePoint]:
+    """Time every grid cell on `runner` (a ModelRunner whose pool holds grid.pages_needed pages)."""
+    import torch
+
+    from pdreal.kv.allocator import pages_for_tokens
+    from pdreal.model.batch import SeqChunk
+
+    device, page = runner.model.device, runner.page_size_tokens
+    vocab = runner.model.spec.vocab_size
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def measure(kind: str, seqs: int, new_per_seq: int, context: int) -> ProfilePoint:
+        tables = [runner.pool.allocator.allocate(pages_for_tokens(context + new_per_seq, page)) for _ in range(seqs)]
+        chunks = [SeqChunk([(7 * (i + j) + 11) % vocab for j in range(new_per_seq)], context, t)
+                  for i, t in enumerate(tables)]
+        try:
+            latency = _timed_median_s(lambda: runner.forward(chunks).argmax(-1).tolist(), grid.repeats, sync)
+        finally:
+            for table in tables:
+                runner.pool.allocator.free(table)
+        point = ProfilePoint(kind, seqs, seqs * new_per_seq, seqs * context, latency)
+        if on_point is not None:
+            on_point(point)
+        return point
+
+    points = [measure("prefill", s, t, 0) for s in grid.prefill_seqs for t in grid.prefill_tokens]
+    points += [measure("prefill", 1, t, c) for t in grid.chunk_tokens for c in grid.chunk_context]
+    points += [measure("decode", s, 1, c) for s in grid.decode_seqs for c in grid.decode_context]
+    return points
+
+
+def transfer_facts(layout: Any, backend: str, request_pages: int = 64) -> dict[str, Any]:
+    """KV bandwidth of one request-sized transfer (coalesced) and the time of a one-page transfer."""
+    from pdreal.bench import transfer_gbps
+
+    layout = replace(layout, num_pages=max(request_pages, 1), dtype_bytes=2)
+    big = transfer_gbps(layout, request_pages, coalesce=True, backend=backend)
+    small = transfer_gbps(layout, 1, coalesce=True, backend=backend)
+    return {"backend": backend, "pages": request_pages, "bytes": big.bytes, "seconds": big.seconds,
+            "bandwidth_bytes_per_s": big.bytes / big.seconds, "bandwidth_gbit_per_s": 8 * big.bytes / big.seconds / 1e9,
+            "one_page_transfer_s": small.seconds}
+
+
+@dataclass
+class _StepClock:
+    forward_s: float = 0.0
+    forwards: int = 0
+    step_s: float = 0.0
+    steps_with_forward: int = 0
+
+
+def _instrument(engine: Any) -> _StepClock:
+    clock, forward, step = _StepClock(), engine.runner.forward, engine.step
+
+    def timed_forward(chunks: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return forward(chunks)
+        finally:
+            clock.forward_s += time.perf_counter() - start
+            clock.forwards += 1
+
+    def timed_step() -> Any:
+        before, start = clock.forwards, time.perf_counter()
+        outputs = step()
+        if clock.forwards > before:
+            clock.step_s += time.perf_counter() - start
+            clock.steps_with_forward += 1
+        return outputs
+
+    engine.runner.forward, engine.step = timed_forward, timed_step
+    return clock
+
+
+def step_overhead_facts(model: Any, config: Any, num_requests: int = 4, prompt_tokens: int = 64,
+                        output_tokens: int = 16) -> dict[str, float]:
+    """Seconds per engine step beyond the forward (scheduling, sampling, polling, bookkeeping)."""
+    from pdreal.engine.common import EngineRequest, ModelRunner
+    from pdreal.engine.decode import DecodeEngine
+    from pdreal.engine.driver import run_disaggregated
+    from pdreal.engine.prefill import PrefillEngine
+    from pdreal.model.sampling import SamplingParams
+    from pdreal.transfer import LocalHub, TransferConfig, make_kv_manager
+
+    hub, transfer = LocalHub(), TransferConfig(backend="local")
+    engines = []
+    for cls, instance in ((PrefillEngine, 0), (DecodeEngine, 1)):
+        cfg = replace(config, instance_id=instance)
+        runner = ModelRunner(model, cfg)
+        engines.append(cls(runner, make_kv_manager(transfer, runner.pool, hub), cfg))
+    clocks = [_instrument(e) for e in engines]
+    vocab = model.spec.vocab_size
+    reqs = [EngineRequest(i, tuple((13 * i + j) % vocab for j in range(prompt_tokens)),
+                          SamplingParams(max_new_tokens=output_tokens, ignore_eos=True), bootstrap_room=i + 1)
+            for i in range(num_requests)]
+    try:
+        run_disaggregated(engines[0], engines[1], reqs)
+    finally:
+        for engine in engines:
+            engine.kv.close()
+    return {f"{role}_step_overhead_s": (c.step_s - c.forward_s) / max(1, c.steps_with_forward)
+            for role, c in zip(("prefill", "decode"), clocks, strict=True)}
+
+
+def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:
+    p = sub.add_parser("profile", help="step latencies -> pdsim profile table + engine facts",
+                       description="Times prefill and decode steps over a grid on this device and writes "
+                                   f"{PROFILE_FILE} (pdsim perf.kind=table) and {FACTS_FILE} (KV capacity, page "
+                                   "size, max running requests, chunk size, KV-transfer bandwidth, step overhead).")
+    p.add_argument("--out", type=Path, default=Path("outputs/profile"), help="output folder")
+    p.add_argument("--quick", action="store_true", help="a small grid (about a minute on CPU with SmolLM2)")
+    p.add_argument("--repeats", type=int, default=0, help="timed repeats per cell (default: the grid's)")
+    p.add_argument("--config", help="serve YAML: the engine whose facts are reported (as `pdreal serve`)")
+    p.add_argument("overrides", nargs="*", help="serve config key=value, e.g. node.model=smollm2 cluster.page_size_tokens=16")
+    p.set_defaults(func=func)
+
+
+def run_profile_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from pdreal.engine.common import ModelRunner
+    from pdreal.model.weights import load_model
+    from pdreal.serving.config import load_serve_config
+    from pdreal.serving.node import engine_config, model_source
+
+    cfg = load_serve_config(args.config, args.overrides)
+    torch.set_num_threads(cfg.node.threads)
+    grid = QUICK_GRID if args.quick else ProfileGrid()
+    if args.repeats:
+        grid = ProfileGrid(**{**asdict(grid), "repeats": args.repeats})
+    served = engine_config(cfg, "decode")
+    model = load_model(model_source(cfg)).model
+    runner = ModelRunner(model, replace(served, num_pages=max(served.num_pages, grid.pages_needed(served.page_size_tokens))))
+    start = time.perf_counter()
+    points = profile_runner(runner, grid, lambda p: print(f"  {p.kind:<7} seqs {p.num_seqs:>3}  new {p.new_tokens:>5}  "
+                                                          f"ctx {p.context_tokens:>6}  {1e3 * p.latency_s:9.2f} ms",
+                                                          flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_profile_csv(args.out / PROFILE_FILE, points)
+    backend = cfg.node.transfer_backend if cfg.node.transfer_backend in ("mooncake", "local") else "local"
+    spec, layout = model.spec, runner.pool.layout
+    facts = {"model": spec.name, "model_spec": asdict(spec), "device": cfg.node.device, "dtype": cfg.node.dtype,
+             "attention": cfg.node.attention, "threads": cfg.node.threads, "engine": asdict(served),
+             "kv_capacity_tokens": served.kv_capacity_tokens, "page_size_tokens": served.page_size_tokens,
+             "max_running_requests": served.max_running_requests, "max_prefill_tokens": served.max_prefill_tokens,
+             "chunk_size_tokens": served.chunk_size_tokens,
+             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
+             "transfer": transfer_facts(layout, backend), **step_overhead_facts(model, served),
+             "profile_points": len(points), "profile_wall_s": time.perf_counter() - start, "grid": asdict(grid)}
+    (args.out / FACTS_FILE).write_text(json.dumps(facts, indent=2))
+    print(f"pdreal profile: {len(points)} points -> {args.out / PROFILE_FILE}; engine facts -> {args.out / FACTS_FILE}")
+    return 0

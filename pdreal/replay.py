@@ -1,0 +1,207 @@
+"""Open-loop replay of a workload against a pdreal router, recording pdsim's trace schema.
+
+Every request is sent at its (sped-up) arrival time whether or not earlier ones have finished,
+as `POST /generate` with token ids (`input_tokens` of them: prefix blocks sharing a hash id get
+identical tokens, the rest come from the request's own seeded stream), `max_new_tokens =
+output_tokens`, greedy, `ignore_eos` so the output length is the workload's.
+
+Timestamps (all seconds since the replay started, on the client's monotonic clock):
+- client-side: arrival_s (request sent), first_token_s / last_token_s / token_times_s (tokens
+  received), finish_s (response complete);
+- server-side: route_s and every queue time, from the router's trace row, moved from the
+  router's clock to the client's (exactly when both share a boot clock, else by the offset
+  measured with /health round trips).
+
+Every planned request ends in exactly one row: HTTP 400 and 429 answers are 'rejected', errors
+and requests still running when the replay is stopped are 'failed' with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from pdreal.serving.timebase import ClockSync, clock_id, now_s
+from pdsim.rng import stream
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
+from pdsim.workload import Request, Workload
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    speedup: float = 1.0  # divide arrival times by this
+    max_requests: int = 0  # 0 = all
+    max_duration_s: float = 0.0  # send only requests arriving before this (replay time); 0 = all
+    drain_timeout_s: float = 300.0  # after the last send, wait this long for the rest
+    max_input_tokens: int = 0  # clip prompt lengths (0 = no clip)
+    max_output_tokens: int = 0  # clip output lengths (0 = no clip)
+    seed: int = 0
+    request_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.speedup <= 0:
+            raise ValueError(f"speedup must be > 0, got {self.speedup}")
+        for name in ("max_requests", "max_input_tokens", "max_output_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    request_id: int
+    send_s: float  # replay time at which it is sent
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+    block_tokens: int = 512
+    session_id: int = -1
+
+
+def plan_requests(workload: Workload, options: ReplayOptions) -> list[PlannedRequest]:
+    """The workload's requests after the count/time bounds, speed-up and length clips."""
+    planned: list[PlannedRequest] = []
+    start = float(workload.arrival_s[0]) if len(workload) else 0.0
+    for req in workload:
+        send_s = (req.arrival_s - start) / options.speedup
+        if options.max_requests and len(planned) >= options.max_requests:
+            break
+        if options.max_duration_s and send_s >= options.max_duration_s:
+            break
+        planned.append(_clip(req, send_s, options))
+    return planned
+
+
+def _clip(req: Request, send_s: float, options: ReplayOptions) -> PlannedRequest:
+    inputs = min(req.input_tokens, options.max_input_tokens) if options.max_input_tokens else req.input_tokens
+    outputs = min(req.output_tokens, options.max_output_tokens) if options.max_output_tokens else req.output_tokens
+    return PlannedRequest(req.request_id, send_s, max(1, inputs), max(1, outputs), req.hash_ids,
+                          req.block_tokens, req.session_id)
+
+
+def prompt_ids(req: PlannedRequest, vocab_size: int, seed: int) -> list[int]:
+    """Deterministic token ids: one block of tokens per prefix hash id, then per-request tokens."""
+    low = min(256, vocab_size // 4)
+    ids: list[int] = []
+    for h in req.hash_ids:
+        if len(ids) >= req.input_tokens:
+            break
+        block = stream(seed, f"replay.block.{h}").integers(low, vocab_size, size=req.block_tokens)
+        ids.extend(block.tolist())
+    rest = req.input_tokens - len(ids)
+    if rest > 0:
+        ids.extend(stream(seed, f"replay.request.{req.request_id}").integers(low, vocab_size, size=rest).tolist())
+    return ids[:req.input_tokens]
+
+
+async def measure_clock(session: aiohttp.ClientSession, url: str, samples: int = 5) -> ClockSync:
+    sync = ClockSync(clock_id())
+    for _ in range(samples):
+        sent = now_s()
+        async with session.get(f"{url}/health", timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+            body = await resp.json()
+        sync.add_sample(body["clock_id"], sent, body["now_s"], now_s())
+    return sync
+
+
+@dataclass
+class _Result:
+    status: str = ""  # '' until the final event (then finished | failed | rejected)
+    reason: str = ""
+    sent_s: float = math.nan
+    finish_s: float = math.nan
+    token_times_s: list[float] | None = None
+    server_row: dict[str, Any] | None = None
+
+
+async def _send(session: aiohttp.ClientSession, url: str, req: PlannedRequest, ids: list[int],
+                result: _Result, timeout_s: float) -> None:
+    payload = {"input_ids": ids, "stream": True, "rid": req.request_id,
+               "sampling_params": {"max_new_tokens": req.output_tokens, "temperature": 0.0, "ignore_eos": True}}
+    result.token_times_s, result.sent_s = [], now_s()
+    try:
+        async with session.post(f"{url}/generate", json=payload,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                body = await resp.json(content_type=None)
+                result.status = STATUS_REJECTED if resp.status in (400, 429) else STATUS_FAILED
+                result.reason = body.get("error", {}).get("message", f"HTTP {resp.status}")
+                result.server_row = (body.get("meta_info") or {}).get("trace")
+                return
+            async for raw in resp.content:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                _on_event(json.loads(line[6:]), result)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        result.status, result.reason = STATUS_FAILED, f"client: {type(exc).__name__}: {exc}"
+    finally:
+        result.finish_s = now_s()
+
+
+def _on_event(event: dict[str, Any], result: _Result) -> None:
+    if event.get("output_ids"):
+        result.token_times_s.extend([now_s()] * len(event["output_ids"]))
+    meta = event.get("meta_info") or {}
+    if "status" in meta:
+        result.status, result.reason, result.server_row = meta["status"], meta["failure_reason"], meta.get("trace")
+
+
+def _row(req: PlannedRequest, result: _Result, start_s: float, sync: ClockSync) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for key, value in (result.server_row or {}).items():
+        if key.endswith("_s") and key != "token_times_s":
+            row[key] = math.nan if value is None else sync.to_local(float(value)) - start_s
+        elif key != "token_times_s":
+            row[key] = value
+    times = [t - start_s for t in result.token_times_s or []]
+    finished = result.status == STATUS_FINISHED
+    row.update(request_id=req.request_id, session_id=req.session_id, input_tokens=req.input_tokens,
+               output_tokens=len(times) if finished else req.output_tokens, status=result.status,
+               failure_reason="" if finished else result.reason, arrival_s=result.sent_s - start_s,
+               finish_s=result.finish_s - start_s, token_times_s=times,
+               first_token_s=times[0] if times else math.nan, last_token_s=times[-1] if times else math.nan)
+    row.setdefault("mode", "disaggregated")
+    return row
+
+
+async def replay(url: str, requests: list[PlannedRequest], vocab_size: int, options: ReplayOptions,
+                 on_done: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Send every request at its time; returns (trace rows, replay facts for the summary)."""
+    url = url.rstrip("/")
+    prompts = [prompt_ids(r, vocab_size, options.seed) for r in requests]
+    results = [_Result() for _ in requests]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        sync = await measure_clock(session, url)
+        start = now_s()
+        tasks: dict[asyncio.Task[None], _Result] = {}
+        lags: list[float] = []
+        for req, ids, result in zip(requests, prompts, results, strict=True):
+            delay = start + req.send_s - now_s()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            lags.append(now_s() - start - req.send_s)
+            task = asyncio.create_task(_send(session, url, req, ids, result, options.request_timeout_s))
+            if on_done is not None:
+                task.add_done_callback(lambda _, r=result: on_done(r.status or STATUS_FAILED))
+            tasks[task] = result
+        _, pending = await asyncio.wait(tasks, timeout=options.drain_timeout_s) if tasks else (set(), set())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        stopped_s = now_s() - start
+    for task, result in tasks.items():
+        if task in pending:
+            result.status, result.reason = STATUS_FAILED, f"replay stopped at {stopped_s:.1f} s before it finished"
+        elif not result.status:
+            result.status, result.reason = STATUS_FAILED, "response ended without a final status"
+    facts = {"url": url, "router_clock_offset_s": sync.offset_s, "same_clock": sync.same_clock,
+             "send_lag_s_max": float(np.max(lags)) if lags else 0.0, "wall_s": stopped_s,
+             "requests_unfinished_at_stop": len(pending)}
+    return [_row(r, res, start, sync) for r, res in zip(requests, results, strict=True)], facts

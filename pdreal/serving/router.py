@@ -1,0 +1,238 @@
+"""The router core: admission and pair choice with pdsim.policy, dual dispatch, the trace row.
+
+For each request (`Router.generate`): build the request's view and the instances' views, ask
+`pdsim.policy.admit` (a rejection ends it with status 'rejected'), ask `pdsim.policy.route` for
+a (prefill, decode) pair, draw a random 63-bit bootstrap_room from the router's seeded stream
+(the same stream names as pdsim's router), and POST the request to both halves at once; the
+decode copy carries the prefill's bootstrap host:port and the room. The decode half's tokens
+are yielded as they arrive. If one half fails or is rejected while the other still runs, the
+other is aborted; if the client goes away, both are. The final event carries one trace row on
+the router's clock (both halves' times converted with each instance's clock offset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from pdreal.engine.common import EngineRequest, merge_halves
+from pdreal.model.sampling import SamplingParams
+from pdreal.serving.config import ServeConfig
+from pdreal.serving.router_metrics import RouterMetrics
+from pdreal.serving.timebase import now_s
+from pdreal.serving.upstream import Upstream, post_abort, stream_half
+from pdreal.serving.wire import request_to_json
+from pdsim.policy import (
+    AdmissionParams,
+    AdmissionState,
+    RequestView,
+    RouterState,
+    SloPredictor,
+    admit,
+    route,
+)
+from pdsim.policy.admission import ACCEPT_ALL, ADMISSION_POLICIES
+from pdsim.rng import stream
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
+
+log = logging.getLogger(__name__)
+STOPPED = "stopped by a stop string"
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token_ids: tuple[int, ...]
+    time_s: float
+
+
+@dataclass(frozen=True)
+class FinalEvent:
+    status: str
+    failure_reason: str
+    output_ids: tuple[int, ...]
+    row: dict[str, Any]
+
+
+@dataclass
+class _Flight:
+    """One dispatched request: which halves are done and the first failure seen."""
+
+    prefill: Upstream
+    decode: Upstream
+    engine_id: int
+    prefill_line: dict[str, Any] | None = None
+    decode_line: dict[str, Any] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    first_failure: str = ""
+    token_times_s: list[float] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+
+    def note(self, line: dict[str, Any]) -> None:
+        if line["status"] != STATUS_FINISHED and not self.first_failure:
+            self.first_failure = line["failure_reason"]
+
+
+def slo_predictor(cfg: ServeConfig) -> SloPredictor | None:
+    """early_reject's latency model: the table of a `pdreal profile` CSV (node.latency_profile)."""
+    if not cfg.node.latency_profile:
+        return None
+    from pdsim.perf.table import load_table
+
+    table = load_table(Path(cfg.node.latency_profile), "", "", 0)
+    return SloPredictor(table, table, cfg.cluster.max_prefill_tokens, cfg.cluster.max_running_requests)
+
+
+class Router:
+    def __init__(self, cfg: ServeConfig, prefill: list[Upstream], decode: list[Upstream]) -> None:
+        if cfg.policy.admission not in ADMISSION_POLICIES:
+            raise ValueError(f"policy: field 'admission' has unknown value {cfg.policy.admission!r} "
+                             f"(choose from {ADMISSION_POLICIES})")
+        self.cfg, self.prefill, self.decode = cfg, prefill, decode
+        self.state = RouterState()
+        self.admission_state = AdmissionState()
+        self.route_rng = stream(cfg.seed, "router.route")
+        self.room_rng = stream(cfg.seed, "router.bootstrap_room")
+        self.predictor = slo_predictor(cfg)
+        self.metrics = RouterMetrics()
+        self.session: aiohttp.ClientSession | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._next_id = 0
+
+    def admission_params(self) -> AdmissionParams:
+        p, slo = self.cfg.policy, self.cfg.slo
+        return AdmissionParams(max_queued_requests=p.max_queued_requests, max_queued_tokens=p.max_queued_tokens,
+                               token_bucket_rps=p.token_bucket_rps, token_bucket_burst=p.token_bucket_burst,
+                               ttft_slo_s=slo.ttft_s, tbt_slo_s=slo.tpot_s, ttft_margin=p.admission_ttft_margin,
+                               tbt_margin=p.admission_tbt_margin)
+
+    def new_request_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _choose(self, view: RequestView, now: float) -> tuple[tuple[Upstream, Upstream] | None, str, str]:
+        """((prefill, decode), '', '') or (None, status, reason)."""
+        p_views, d_views = [u.view() for u in self.prefill], [u.view() for u in self.decode]
+        name = self.cfg.policy.admission
+        if name != ACCEPT_ALL:
+            verdict = admit(name, view, p_views, d_views, self.admission_params(), self.admission_state, now,
+                            self.predictor)
+            if not verdict.admitted:
+                return None, STATUS_REJECTED, verdict.reason
+        decision = route(self.cfg.policy.routing, view, p_views, d_views, self.state, self.route_rng)
+        if decision is None:
+            return None, STATUS_FAILED, "no healthy instance to route to"
+        return (self.prefill[decision.prefill_id], self.decode[decision.decode_id]), "", ""
+
+    async def generate(self, input_ids: tuple[int, ...], sampling: SamplingParams, request_id: int,
+                       stop: asyncio.Event | None = None) -> AsyncIterator[TokenEvent | FinalEvent]:
+        """Serve one request; setting `stop` (a stop string matched) ends it as finished early."""
+        arrival = now_s()
+        base = {"request_id": request_id, "input_tokens": len(input_ids), "output_tokens": sampling.max_new_tokens,
+                "mode": "disaggregated", "arrival_s": arrival}
+        pair, status, reason = self._choose(RequestView(request_id, len(input_ids), sampling.max_new_tokens,
+                                                        arrival_s=arrival), arrival)
+        if pair is None:
+            row = {**base, "status": status, "failure_reason": reason, "finish_s": now_s()}
+            self.metrics.observe(row, 0)
+            yield FinalEvent(status, reason, (), row)
+            return
+        room = int(self.room_rng.integers(0, 2**63, dtype=np.int64))
+        flight = _Flight(pair[0], pair[1], engine_id=room, stop=stop or asyncio.Event())
+        req = EngineRequest(room, input_ids, sampling, bootstrap_room=room, arrival_s=arrival)
+        payload = request_to_json(req, flight.prefill.url.removeprefix("http://"))
+        flight.prefill.queued[room] = flight.decode.queued[room] = len(input_ids)
+        base.update(route_s=now_s(), prefill_instance=flight.prefill.index, decode_instance=flight.decode.index,
+                    bootstrap_room=room)
+        self.metrics.inflight += 1
+        prefill_task = asyncio.create_task(self._prefill_half(flight, payload))
+        try:
+            async for event in self._decode_half(flight, payload):
+                yield event
+            await self._await_prefill(flight, prefill_task)
+            yield self._final(flight, base)
+        finally:
+            self.metrics.inflight -= 1
+            flight.prefill.queued.pop(room, None)
+            flight.decode.queued.pop(room, None)
+            if flight.decode_line is None or flight.prefill_line is None:  # client gone mid-way
+                prefill_task.cancel()
+                for upstream in (flight.prefill, flight.decode):
+                    self._spawn(post_abort(self.session, upstream, room, "client disconnected"))
+
+    async def _prefill_half(self, flight: _Flight, payload: dict[str, Any]) -> None:
+        timeout = self.cfg.node.request_timeout_s
+        async for line in stream_half(self.session, flight.prefill, payload, timeout):
+            if line.get("finished"):
+                flight.prefill_line = line
+                flight.prefill.queued.pop(flight.engine_id, None)
+                flight.note(line)
+                if line["status"] != STATUS_FINISHED and flight.decode_line is None:
+                    why = f"prefill half {line['status']}: {line['failure_reason']}"
+                    self._spawn(post_abort(self.session, flight.decode, flight.engine_id, why))
+
+    async def _decode_half(self, flight: _Flight, payload: dict[str, Any]) -> AsyncIterator[TokenEvent]:
+        timeout = self.cfg.node.request_timeout_s
+        async for line in stream_half(self.session, flight.decode, payload, timeout):
+            if not line.get("finished"):
+                t = now_s()
+                flight.decode.queued.pop(flight.engine_id, None)
+                flight.output_ids.extend(line["token_ids"])
+                flight.token_times_s.extend([t] * len(line["token_ids"]))
+                yield TokenEvent(tuple(line["token_ids"]), t)
+                if flight.stop.is_set() and not flight.first_failure:
+                    flight.first_failure = STOPPED
+                    self._spawn(post_abort(self.session, flight.decode, flight.engine_id, STOPPED))
+                continue
+            flight.decode_line = line
+            if flight.first_failure == STOPPED:
+                line = {**line, "status": STATUS_FINISHED, "failure_reason": ""}
+                flight.decode_line = line
+            flight.note(line)
+            if line["status"] != STATUS_FINISHED and flight.prefill_line is None:
+                why = f"decode half {line['status']}: {line['failure_reason']}"
+                self._spawn(post_abort(self.session, flight.prefill, flight.engine_id, why))
+
+    async def _await_prefill(self, flight: _Flight, task: asyncio.Task[None]) -> None:
+        """The prefill half normally ends before the first token; a stuck one is given up on."""
+        f = self.cfg.faults
+        grace_s = max(1.0, f.heartbeat_interval_s * (f.heartbeat_misses + 1))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), grace_s)
+        except asyncio.TimeoutError:
+            task.cancel()
+            line = {"finished": True, "status": STATUS_FAILED, "row": {},
+                    "failure_reason": f"{flight.prefill.name}: prefill half unfinished {grace_s:g} s after decode"}
+            flight.prefill_line = line
+            flight.note(line)
+
+    def _final(self, flight: _Flight, base: dict[str, Any]) -> FinalEvent:
+        halves = []
+        for upstream, line in ((flight.prefill, flight.prefill_line), (flight.decode, flight.decode_line)):
+            row = upstream.times_to_local(line.get("row") or {})
+            row.update(status=line["status"], failure_reason=line["failure_reason"])
+            halves.append(row)
+        row = merge_halves(*halves)
+        times = flight.token_times_s
+        row.update(base, first_token_s=times[0] if times else math.nan, last_token_s=times[-1] if times else math.nan,
+                   token_times_s=list(times), finish_s=now_s())
+        if flight.first_failure == STOPPED and row["status"] == STATUS_FINISHED:
+            row["failure_reason"] = ""
+        if row["status"] == STATUS_FINISHED:
+            row["output_tokens"] = len(flight.output_ids)
+        else:
+            row["failure_reason"] = flight.first_failure or row["failure_reason"]
+        self.metrics.observe(row, len(flight.output_ids))
+        return FinalEvent(row["status"], row["failure_reason"], tuple(flight.output_ids), row)

@@ -1,0 +1,68 @@
+"""The router's /metrics: request outcomes, TTFT/TPOT/E2E histograms, instance state.
+
+TTFT and TPOT here are measured at the router (first token received from the decode instance
+minus the request's arrival at the router; TPOT excludes the first token), the same
+definitions as pdsim.metrics. Instance gauges come from the latest /stats poll.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pdreal.serving.metrics import TPOT_BUCKETS_S, TTFT_BUCKETS_S, MetricsRegistry
+from pdsim.trace import STATUS_FINISHED
+
+
+def _failure_side(reason: str) -> str:
+    for side in ("prefill", "decode", "bootstrap", "heartbeat"):
+        if side in reason:
+            return side
+    return "router"
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        reg = self.registry = MetricsRegistry()
+        self.requests = reg.counter("pdreal_router_requests_total", "requests ended, by status")
+        self.failures = reg.counter("pdreal_router_failures_total",
+                                    "failed or rejected requests, by status and the side named in the reason")
+        self.tokens = reg.counter("pdreal_router_output_tokens_total", "output tokens streamed to clients")
+        self.ttft = reg.histogram("pdreal_ttft_seconds", "time to first token at the router", TTFT_BUCKETS_S)
+        self.tpot = reg.histogram("pdreal_tpot_seconds", "time per output token after the first", TPOT_BUCKETS_S)
+        self.e2e = reg.histogram("pdreal_e2e_seconds", "arrival to last token of finished requests",
+                                 TTFT_BUCKETS_S)
+        self.inflight_gauge = reg.gauge("pdreal_router_inflight_requests", "requests dispatched and not ended")
+        self.queue = reg.gauge("pdreal_queue_requests", "requests in each instance queue (last poll)")
+        self.kv_used = reg.gauge("pdreal_kv_used_tokens", "KV pool tokens in use (last poll)")
+        self.kv_total = reg.gauge("pdreal_kv_total_tokens", "KV pool capacity in tokens")
+        self.healthy = reg.gauge("pdreal_instance_healthy", "1 when the router routes to the instance")
+        self.queued = reg.gauge("pdreal_router_queued_requests", "router-side queued requests per instance")
+        self.inflight = 0
+
+    def observe(self, row: dict[str, Any], num_tokens: int) -> None:
+        status = row["status"]
+        self.requests.inc(status=status)
+        self.tokens.inc(num_tokens)
+        if status != STATUS_FINISHED:
+            self.failures.inc(status=status, side=_failure_side(row.get("failure_reason", "")))
+            return
+        first, last = row.get("first_token_s", math.nan), row.get("last_token_s", math.nan)
+        self.ttft.observe(first - row["arrival_s"])
+        if num_tokens > 1:
+            self.tpot.observe((last - first) / (num_tokens - 1))
+        self.e2e.observe(last - row["arrival_s"])
+
+    def render(self, upstreams: list[Any]) -> str:
+        for gauge in (self.queue, self.kv_used, self.kv_total, self.healthy, self.queued):
+            gauge.clear()
+        self.inflight_gauge.set(self.inflight)
+        for u in upstreams:
+            labels = {"role": u.role, "instance": u.index}
+            for name, count in u.stats.get("queues", {}).items():
+                self.queue.set(count, queue=name, **labels)
+            self.kv_used.set(u.stats.get("kv_used_tokens", 0), **labels)
+            self.kv_total.set(u.stats.get("kv_total_tokens", 0), **labels)
+            self.healthy.set(1 if u.healthy else 0, **labels)
+            self.queued.set(len(u.queued), **labels)
+        return self.registry.render()

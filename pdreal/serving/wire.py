@@ -1,0 +1,101 @@
+"""The internal router <-> instance request format (JSON) and the NDJSON output lines.
+
+POST /generate on an instance takes
+
+    {"request_id": int, "input_ids": [int, ...], "sampling": {SamplingParams fields},
+     "bootstrap_room": int, "bootstrap_host": str, "bootstrap_port": int, "arrival_s": float}
+
+(decode instances use bootstrap_host:port to find the prefill rank) and answers a stream of
+JSON lines: {"token_ids": [...]} while running (decode only) and one final
+{"finished": true, "status", "failure_reason", "row": {trace half-row}}.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, fields
+from typing import Any
+
+from pdreal.engine.common import EngineRequest, RequestOutput
+from pdreal.model.sampling import SamplingParams
+
+SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
+
+
+def sampling_from_json(data: Any, where: str = "sampling") -> SamplingParams:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown} (known: {list(SAMPLING_FIELDS)})")
+    values = dict(data)
+    if "stop_token_ids" in values:
+        values["stop_token_ids"] = tuple(int(t) for t in values["stop_token_ids"])
+    for name in ("max_new_tokens", "seed"):
+        if name in values and (not isinstance(values[name], int) or isinstance(values[name], bool)):
+            raise ValueError(f"{where}: field {name!r} must be an integer, got {values[name]!r}")
+    return SamplingParams(**values)
+
+
+def sampling_to_json(params: SamplingParams) -> dict[str, Any]:
+    data = asdict(params)
+    data["stop_token_ids"] = list(params.stop_token_ids)
+    return data
+
+
+def check_token_ids(ids: Any, vocab_size: int, where: str = "input_ids") -> tuple[int, ...]:
+    if not isinstance(ids, list) or not ids:
+        raise ValueError(f"{where} must be a non-empty list of token ids")
+    bad = next((t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"{where}: token id {bad!r} is not an int in [0, {vocab_size})")
+    return tuple(ids)
+
+
+def request_to_json(req: EngineRequest, bootstrap: str) -> dict[str, Any]:
+    host, _, port = bootstrap.rpartition(":")
+    return {"request_id": req.request_id, "input_ids": list(req.input_ids),
+            "sampling": sampling_to_json(req.sampling), "bootstrap_room": req.bootstrap_room,
+            "bootstrap_host": host, "bootstrap_port": int(port), "arrival_s": req.arrival_s}
+
+
+def request_from_json(body: Any, vocab_size: int) -> tuple[EngineRequest, str]:
+    """(request, bootstrap host:port); ValueError names the bad field."""
+    if not isinstance(body, dict):
+        raise ValueError(f"request body must be a JSON object, got {type(body).__name__}")
+    missing = [k for k in ("request_id", "input_ids", "bootstrap_room") if k not in body]
+    if missing:
+        raise ValueError(f"missing fields {missing}")
+    rid, room = body["request_id"], body["bootstrap_room"]
+    if not isinstance(rid, int) or not isinstance(room, int):
+        raise ValueError(f"request_id and bootstrap_room must be integers, got {rid!r}, {room!r}")
+    req = EngineRequest(rid, check_token_ids(body["input_ids"], vocab_size),
+                        sampling_from_json(body.get("sampling", {})), bootstrap_room=room,
+                        arrival_s=float(body.get("arrival_s", math.nan)))
+    bootstrap = f"{body.get('bootstrap_host', '')}:{body.get('bootstrap_port', '')}"
+    return req, bootstrap
+
+
+def output_line(out: RequestOutput) -> bytes:
+    if not out.finished:
+        return (json.dumps({"token_ids": list(out.token_ids)}) + "\n").encode()
+    final = {"finished": True, "status": out.status, "failure_reason": out.failure_reason,
+             "token_ids": list(out.token_ids), "row": out.row or {}}
+    return (json.dumps(final) + "\n").encode()
+
+
+def failed_line(status: str, reason: str, row: dict[str, Any] | None = None) -> bytes:
+    final = {"finished": True, "status": status, "failure_reason": reason, "token_ids": [], "row": row or {}}
+    return (json.dumps(final) + "\n").encode()
+
+
+def json_safe(value: Any) -> Any:
+    """NaN -> None recursively (strict JSON for clients)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value

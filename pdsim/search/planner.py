@@ -1,0 +1,221 @@
+"""Placement planner (`pdsim plan`): the P:D split and TP per side for a GPU budget.
+
+DistServe-style placement search, with the simulator as the goodput oracle:
+
+1. Per role and TP option (those whose weights fit one instance), the goodput of ONE instance:
+   prefill = 1 prefill instance at TP t beside `helper_instances` decode instances at the
+   largest TP (so decode is not the bottleneck), decode = the mirror image, colocated = one
+   colocated instance. The fleet's goodput is attributed to the measured instance.
+2. Candidates: every (TP_p, TP_d, n_p) with as many decode instances n_d as the rest of the
+   budget holds; estimated goodput min(n_p * g_p, n_d * g_d), so the best estimates are the
+   splits that balance the two sides' rates. Colocated: gpus // t instances at TP t, estimate
+   n * g_c(t).
+3. The `verify_top` best estimates of each mode are re-measured with a full-fleet goodput search;
+   the recommendation is the best verified disaggregated fleet, and the gain is its goodput over
+   the best verified colocated fleet on the same GPUs.
+
+`plan(cfg, evaluate)` takes the goodput oracle as an argument (`simulated_goodput` by default)
+so the arithmetic can be tested with a closed-form stub.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from pdsim.config import Config
+from pdsim.perf import kv_capacity_tokens
+
+log = logging.getLogger(__name__)
+
+PREFILL, DECODE, COLOCATED, DISAGG = "prefill", "decode", "colocated", "disaggregated"
+# goodput oracle: (config, a rate to start the search from) -> goodput in req/s
+Evaluate = Callable[[Config, float], float]
+
+
+@dataclass(frozen=True, slots=True)
+class RoleGoodput:
+    role: str
+    tp: int
+    goodput_rps: float
+
+    @property
+    def per_gpu_rps(self) -> float:
+        return self.goodput_rps / self.tp
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One fleet: disaggregated (prefill, decode > 0) or colocated (colocated > 0)."""
+
+    mode: str
+    estimate_rps: float
+    prefill: int = 0
+    decode: int = 0
+    colocated: int = 0
+    prefill_tp: int = 1
+    decode_tp: int = 1
+    colocated_tp: int = 1
+    goodput_rps: float = math.nan  # measured on the full fleet (nan: not verified)
+
+    @property
+    def gpus(self) -> int:
+        if self.mode == COLOCATED:
+            return self.colocated * self.colocated_tp
+        return self.prefill * self.prefill_tp + self.decode * self.decode_tp
+
+    @property
+    def label(self) -> str:
+        if self.mode == COLOCATED:
+            return f"colocated x{self.colocated} (TP{self.colocated_tp})"
+        return f"{self.prefill}P(TP{self.prefill_tp}) {self.decode}D(TP{self.decode_tp})"
+
+
+@dataclass(frozen=True)
+class Plan:
+    gpus: int
+    roles: tuple[RoleGoodput, ...]
+    disaggregated: tuple[Candidate, ...]  # verified, best first
+    colocated: tuple[Candidate, ...]
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.disaggregated[0] if self.disaggregated else None
+
+    @property
+    def best_colocated(self) -> Candidate | None:
+        return self.colocated[0] if self.colocated else None
+
+    @property
+    def gain(self) -> float:
+        """Best disaggregated goodput / best colocated goodput (nan when either is missing or 0)."""
+        if self.best is None or self.best_colocated is None or self.best_colocated.goodput_rps <= 0:
+            return math.nan
+        return self.best.goodput_rps / self.best_colocated.goodput_rps
+
+
+def fitting_tps(cfg: Config) -> list[int]:
+    """TP options (ascending) whose weights fit with room for KV, within one node and the budget."""
+    fits = []
+    for tp in sorted(set(cfg.plan.tp_options)):
+        if tp < 1 or tp > min(cfg.hardware.gpus_per_node, cfg.plan.gpus):
+            continue
+        try:
+            kv_capacity_tokens(cfg.model, cfg.hardware, tp, cfg.cluster.gpu_memory_utilization)
+        except ValueError as exc:
+            log.info("TP%d skipped: %s", tp, exc)
+            continue
+        fits.append(tp)
+    if not fits:
+        raise ValueError(
+            f"plan: no TP option in {list(cfg.plan.tp_options)} fits {cfg.model.name} on {cfg.hardware.name} "
+            f"within plan.gpus={cfg.plan.gpus}"
+        )
+    return fits
+
+
+def candidate_config(cfg: Config, cand: Candidate) -> Config:
+    cluster = replace(
+        cfg.cluster, total_instances=0, mode="colocated" if cand.mode == COLOCATED else "disaggregated",
+        prefill=max(1, cand.prefill), decode=max(1, cand.decode), colocated=max(1, cand.colocated),
+        prefill_tp=cand.prefill_tp, decode_tp=cand.decode_tp, colocated_tp=cand.colocated_tp,
+    )
+    return replace(cfg, cluster=cluster)
+
+
+def role_fleet(role: str, tp: int, helper_tp: int, helpers: int) -> Candidate:
+    """The fleet that measures one instance of `role` at TP `tp`."""
+    if role == PREFILL:
+        return Candidate(DISAGG, 0.0, prefill=1, decode=helpers, prefill_tp=tp, decode_tp=helper_tp)
+    if role == DECODE:
+        return Candidate(DISAGG, 0.0, prefill=helpers, decode=1, prefill_tp=helper_tp, decode_tp=tp)
+    return Candidate(COLOCATED, 0.0, colocated=1, colocated_tp=tp)
+
+
+def measure_roles(cfg: Config, tps: Sequence[int], evaluate: Evaluate, colocated: bool) -> list[RoleGoodput]:
+    helper_tp, helpers = max(tps), cfg.plan.helper_instances
+    roles = [PREFILL, DECODE, COLOCATED] if colocated else [PREFILL, DECODE]
+    out = []
+    for role in roles:
+        for tp in tps:
+            fleet = role_fleet(role, tp, helper_tp, helpers)
+            g = evaluate(candidate_config(cfg, fleet), cfg.search.start_rps)
+            log.info("one %s instance at TP%d: %.4g req/s", role, tp, g)
+            out.append(RoleGoodput(role, tp, g))
+    _warn_weak_helpers(out, helper_tp, helpers)
+    return out
+
+
+def _warn_weak_helpers(roles: Sequence[RoleGoodput], helper_tp: int, helpers: int) -> None:
+    by = {(r.role, r.tp): r.goodput_rps for r in roles}
+    for role, other in ((PREFILL, DECODE), (DECODE, PREFILL)):
+        helper_rate = helpers * by.get((other, helper_tp), math.inf)
+        worst = max((r.goodput_rps for r in roles if r.role == role), default=0.0)
+        if helper_rate < 1.5 * worst:
+            log.warning("plan: %d %s helpers (%.4g req/s) may limit the %s measurement (%.4g req/s); "
+                        "raise plan.helper_instances", helpers, other, helper_rate, role, worst)
+
+
+def disaggregated_candidates(roles: Sequence[RoleGoodput], gpus: int) -> list[Candidate]:
+    """Every P:D fleet filling the budget (decode takes the rest), best estimate first."""
+    pre = [r for r in roles if r.role == PREFILL and r.goodput_rps > 0]
+    dec = [r for r in roles if r.role == DECODE and r.goodput_rps > 0]
+    cands = []
+    for p in pre:
+        for d in dec:
+            for n_p in range(1, (gpus - d.tp) // p.tp + 1):
+                n_d = (gpus - n_p * p.tp) // d.tp
+                est = min(n_p * p.goodput_rps, n_d * d.goodput_rps)
+                cands.append(Candidate(DISAGG, est, prefill=n_p, decode=n_d, prefill_tp=p.tp, decode_tp=d.tp))
+    return rank(cands, key=lambda c: c.estimate_rps)
+
+
+def colocated_candidates(roles: Sequence[RoleGoodput], gpus: int) -> list[Candidate]:
+    cands = [Candidate(COLOCATED, (gpus // r.tp) * r.goodput_rps, colocated=gpus // r.tp, colocated_tp=r.tp)
+             for r in roles if r.role == COLOCATED and r.goodput_rps > 0 and gpus // r.tp > 0]
+    return rank(cands, key=lambda c: c.estimate_rps)
+
+
+def rank(cands: Sequence[Candidate], key: Callable[[Candidate], float]) -> list[Candidate]:
+    """Highest key first; ties: fewer GPUs, then smaller TPs, then fewer prefill instances."""
+    return sorted(cands, key=lambda c: (-key(c), c.gpus, c.prefill_tp, c.decode_tp, c.colocated_tp, c.prefill))
+
+
+def verify(cfg: Config, cands: Sequence[Candidate], evaluate: Evaluate, top: int) -> tuple[Candidate, ...]:
+    checked = []
+    for cand in cands[:top]:
+        g = evaluate(candidate_config(cfg, cand), max(cand.estimate_rps, cfg.search.start_rps))
+        log.info("%s: estimated %.4g, measured %.4g req/s", cand.label, cand.estimate_rps, g)
+        checked.append(replace(cand, goodput_rps=g))
+    return tuple(rank(checked, key=lambda c: c.goodput_rps))
+
+
+def simulated_goodput(cfg: Config, start_rps: float) -> float:
+    """The default oracle: a goodput search (pdsim.search.task.goodput_search) from `start_rps`."""
+    from pdsim.search.task import goodput_search
+
+    return goodput_search(replace(cfg, search=replace(cfg.search, start_rps=start_rps))).goodput_rps
+
+
+def planning_config(cfg: Config) -> Config:
+    """The config the planner simulates: plan.num_requests requests per probe."""
+    if cfg.plan.gpus < 1 or cfg.plan.verify_top < 1 or cfg.plan.helper_instances < 1:
+        raise ValueError(
+            f"plan: gpus={cfg.plan.gpus}, verify_top={cfg.plan.verify_top} and "
+            f"helper_instances={cfg.plan.helper_instances} must be >= 1"
+        )
+    if cfg.plan.num_requests > 0:
+        cfg = replace(cfg, scenario=replace(cfg.scenario, num_requests=cfg.plan.num_requests))
+    return cfg
+
+
+def plan(cfg: Config, evaluate: Evaluate = simulated_goodput) -> Plan:
+    """Measure roles, rank fleets under plan.gpus, verify the best of each mode."""
+    cfg = planning_config(cfg)
+    tps = fitting_tps(cfg)
+    roles = measure_roles(cfg, tps, evaluate, cfg.plan.colocated)
+    disagg = verify(cfg, disaggregated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
+    coloc = verify(cfg, colocated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
+    return Plan(cfg.plan.gpus, tuple(roles), disagg, coloc)

@@ -1,0 +1,237 @@
+"""Skip-ahead: a running decode batch advances several iterations with one simpy event.
+
+A `Span` is k >= 1 iterations of a batch whose membership cannot change before its last
+boundary: no request finishes, no page growth runs short (retraction), no pre-allocation becomes
+possible, the waiting queue cannot join. Its boundaries
+`b_1 .. b_k` are computed up front (steptime.py, float additions in simpy's order) and the
+instance sleeps on one timeout until `b_end` (= b_k). The boundaries in between are *virtual*:
+the tokens they produce and the KV pages they grow (evicting prefix-cache blocks where the pool
+is full) are applied lazily (`settle`) when the span ends or when something must see the exact
+state earlier (a request aborted, a crash, a cache-aware router reading the prefix cache).
+
+Anything that changes what the next boundary would do (a new request handshaken, KV arrived, a
+reload done, a request released) calls `notify`; during a span that *truncates* it: the end
+moves to the first boundary at or after now and the waiting process is interrupted, so the step
+path's next boundary is where the instance wakes. Router and sampler views read the pages the
+virtual boundaries have grown without settling (`pending_pages`).
+
+Ties: a virtual boundary at exactly the current time counts as not yet passed. The step path
+orders such a tie by simpy's event ids, which a skipped boundary does not have; with real-valued
+step times exact float ties do not occur (the equivalence tests check whole traces).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import simpy
+
+from pdsim.perf import LatencyModel
+from pdsim.sim.state import SimRequest
+from pdsim.sim.steptime import StepSeries, boundaries
+
+MAX_SPAN_ITERATIONS = 1024  # longer runs are split into several spans (bounds the work per span)
+
+
+def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:
+    """The next timeout delay towards the absolute time target_s >= now_s, and whether it lands
+    exactly there. simpy schedules at now + delay, and target - now is exact once now >= target/2
+    (Sterbenz), so from there one hop lands on target_s; earlier, hop half-way first."""
+    delay = target_s - now_s
+    if now_s + delay == target_s:
+        return delay, True
+    return delay / 2, False
+
+
+@dataclass(frozen=True, slots=True)
+class PageGrowth:
+    """Pages a batch of `n` requests grows over its next iterations.
+
+    A request whose KV length at iteration 0 is r modulo the page size grows one page at the
+    start of iteration i when its length then, r + i, is a page multiple: floor((j + r) / page)
+    times in iterations 1..j. Summed over the batch that is q * n + #{r >= page - s} with
+    j = q * page + s, an O(1) lookup in `at_least` (at_least[x] = requests with r >= x).
+    """
+
+    n: int
+    page: int
+    at_least: tuple[int, ...]
+
+    @classmethod
+    def of(cls, kv_tokens: Iterable[int], page: int) -> PageGrowth:
+        counts = [0] * (page + 1)
+        n = 0
+        for kv in kv_tokens:
+            counts[kv % page] += 1
+            n += 1
+        for x in range(page - 1, -1, -1):
+            counts[x] += counts[x + 1]
+        return cls(n, page, tuple(counts))
+
+    def pages(self, j: int) -> int:
+        """Pages grown at the boundaries 1..j."""
+        if j <= 0:
+            return 0
+        q, s = divmod(j, self.page)
+        return q * self.n + self.at_least[self.page - s]
+
+    def first_over(self, free_pages: int, k: int) -> int:
+        """The first boundary j in 1..k-1 whose growth exceeds free_pages (k if none)."""
+        lo, hi = 1, k  # pages() is non-decreasing: bisect for the first j with pages(j) > free
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.pages(mid) > free_pages:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
+@dataclass(slots=True, eq=False)
+class Span:
+    bounds: np.ndarray  # b_0 (start) .. b_k
+    steps: np.ndarray  # step_0 .. step_{k-1}
+    growth: PageGrowth | None  # None for a single iteration
+    end: int  # the boundary the instance wakes at (k, or earlier once truncated)
+    settled: int = 0  # virtual boundaries 1..settled are applied
+
+    @property
+    def end_s(self) -> float:
+        return float(self.bounds[self.end])
+
+    def due(self, now_s: float) -> int:
+        """Virtual boundaries passed strictly before now_s (never the end)."""
+        passed = int(self.bounds.searchsorted(now_s)) - 1
+        return max(0, min(passed, self.end - 1))
+
+    def pending_pages(self, now_s: float) -> int:
+        """Pages grown by boundaries passed but not yet settled."""
+        j = self.due(now_s)
+        if j <= self.settled or self.growth is None:
+            return 0
+        return self.growth.pages(j) - self.growth.pages(self.settled)
+
+    def truncate(self, now_s: float) -> bool:
+        """End at the first boundary at or after now_s; True if the end moved earlier."""
+        first = max(1, self.settled + 1, int(self.bounds.searchsorted(now_s)))
+        if first < self.end:
+            self.end = first
+            return True
+        return False
+
+
+class BatchClock:
+    """Plans, waits out and truncates the spans of one instance's running batch."""
+
+    def __init__(self, env: simpy.Environment, latency: LatencyModel, page_size_tokens: int, skip_ahead: bool) -> None:
+        self.env = env
+        self.series = StepSeries(latency)
+        self.page = page_size_tokens
+        self.max_iterations = MAX_SPAN_ITERATIONS if skip_ahead else 1
+        self.span: Span | None = None
+        self.process: simpy.Process | None = None
+
+    def limit(self, running: Collection[SimRequest], free_pages: int) -> tuple[int, PageGrowth | None]:
+        """Iterations the batch runs before a request finishes or its page growth at a boundary
+        needs more than `free_pages` (at most max_iterations), and its page growth."""
+        k = self.max_iterations
+        if k > 1:
+            k = min(k, min(sr.req.output_tokens - sr.generated for sr in running))
+        if k <= 1:
+            return 1, None
+        growth = PageGrowth.of((sr.kv_tokens for sr in running), self.page)
+        if growth.pages(k - 1) > free_pages:
+            k = growth.first_over(free_pages, k)
+        return k, growth
+
+    def begin(self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None) -> Span:
+        steps = self.series.steps(n, ctx_tokens, k)
+        span = Span(boundaries(self.env.now, steps), steps, growth if k > 1 else None, k)
+        self.span = span
+        return span
+
+    def wait(self, span: Span) -> Iterator[simpy.Event]:
+        """simpy sub-process: sleep until the span's (possibly moved) end."""
+        while True:
+            delay, lands = hop_delay(self.env.now, span.end_s)
+            try:
+                yield self.env.timeout(delay)
+            except simpy.Interrupt:
+                continue
+            if lands:
+                return
+
+    def truncate(self) -> None:
+        """Something changed what the next boundary does: wake there instead of at the end."""
+        span = self.span
+        if span is not None and span.truncate(self.env.now) and self.env.active_process is not self.process:
+            self.process.interrupt("batch changed")
+
+    def pending_pages(self) -> int:
+        return self.span.pending_pages(self.env.now) if self.span is not None else 0
+
+    def view_valid_until_s(self) -> float:
+        """Until when pending_pages() keeps its current value: the next virtual boundary."""
+        span = self.span
+        if span is None:
+            return math.inf
+        j = span.due(self.env.now)
+        return float(span.bounds[j + 1]) if j + 1 < span.end else math.inf
+
+    def settle(self, owner: BatchOwner, upto: int) -> None:
+        """Apply the span's virtual boundaries settled+1..upto to `owner`'s running batch:
+        one token per request per boundary, the pages each grows, the iterations' busy time."""
+        span = self.span
+        if span is None or upto <= span.settled:
+            return
+        d, page, first = upto - span.settled, self.page, span.settled + 1
+        times: list[float] | None = None
+        for sr in owner.running.values():
+            kv = sr.kv_tokens
+            grow = (kv + d) // page - kv // page
+            sr.kv_tokens = kv + d
+            sr.generated += d
+            if grow:
+                owner.add_pages(sr, grow)
+            if sr.token_times is not None:
+                if times is None:
+                    times = span.bounds[first:upto + 1].tolist()
+                sr.token_times.extend(times)
+        span.settled = upto
+        owner.advanced(d, span.steps[first:upto + 1])
+
+    def settle_now(self, owner: BatchOwner) -> None:
+        """Apply every virtual boundary passed before now (before the batch changes)."""
+        if self.span is not None:
+            self.settle(owner, self.span.due(self.env.now))
+
+
+class BatchOwner(Protocol):
+    """The instance whose running batch BatchClock.settle advances."""
+
+    running: dict[int, SimRequest]
+
+    def add_pages(self, sr: SimRequest, pages: int) -> None:
+        """Grow `sr`'s KV by `pages` pages (they are known to be free)."""
+
+    def advanced(self, iterations: int, steps: np.ndarray) -> None:
+        """The batch ran `iterations` more iterations of these step times: update counters."""
+
+
+def add_steps(total_s: float, steps: np.ndarray) -> float:
+    """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
+    if steps.shape[0] == 0:
+        return total_s
+    if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
+        out = np.empty(steps.shape[0] + 1, dtype=np.float64)
+        out[0] = total_s
+        out[1:] = steps
+        return float(out.cumsum(out=out)[-1])
+    total = total_s
+    for step in steps.tolist():
+        total += step
+    return total

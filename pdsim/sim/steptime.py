@@ -1,0 +1,101 @@
+"""Decode step times for a run of iterations whose batch does not change.
+
+While the same `n` requests decode, iteration i reads `ctx0 + n * i` context tokens.
+`StepSeries.steps(n, ctx0, k)` returns the k step times and `boundaries(start_s, steps)` the
+iteration boundaries `b_{i+1} = b_i + step_i`, accumulated one addition at a time exactly as
+simpy adds a timeout's delay to its clock, so k iterations advanced at once end at the very
+float time k single steps would.
+
+Linear and roofline models are evaluated vectorised with the same floating-point operations, in
+the same order, as their `decode_time_s` (so each step is bit-identical to the scalar call on
+CPython 3.11; `sum` of floats is compensated from 3.12 on, which can move roofline's last bit).
+Other models are called once per iteration. For every model in pdsim.perf a decode-only mixed
+step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
+iterations use the same series. Both simulator paths (step by step and skip-ahead) take every
+decode-only step from here, so they agree bit for bit whatever the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pdsim.perf import LatencyModel, LinearModel, RooflineModel
+from pdsim.perf import cost as roofline_cost
+
+VectorFn = Callable[[int, np.ndarray], np.ndarray]
+
+
+class StepSeries:
+    """Step times of decode iterations for one instance's latency model."""
+
+    def __init__(self, latency: LatencyModel) -> None:
+        self.latency = latency
+        self._vector: VectorFn | None = None
+        if isinstance(latency, LinearModel):
+            self._vector = _linear_vector(latency)
+        elif isinstance(latency, RooflineModel):
+            self._vector = RooflineDecode(latency)
+
+    def steps(self, n: int, ctx0: int, k: int) -> np.ndarray:
+        """Step times (s) of k iterations of `n` sequences starting with `ctx0` context tokens."""
+        ctx = np.arange(ctx0, ctx0 + n * k, n, dtype=np.int64) if n > 0 else np.full(k, ctx0, dtype=np.int64)
+        if self._vector is not None:
+            return self._vector(n, ctx)
+        decode = self.latency.decode_time_s
+        return np.array([decode(n, c) for c in ctx.tolist()], dtype=np.float64)
+
+
+def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
+    """b_0 = start_s, b_{i+1} = b_i + steps[i]: sequential float additions (np.cumsum is)."""
+    out = np.empty(steps.shape[0] + 1, dtype=np.float64)
+    out[0] = start_s
+    out[1:] = steps
+    return out.cumsum(out=out)
+
+
+def _linear_vector(m: LinearModel) -> VectorFn:
+    def steps(n: int, ctx: np.ndarray) -> np.ndarray:
+        # same association as LinearModel.decode_time_s: (base + per_seq * n) + per_ctx * ctx
+        return (m.decode_base_s + m.decode_per_seq_s * n) + m.decode_per_ctx_token_s * ctx
+
+    return steps
+
+
+class RooflineDecode:
+    """RooflineModel.decode_time_s over an array of context lengths (one batch size at a time).
+
+    Only the decode-attention operator depends on the context; the others (GEMMs, LM head,
+    all-reduces) are taken from the model's own terms once per batch size.
+    """
+
+    def __init__(self, model: RooflineModel) -> None:
+        self.model = model
+        self._fixed: dict[int, tuple[list[tuple[float, float]], int, float]] = {}
+
+    def _parts(self, n: int) -> tuple[list[tuple[float, float]], int, float]:
+        parts = self._fixed.get(n)
+        if parts is None:
+            m = self.model
+            step = roofline_cost.decode_cost(m.model, n, 0, m.tp)
+            terms = m.terms(step)
+            names = [op.name for op in step.ops]
+            parts = (list(terms.ops), names.index("attention_decode"), terms.comm_s)
+            self._fixed[n] = parts
+        return parts
+
+    def __call__(self, n: int, ctx: np.ndarray) -> np.ndarray:
+        m = self.model
+        ops, att_index, comm_s = self._parts(n)
+        ctx_f = ctx.astype(np.float64)
+        att = roofline_cost._attention_op(m.model, ctx_f, ctx_f, float(n), m.tp, True)
+        compute_s = att.flops / (m.hardware.bf16_tflops * 1e12)
+        memory_s = att.bytes / (m.hardware.hbm_gbps * 1e9)
+        busy: float | np.ndarray = 0
+        for i, (c, mem) in enumerate(ops):
+            if i == att_index:
+                busy = busy + np.maximum(compute_s / m.mfu, memory_s / m.mbu)
+            else:
+                busy = busy + max(c / m.mfu, mem / m.mbu)
+        return m.overhead_s + m.overhead_per_seq_s * n + busy + comm_s

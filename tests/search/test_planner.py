@@ -1,0 +1,91 @@
+"""The planner's arithmetic with a closed-form goodput oracle, and one tiny end-to-end plan."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pdsim.config import Config
+from pdsim.search.plan_task import format_plan, plan_to_dict
+from pdsim.search.planner import (
+    Candidate,
+    RoleGoodput,
+    disaggregated_candidates,
+    fitting_tps,
+    plan,
+)
+
+# one instance's goodput (req/s) by TP: prefill is the scarce side, TP4 is the best per GPU
+PREFILL = {1: 1.0, 2: 2.2, 4: 5.0, 8: 8.0}
+DECODE = {1: 3.0, 2: 6.0, 4: 12.0, 8: 20.0}
+COLOCATED = {1: 0.5, 2: 1.1, 4: 2.4, 8: 5.0}
+
+
+def stub(calls: list[Config]):
+    """Goodput = the slower side (disaggregated) or the sum (colocated), linear in counts."""
+
+    def evaluate(cfg: Config, start_rps: float) -> float:
+        calls.append(cfg)
+        c = cfg.cluster
+        if c.mode == "colocated":
+            return c.colocated * COLOCATED[c.colocated_tp]
+        return min(c.prefill * PREFILL[c.prefill_tp], c.decode * DECODE[c.decode_tp])
+
+    return evaluate
+
+
+@pytest.fixture
+def cfg(compose_config) -> Config:
+    return compose_config("scenario=rag", "model=llama3_8b", "hardware=h100", "plan.gpus=16", "plan.verify_top=2",
+                          "plan.helper_instances=4")
+
+
+def test_candidates_balance_rates_within_budget() -> None:
+    roles = [RoleGoodput("prefill", 4, 5.0), RoleGoodput("decode", 4, 12.0)]
+    cands = disaggregated_candidates(roles, 16)
+    # decode takes what the prefill side leaves; the estimate is the slower side
+    assert [(c.prefill, c.decode, c.estimate_rps) for c in cands] == [(3, 1, 12.0), (2, 2, 10.0), (1, 3, 5.0)]
+    assert all(c.gpus == 16 for c in cands)
+    assert disaggregated_candidates(roles, 7) == []  # no room for one instance of each
+
+
+def test_plan_picks_best_split_and_reports_gain(cfg: Config) -> None:
+    calls: list[Config] = []
+    result = plan(cfg, stub(calls))
+    # roles: 4 TPs x (prefill, decode, colocated) measured on one instance each
+    assert len(result.roles) == 12
+    measured = {(r.role, r.tp): r.goodput_rps for r in result.roles}
+    assert measured[("prefill", 4)] == 5.0 and measured[("decode", 1)] == 3.0
+    # 16 GPUs: the best splits reach 12 req/s (e.g. 3P(TP4) + 4 decode GPUs, 12P(TP1) + 4D(TP1));
+    # equal goodput and GPUs break ties on the smaller TPs
+    best = result.best
+    assert (best.prefill, best.prefill_tp, best.decode, best.decode_tp) == (12, 1, 4, 1)
+    assert best.goodput_rps == pytest.approx(12.0) and best.gpus == 16
+    # colocated: 16 x 0.5, 8 x 1.1, 4 x 2.4, 2 x 5.0 -> 2 x TP8 = 10
+    assert result.best_colocated == Candidate("colocated", 10.0, colocated=2, colocated_tp=8, goodput_rps=10.0)
+    assert result.gain == pytest.approx(1.2)
+    # verification used the full fleets: 12 role runs + 2 disaggregated + 2 colocated
+    assert len(calls) == 16
+    assert all(c.scenario.num_requests == cfg.plan.num_requests for c in calls)
+    text = format_plan(result, cfg)
+    assert "recommendation: 12P(TP1) 4D(TP1) on 16 GPUs" in text and "gain x1.20" in text
+    assert plan_to_dict(result)["recommendation"]["gpus"] == best.gpus
+
+
+def test_tp_options_that_do_not_fit_are_skipped(compose_config) -> None:
+    # 70B in bf16 (131 GiB) needs at least 2 A800s; TP above the budget is skipped too
+    big = compose_config("model=llama3_70b", "hardware=a800", "plan.gpus=16")
+    assert fitting_tps(big) == [2, 4, 8]
+    assert fitting_tps(compose_config("model=llama3_70b", "hardware=a800", "plan.gpus=4")) == [2, 4]
+    with pytest.raises(ValueError, match="plan.gpus=1"):
+        fitting_tps(compose_config("model=llama3_70b", "hardware=a800", "plan.gpus=1"))
+
+
+def test_end_to_end_plan_on_a_tiny_workload(compose_config) -> None:
+    small = compose_config("scenario=rag", "perf=linear", "plan.gpus=3", "plan.tp_options=[1]", "plan.num_requests=40",
+                           "plan.verify_top=1", "plan.helper_instances=1", "search.max_probes=6", "search.rel_tol=0.3")
+    result = plan(small)
+    assert result.best is not None and result.best.gpus <= 3
+    assert result.best.goodput_rps > 0 and result.best_colocated.goodput_rps > 0
+    assert not math.isnan(result.gain)

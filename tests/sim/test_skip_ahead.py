@@ -1,0 +1,139 @@
+"""Skip-ahead (several decode iterations per simpy event) gives exactly the step-by-step results.
+
+Each scenario runs twice, `skip_ahead=True` and `False`, and compares every trace column (token
+times included), the time series and the per-instance statistics for equality, plus the event
+count (the point of skipping). Step times have a context term so that iterations differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from simkit import make_config, make_requests, synthetic
+
+from pdsim.perf import LinearModel, RooflineModel
+from pdsim.sim import simulate
+from pdsim.sim.instance import InstanceBase
+from pdsim.sim.span import PageGrowth, hop_delay
+from pdsim.sim.steptime import StepSeries, boundaries
+from pdsim.workload.request import Workload
+
+CTX_PERF = dict(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01, decode_per_seq_s=1.3e-4,
+                decode_per_ctx_token_s=3.7e-7)
+BUSY = dict(
+    prefill=2, decode=2, colocated=2, prefix_cache=True, chunk_size_tokens=256, max_prefill_tokens=512,
+    kv_capacity_tokens=3000, page_size_tokens=16,
+)
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "disaggregated": dict(cluster=BUSY),
+    "retraction": dict(cluster={**BUSY, "kv_capacity_tokens": 1600}, policy=dict(decode_reserved_tokens=2)),
+    "prealloc_waits": dict(cluster={**BUSY, "kv_capacity_tokens": 1600}),
+    "faults": dict(cluster=BUSY, policy=dict(decode_reserved_tokens=4), faults=dict(
+        transfer_failure_prob=0.05, crash_instance="decode:1", crash_at_s=7.3, retry_failed=True)),
+    "crash_no_retry": dict(cluster=BUSY, faults=dict(crash_instance="decode:0", crash_at_s=5.05)),
+    "colocated_mixed": dict(cluster={**BUSY, "mode": "colocated", "kv_capacity_tokens": 2400}),
+    "colocated_priority": dict(cluster={**BUSY, "mode": "colocated", "colocated_schedule": "prefill_priority"}),
+    "colocated_cache_aware": dict(cluster={**BUSY, "mode": "colocated", "colocated": 3, "kv_capacity_tokens": 2400},
+                                  policy=dict(routing="cache_aware")),
+    "colocated_crash": dict(cluster={**BUSY, "mode": "colocated"}, faults=dict(crash_instance="colocated:1", crash_at_s=4.2)),
+    "least_loaded_max_time": dict(cluster=BUSY, policy=dict(routing="least_loaded"), max_sim_time_s=9.0),
+}
+
+
+def _workload(n: int = 160) -> Workload:
+    """simkit's synthetic prompts (shared prefixes) with outputs long enough to skip over."""
+    base = synthetic(n, seed=11, rate_rps=8)
+    outputs = np.random.default_rng([11, 1]).integers(1, 240, n)
+    return replace(base, output_tokens=outputs.astype(np.int64))
+
+
+def _run(scenario: dict[str, Any], skip: bool) -> Any:
+    cfg = make_config(perf=CTX_PERF, record_token_times=True, timeseries_interval_s=0.37, skip_ahead=skip, **scenario)
+    return simulate(cfg, _workload())
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_skip_ahead_matches_step_by_step(name: str) -> None:
+    fast, ref = _run(SCENARIOS[name], True), _run(SCENARIOS[name], False)
+    pd.testing.assert_frame_equal(fast.trace, ref.trace, check_exact=True)
+    pd.testing.assert_frame_equal(fast.timeseries, ref.timeseries, check_exact=True)
+    assert fast.instance_stats == ref.instance_stats
+    assert fast.sim_time_s == ref.sim_time_s
+    assert fast.events < ref.events
+
+
+def test_scenarios_exercise_what_they_name() -> None:
+    t = _run(SCENARIOS["retraction"], True).trace
+    assert t.num_retractions.sum() > 0
+    t = _run(SCENARIOS["faults"], True).trace
+    assert (t.status == "failed").any() and (t.status == "finished").any() and t.cached_prefix_tokens.sum() > 0
+    t = _run(SCENARIOS["prealloc_waits"], True).trace
+    assert ((t.prealloc_leave_s - t.prealloc_enter_s) > 0.1).sum() > 10
+    t = _run(SCENARIOS["colocated_mixed"], True).trace
+    assert t.num_retractions.sum() > 0
+
+
+def test_skip_ahead_hand_timeline_long_output() -> None:
+    # one request, 200 tokens, constant 10 ms iterations: a single span reaches the last token
+    cfg = make_config()
+    res = simulate(cfg, make_requests([(0.0, 100, 200)]))
+    row = res.trace.iloc[0]
+    t = row.first_token_s
+    for _ in range(199):
+        t += 0.01
+    assert row.last_token_s == t
+    assert res.events < 40
+
+
+def test_step_series_is_bit_identical_to_the_model() -> None:
+    linear = LinearModel(**{k: v for k, v in CTX_PERF.items()})
+    from simkit import TINY_HW, TINY_MODEL
+
+    roofline = RooflineModel(TINY_MODEL, TINY_HW, tp=1, overhead_per_seq_s=1e-5)
+    for model in (linear, roofline):
+        steps = StepSeries(model).steps(7, 12345, 300)
+        ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(300)]
+        np.testing.assert_allclose(steps, ref, rtol=1e-14, atol=0)
+        if model is linear:
+            assert steps.tolist() == ref
+        assert model.mixed_time_s([], 7, 12345) == model.decode_time_s(7, 12345)
+    t, expected = 0.123, [0.123]
+    for s in ref:
+        t += s
+        expected.append(t)
+    assert boundaries(0.123, np.array(ref)).tolist() == expected
+
+
+def test_hop_delay_and_page_growth() -> None:
+    for now, target in [(0.001, 0.0123), (1e-9, 3.3), (12345.678, 12345.6781), (0.0, 0.5), (7.0, 7.0)]:
+        t, hops, lands = now, 0, False
+        while not lands:
+            delay, lands = hop_delay(t, target)
+            t, hops = t + delay, hops + 1
+        assert t == target and hops <= 2
+    # page 4; KV lengths 8 (0 mod 4), 7 and 11 (3 mod 4): growth at i=1 (x2), 4 (x1), 5 (x2), 8 (x1)...
+    growth = PageGrowth.of([8, 7, 11], 4)
+    assert [growth.pages(j) for j in range(10)] == [0, 2, 2, 2, 3, 5, 5, 5, 6, 8]
+    assert [growth.first_over(free, 10) for free in (0, 2, 3, 4, 8, 9)] == [1, 4, 5, 5, 10, 10]
+
+
+@pytest.mark.parametrize("name", ["faults", "retraction", "colocated_cache_aware", "colocated_crash"])
+def test_cached_router_views_equal_fresh_ones(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instances cache their router view between changes; every read must equal a rebuilt one."""
+    cached = InstanceBase.view
+    reads = []
+
+    def audited(self: InstanceBase) -> Any:
+        view = cached(self)
+        assert view == self.build_view(), f"{self.name} at t={self.env.now}"
+        reads.append(view)
+        return view
+
+    monkeypatch.setattr(InstanceBase, "view", audited)
+    scenario = SCENARIOS[name]
+    _run({**scenario, "policy": {**scenario.get("policy", {}), "routing": "least_loaded"}} if name == "faults" else scenario, True)
+    assert len(reads) > 100
