@@ -8,7 +8,8 @@
 
 Each case runs in its own Python process (so one case's memory does not count against the next;
 peak RSS is that process's ru_maxrss). "wall s" times `pdsim.sim.simulate` only; building the
-workload (parsing a trace, generating a synthetic one) is reported apart as "load s". Defaults of
+workload (parsing a trace, generating a synthetic one) is reported apart as "load s"; "cpu s" is
+the process CPU time of the same call (what wall time is on an otherwise idle core). Defaults of
 the scenario tree apply (model llama3_8b, hardware h100, round-robin routing, prefix cache on,
 time series every simulated second). Needs the traces in ../shared/data for the trace cases.
 """
@@ -78,12 +79,15 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
     t0 = time.perf_counter()
     workload = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
     load_s = time.perf_counter() - t0
+    cpu0 = time.process_time()
     result = simulate(cfg, workload)
+    cpu_s = time.process_time() - cpu0
     n = len(workload)
     return {
         "requests": n,
         "load_s": load_s,
         "wall_s": result.wall_s,
+        "cpu_s": cpu_s,
         "events": result.events,
         "sim_time_s": result.sim_time_s,
         "finished": int((result.trace["status"] == "finished").sum()),
@@ -106,6 +110,7 @@ def measure(case: Case, perf: str, repeat: int) -> dict[str, float | int | str]:
 
 COLUMNS = (("case", "case", "{}"), ("perf", "perf", "{}"), ("instances", "inst", "{}"), ("requests", "requests", "{:,}"),
            ("load_s", "load s", "{:.2f}"), ("wall_s", "wall s", "{:.2f}"), ("rate", "req/wall s", "{:,.0f}"),
+           ("cpu_s", "cpu s", "{:.2f}"), ("cpu_rate", "req/cpu s", "{:,.0f}"),
            ("events_per_request", "events/req", "{:.1f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
            ("sim_time_s", "sim s", "{:,.0f}"), ("finished", "finished", "{:,}"))
 
@@ -113,6 +118,7 @@ COLUMNS = (("case", "case", "{}"), ("perf", "perf", "{}"), ("instances", "inst",
 def print_table(rows: list[dict[str, float | int | str]], markdown: bool) -> None:
     for row in rows:
         row["rate"] = float(row["requests"]) / float(row["wall_s"])
+        row["cpu_rate"] = float(row["requests"]) / float(row["cpu_s"])
         row["events_per_request"] = float(row["events"]) / float(row["requests"])
     cells = [[fmt.format(row[key]) for key, _, fmt in COLUMNS] for row in rows]
     heads = [head for _, head, _ in COLUMNS]

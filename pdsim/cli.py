@@ -4,6 +4,7 @@
     pdsim plan [overrides...]       P:D split and TP per side for plan.gpus GPUs (planner)
     pdsim report TRACE [TRACE2]     run report, or sim-vs-real comparison report
     pdsim calibrate ...             fit a latency model to a profiled table
+    pdsim fidelity [options]        profile + serve + replay pdreal, simulate the same requests, compare
 
 Hydra-backed subcommands are checked first with hydra's compose API so that a typo, a wrong
 type or an unknown scenario ends in one line on stderr and a non-zero exit, before hydra
@@ -27,6 +28,9 @@ commands:
               pdsim plan scenario=rag model=llama3_70b hardware=a800 perf=roofline plan.gpus=16
   report      pdsim report TRACE.parquet [OTHER.parquet] -o report/   (run or comparison report)
   calibrate   fit roofline efficiencies / fitted coefficients to a profiled latency table
+  fidelity    sim vs real on this machine: pdreal profile -> serve -> replay; pdsim on the same
+              requests with the measured engine facts; comparison report + error table
+              (pdsim fidelity --help; docs/FIDELITY.md)
 
 Outputs go to outputs/<scenario>/<time>/ (trace.parquet, trace.summary.json, timeseries.parquet).
 """
@@ -49,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan": _plan,
         "report": _report,
         "calibrate": _calibrate,
+        "fidelity": _fidelity,
     }
     if command not in handlers:
         print(f"pdsim: error: unknown command {command!r} (choose from {', '.join(handlers)})", file=sys.stderr)
@@ -140,6 +145,12 @@ def _calibrate(rest: list[str]) -> int:
     from pdsim.perf.calibrate import main as calibrate_main
 
     return calibrate_main(rest)
+
+
+def _fidelity(rest: list[str]) -> int:
+    from pdsim.fidelity.cli import main as fidelity_main
+
+    return fidelity_main(rest)
 
 
 if __name__ == "__main__":

@@ -133,9 +133,18 @@ class ClusterConfig:
     tcp_gbps: float = 25.0
     layerwise_transfer: bool = False
     control_plane_latency_s: float = 0.0005  # one bootstrap/ZMQ round trip
+    # client -> router -> instance for a dispatched request (HTTP, parsing, routing);
+    # < 0 = control_plane_latency_s. `pdsim fidelity` sets it from a probe of the real cluster
+    dispatch_latency_s: float = -1.0
     prealloc_slots: int = 0  # decode pre-allocation slots beyond max_running_requests (0 = same)
     transfer_aux_bytes: int = 4096  # aux metadata sent with the last KV chunk
     colocated_schedule: str = "mixed"  # mixed (chunked-prefill mixed batches) | prefill_priority
+
+    @property
+    def dispatch_delay_s(self) -> float:
+        """Router -> instance delay of a dispatched request (dispatch_latency_s, else one
+        control-plane hop)."""
+        return self.dispatch_latency_s if self.dispatch_latency_s >= 0 else self.control_plane_latency_s
 
 
 @dataclass
@@ -196,6 +205,13 @@ class PerfConfig:
     decode_base_s: float = 0.012
     decode_per_seq_s: float = 0.0001
     decode_per_ctx_token_s: float = 2e-8
+    # engine loop time per step beyond the forward (scheduling, polling, sampling), any kind;
+    # `pdreal profile` measures both (engine.json); 0 = none (overhead.py)
+    prefill_step_overhead_s: float = 0.0
+    decode_step_overhead_s: float = 0.0
+    # forward-time multipliers: served step latency / profiled latency (CPU shared; overhead.py)
+    prefill_step_scale: float = 1.0
+    decode_step_scale: float = 1.0
 
 
 @dataclass
@@ -218,6 +234,7 @@ class SearchConfig:
     rel_tol: float = 0.05  # stop when the pass/fail bracket is this tight (relative)
     max_probes: int = 24
     max_rate_rps: float = 10000.0
+    min_rate_rps: float = 0.001  # a downward search stops here (goodput 0)
 
 
 @dataclass
@@ -230,6 +247,7 @@ class PlanConfig:
     verify_top: int = 3  # candidates per mode re-checked with a full-fleet goodput search
     helper_instances: int = 4  # other-role instances (at the largest TP) when measuring one role
     colocated: bool = True  # also plan the best colocated fleet and report the gain
+    min_rate_rps: float = 0.05  # below this a fleet counts as having no goodput (keeps probes short)
 
 
 @dataclass

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,8 +77,25 @@ class EngineStats:
     num_failed: int
 
 
+STEP_LOG_SIZE = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One timed forward as served: pdsim's profile-row fields (totals over the batch) plus when
+    it ended (monotonic clock). kind is decode when every chunk adds one token to cached context."""
+
+    end_s: float
+    kind: str
+    num_seqs: int
+    new_tokens: int
+    context_tokens: int
+    latency_s: float
+
+
 class ModelRunner:
-    """Model + KV pool + attention backend of one instance."""
+    """Model + KV pool + attention backend of one instance; `steps` keeps the last
+    STEP_LOG_SIZE forwards' timings (the served step latencies, next to `pdreal profile`'s)."""
 
     def __init__(self, model: LlamaModel, config: EngineConfig) -> None:
         spec = model.spec
@@ -86,14 +105,24 @@ class ModelRunner:
         self.model, self.config = model, config
         self.pool = KVPool(layout, dtype, model.device)
         self.attention: AttentionBackend = make_backend(config.attention, str(model.device))
+        self.steps: deque[StepRecord] = deque(maxlen=STEP_LOG_SIZE)
 
     @property
     def page_size_tokens(self) -> int:
         return self.config.page_size_tokens
 
     def forward(self, chunks: list[SeqChunk]) -> torch.Tensor:
+        start = time.perf_counter()
         batch = ForwardBatch.build(chunks, self.page_size_tokens, self.model.device)
-        return self.model.forward(batch, self.pool, self.attention)
+        logits = self.model.forward(batch, self.pool, self.attention)
+        if logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)
+        end = time.perf_counter()
+        decode = all(len(c.token_ids) == 1 and c.start > 0 for c in chunks)
+        self.steps.append(StepRecord(time.monotonic(), "decode" if decode else "prefill", len(chunks),
+                                     sum(len(c.token_ids) for c in chunks), sum(c.start for c in chunks),
+                                     end - start))
+        return logits
 
 
 def trace_row(**values: Any) -> dict[str, Any]:

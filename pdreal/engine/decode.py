@@ -3,7 +3,9 @@
     add_request -> prealloc queue  (KVReceiver created; pages pre-allocated when pdsim.policy's
                                     allocatable-tokens rule admits it; retracted requests first)
                 -> transfer queue  (poll the receiver until the KV and aux have arrived)
-                -> waiting queue   (prebuilt: no forward, the first token came with the aux)
+                -> waiting queue   (prebuilt: no forward, the first token came with the aux and is
+                                    emitted as soon as the poll sees the KV, before this step's
+                                    forward, as SGLang streams a prebuilt batch's first tokens)
                 -> running batch   (continuous batching; retraction when pages run out)
                 -> finish          (max_new_tokens, EOS or stop token; pages freed)
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -81,10 +84,16 @@ class DecodeEngine:
         self._outputs: list[RequestOutput] = []
         self._aborts: dict[int, str] = {}
         self.num_added = self.num_finished = self.num_failed = 0
+        self.emit: Callable[[list[RequestOutput]], None] | None = None
 
     @property
     def allocator(self) -> PageAllocator:
         return self.runner.pool.allocator
+
+    def set_emitter(self, emit: Callable[[list[RequestOutput]], None] | None) -> None:
+        """Deliver outputs produced before the forward (first tokens, failures) through `emit`
+        at once instead of returning them from `step()` after the forward."""
+        self.emit = emit
 
     def add_request(self, req: EngineRequest) -> None:
         """Enter the prealloc queue (or finish at once as rejected); duplicate live ids raise ValueError."""
@@ -111,6 +120,7 @@ class DecodeEngine:
         self._apply_aborts()
         self._poll_prealloc()
         self._poll_transfer()
+        self._emit_early()
         while self.waiting and len(self.running) < self.config.max_running_requests:
             state = self.waiting.popleft()
             state.times.setdefault("running_enter_s", self.clock())
@@ -121,6 +131,12 @@ class DecodeEngine:
             self._postprocess(batch, logits)
         outputs, self._outputs = self._outputs, []
         return outputs
+
+    def _emit_early(self) -> None:
+        """First tokens (made by prefill, arrived with the KV) leave now, not after the forward."""
+        if self.emit is not None and self._outputs:
+            outputs, self._outputs = self._outputs, []
+            self.emit(outputs)
 
     def _memory_view(self) -> DecodeMemoryView:
         c, active = self.config, [*self.running, *self.transfer, *self.waiting]

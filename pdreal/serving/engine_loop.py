@@ -57,6 +57,9 @@ class EngineLoop:
         self.stats: EngineStats = engine.stats()
         self.counters = LoopCounters()
         self.error = ""  # set when the loop died of an exception
+        set_emitter = getattr(engine, "set_emitter", None)
+        if set_emitter is not None:  # decode: first tokens leave before the step's forward
+            set_emitter(self._deliver)
 
     def start(self) -> None:
         self._thread.start()

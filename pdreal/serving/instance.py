@@ -4,6 +4,7 @@
     POST /abort     {"request_id", "reason"}: fail it wherever it is
     GET  /stats     JSON: queues, KV use, counters, engine facts, clock
     GET  /metrics   Prometheus text
+    GET  /steps     JSON: the engine's recent timed forwards (kind, batch, tokens, latency, end time)
     GET  /health    200 while the engine loop runs
     PUT/GET /route  prefill only: the bootstrap server (bootstrap.py)
 
@@ -63,6 +64,7 @@ class InstanceServer:
         app.router.add_post("/abort", self.abort)
         app.router.add_get("/stats", self.stats)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/steps", self.steps)
         if self.role == "prefill":
             add_bootstrap_routes(app, self.bootstrap, self.healthy)
         else:
@@ -177,6 +179,14 @@ class InstanceServer:
 
     async def stats(self, request: web.Request) -> web.Response:
         return web.Response(text=json.dumps(self.snapshot()), content_type="application/json")
+
+    async def steps(self, request: web.Request) -> web.Response:
+        """The served step latencies (`?since_s=T`: only forwards that ended after T, monotonic)."""
+        since = float(request.query.get("since_s", "-inf"))
+        runner = getattr(self.engine, "runner", None)
+        records = [asdict(r) for r in list(runner.steps if runner is not None else []) if r.end_s > since]
+        return web.json_response({"role": self.role, "instance_id": self.config.instance_id,
+                                  "clock_id": clock_id(), "steps": records})
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=instance_metrics(self.snapshot()).encode(), headers={"Content-Type": CONTENT_TYPE})

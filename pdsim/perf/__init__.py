@@ -13,6 +13,7 @@ from pdsim.paths import resolve_data_path
 from pdsim.perf.base import LatencyModel, PrefillItem
 from pdsim.perf.fitted import FittedModel, load_fitted
 from pdsim.perf.linear import LinearModel
+from pdsim.perf.overhead import StepOverheadModel
 from pdsim.perf.roofline import RooflineModel
 from pdsim.perf.spec import (
     active_param_count,
@@ -37,7 +38,19 @@ def _require_path(perf: PerfConfig) -> None:
 def build_latency_model(
     perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int, data_dir: str = ""
 ) -> LatencyModel:
-    """The latency model for one instance of `tp` GPUs (relative paths resolve against data_dir)."""
+    """The latency model for one instance of `tp` GPUs (relative paths resolve against data_dir),
+    plus the engine's per-step overhead when perf.*_step_overhead_s are set (overhead.py)."""
+    inner = _step_model(perf, model, hardware, tp, data_dir)
+    if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) == (0, 0) and (
+        perf.prefill_step_scale, perf.decode_step_scale) == (1, 1):
+        return inner
+    return StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
+                             perf.prefill_step_scale, perf.decode_step_scale)
+
+
+def _step_model(
+    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int, data_dir: str
+) -> LatencyModel:
     if perf.kind == "linear":
         return LinearModel(
             prefill_base_s=perf.prefill_base_s,
@@ -78,6 +91,7 @@ __all__ = [
     "LinearModel",
     "PrefillItem",
     "RooflineModel",
+    "StepOverheadModel",
     "TableModel",
     "active_param_count",
     "build_latency_model",

@@ -3,9 +3,10 @@
 DistServe-style placement search, with the simulator as the goodput oracle:
 
 1. Per role and TP option (those whose weights fit one instance), the goodput of ONE instance:
-   prefill = 1 prefill instance at TP t beside `helper_instances` decode instances at the
-   largest TP (so decode is not the bottleneck), decode = the mirror image, colocated = one
-   colocated instance. The fleet's goodput is attributed to the measured instance.
+   prefill = 1 prefill instance at TP t beside helper decode instances at the largest TP (so
+   decode is not the bottleneck), decode = the mirror image, colocated = one colocated instance.
+   The fleet's goodput is attributed to the measured instance. Helpers start at
+   `helper_instances` and double until they offer HEADROOM x the measured rate at the largest TP.
 2. Candidates: every (TP_p, TP_d, n_p) with as many decode instances n_d as the rest of the
    budget holds; estimated goodput min(n_p * g_p, n_d * g_d), so the best estimates are the
    splits that balance the two sides' rates. Colocated: gpus // t instances at TP t, estimate
@@ -31,6 +32,8 @@ from pdsim.perf import kv_capacity_tokens
 log = logging.getLogger(__name__)
 
 PREFILL, DECODE, COLOCATED, DISAGG = "prefill", "decode", "colocated", "disaggregated"
+HEADROOM = 2.0  # helpers must offer this many times the measured instance's goodput
+MAX_DOUBLINGS = 3
 # goodput oracle: (config, a rate to start the search from) -> goodput in req/s
 Evaluate = Callable[[Config, float], float]
 
@@ -134,28 +137,43 @@ def role_fleet(role: str, tp: int, helper_tp: int, helpers: int) -> Candidate:
     return Candidate(COLOCATED, 0.0, colocated=1, colocated_tp=tp)
 
 
+def _measure(cfg: Config, role: str, tp: int, helper_tp: int, helpers: int, evaluate: Evaluate) -> float:
+    g = evaluate(candidate_config(cfg, role_fleet(role, tp, helper_tp, helpers)), cfg.search.start_rps)
+    log.info("one %s instance at TP%d (%d helpers): %.4g req/s", role, tp, helpers, g)
+    return g
+
+
+def helper_counts(cfg: Config, top: int, evaluate: Evaluate) -> tuple[dict[str, int], dict[str, float]]:
+    """Helpers per measured role, doubled until they offer HEADROOM x the measured instance's rate.
+
+    Returns the helper counts and the goodputs of one prefill / one decode instance at TP `top`.
+    """
+    other = {PREFILL: DECODE, DECODE: PREFILL}
+    helpers = {PREFILL: cfg.plan.helper_instances, DECODE: cfg.plan.helper_instances}
+    g = {role: _measure(cfg, role, top, top, helpers[role], evaluate) for role in (PREFILL, DECODE)}
+    for _ in range(MAX_DOUBLINGS):
+        short = [r for r in (PREFILL, DECODE) if g[r] > 0 and HEADROOM * g[r] > helpers[r] * g[other[r]]]
+        if not short:
+            return helpers, g
+        for role in short:
+            helpers[role] *= 2
+            g[role] = _measure(cfg, role, top, top, helpers[role], evaluate)
+    log.warning("plan: helpers still within %gx of the measured rates after %d doublings: %s",
+                HEADROOM, MAX_DOUBLINGS, helpers)
+    return helpers, g
+
+
 def measure_roles(cfg: Config, tps: Sequence[int], evaluate: Evaluate, colocated: bool) -> list[RoleGoodput]:
-    helper_tp, helpers = max(tps), cfg.plan.helper_instances
-    roles = [PREFILL, DECODE, COLOCATED] if colocated else [PREFILL, DECODE]
+    top = max(tps)
+    helpers, at_top = helper_counts(cfg, top, evaluate)
     out = []
-    for role in roles:
+    for role in (PREFILL, DECODE):
         for tp in tps:
-            fleet = role_fleet(role, tp, helper_tp, helpers)
-            g = evaluate(candidate_config(cfg, fleet), cfg.search.start_rps)
-            log.info("one %s instance at TP%d: %.4g req/s", role, tp, g)
+            g = at_top[role] if tp == top else _measure(cfg, role, tp, top, helpers[role], evaluate)
             out.append(RoleGoodput(role, tp, g))
-    _warn_weak_helpers(out, helper_tp, helpers)
+    if colocated:
+        out += [RoleGoodput(COLOCATED, tp, _measure(cfg, COLOCATED, tp, top, 0, evaluate)) for tp in tps]
     return out
-
-
-def _warn_weak_helpers(roles: Sequence[RoleGoodput], helper_tp: int, helpers: int) -> None:
-    by = {(r.role, r.tp): r.goodput_rps for r in roles}
-    for role, other in ((PREFILL, DECODE), (DECODE, PREFILL)):
-        helper_rate = helpers * by.get((other, helper_tp), math.inf)
-        worst = max((r.goodput_rps for r in roles if r.role == role), default=0.0)
-        if helper_rate < 1.5 * worst:
-            log.warning("plan: %d %s helpers (%.4g req/s) may limit the %s measurement (%.4g req/s); "
-                        "raise plan.helper_instances", helpers, other, helper_rate, role, worst)
 
 
 def disaggregated_candidates(roles: Sequence[RoleGoodput], gpus: int) -> list[Candidate]:
@@ -200,7 +218,7 @@ def simulated_goodput(cfg: Config, start_rps: float) -> float:
 
 
 def planning_config(cfg: Config) -> Config:
-    """The config the planner simulates: plan.num_requests requests per probe."""
+    """The config the planner simulates: plan.num_requests requests per probe, rates from plan.min_rate_rps."""
     if cfg.plan.gpus < 1 or cfg.plan.verify_top < 1 or cfg.plan.helper_instances < 1:
         raise ValueError(
             f"plan: gpus={cfg.plan.gpus}, verify_top={cfg.plan.verify_top} and "
@@ -208,7 +226,22 @@ def planning_config(cfg: Config) -> Config:
         )
     if cfg.plan.num_requests > 0:
         cfg = replace(cfg, scenario=replace(cfg.scenario, num_requests=cfg.plan.num_requests))
-    return cfg
+    _warn_session_ceiling(cfg)
+    search = replace(cfg.search, min_rate_rps=max(cfg.search.min_rate_rps, cfg.plan.min_rate_rps))
+    return replace(cfg, search=search)
+
+
+def _warn_session_ceiling(cfg: Config) -> None:
+    """Sessions' later turns come a think time after the first, whatever the rate: few requests
+    then cannot offer a high sustained rate, and the search would overrate every fleet."""
+    prefix = cfg.scenario.prefix
+    if cfg.scenario.source != "synthetic" or prefix.session_turns < 2 or prefix.think_time_s <= 0:
+        return
+    session_s = (prefix.session_turns - 1) * prefix.think_time_s
+    log.warning("plan: %s sessions last ~%.3g s (think time), so %d requests sustain at most ~%.3g req/s "
+                "whatever the rate; set plan.num_requests well above (expected goodput x %.3g s)",
+                cfg.scenario.name, session_s, cfg.scenario.num_requests,
+                cfg.scenario.num_requests / session_s, session_s)
 
 
 def plan(cfg: Config, evaluate: Evaluate = simulated_goodput) -> Plan:

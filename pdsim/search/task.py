@@ -47,6 +47,7 @@ def goodput_search(cfg: Config) -> GoodputResult:
         start_rps=s.start_rps,
         rel_tol=s.rel_tol,
         max_rate_rps=s.max_rate_rps,
+        min_rate_rps=s.min_rate_rps,
         max_probes=s.max_probes,
     )
 

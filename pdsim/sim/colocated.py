@@ -61,7 +61,7 @@ class ColocatedInstance(InstanceBase):
         self.view_stale = True
         self.queued_requests += 1
         self.queued_tokens += sr.prompt_tokens
-        self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
+        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._receive, sr, sr.attempt)
 
     def _receive(self, sr: SimRequest, attempt: int) -> None:
         if sr.done or sr.attempt != attempt or not self.alive:
@@ -263,9 +263,11 @@ class ColocatedInstance(InstanceBase):
         self.view_stale = True
         return self.kv.peek_match(sr)
 
+    def kv_used_tokens(self) -> int:
+        return self.kv.used_tokens + self.clock.pending_pages() * self.page
+
     def build_view(self) -> InstanceView:
-        used_tokens = self.kv.used_tokens + self.clock.pending_pages() * self.page
-        return self.instance_view(len(self.running), 0, used_tokens, self.kv.pool.capacity_tokens)
+        return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.kv.pool.capacity_tokens)
 
     def queue_lengths(self) -> dict[str, int]:
         return {"waiting": len(self.waiting) + (self.chunked is not None), "running": len(self.running)}

@@ -65,7 +65,7 @@ class DecodeInstance(InstanceBase):
         self.view_stale = True
         self.queued_requests += 1
         self.queued_tokens += sr.req.input_tokens
-        self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
+        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._receive, sr, sr.attempt)
 
     def _receive(self, sr: SimRequest, attempt: int) -> None:
         if sr.done or sr.attempt != attempt or not self.alive:
@@ -305,9 +305,11 @@ class DecodeInstance(InstanceBase):
         sr.d_pages = 0
         self.hooks.finish(sr)
 
+    def kv_used_tokens(self) -> int:
+        return (self.pool.used_pages + self.clock.pending_pages()) * self.page
+
     def build_view(self) -> InstanceView:
-        used_pages = self.pool.used_pages + self.clock.pending_pages()
-        return self.instance_view(len(self.running), 0, used_pages * self.page, self.pool.capacity_tokens)
+        return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.pool.capacity_tokens)
 
     def queue_lengths(self) -> dict[str, int]:
         return {

@@ -25,12 +25,13 @@ from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.network import Network
 from pdsim.sim.prefill import PrefillInstance
 from pdsim.sim.prompt_kv import PromptKV
+from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
 from pdsim.sim.state import SimRequest, trace_row
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
-from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED, TraceRecorder
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 from pdsim.workload.request import Workload
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.network = Network(self.env)
         self.topology = Topology(self.network, cfg.cluster, cfg.hardware)
-        self.recorder = TraceRecorder()
+        self.recorder = SimRecorder(len(workload))
         self.active: dict[int, SimRequest] = {}
         self.arrived = 0
         self.terminal = 0

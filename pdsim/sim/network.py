@@ -9,6 +9,7 @@ flows (peer crash, aborted request) free their share at once and never call back
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -133,25 +134,29 @@ class Network:
     def _fill_rates(self) -> None:
         """Max-min fair rates by progressive filling; ties broken by resource creation order.
         Only resources carrying a flow take part (the cost does not grow with idle links)."""
-        if len(self.flows) == 1:  # alone: the path's narrowest link (what the filling gives)
-            for flow in self.flows.values():
+        flows = self.flows
+        if len(flows) <= 1:  # alone: the path's narrowest link (what the filling gives)
+            for flow in flows.values():
                 flow.rate_bytes_per_s = min(res.capacity_bytes_per_s for res in flow.path)
             return
-        busy = sorted({res.order: res for flow in self.flows.values() for res in flow.path}.items())
-        cap = {res.name: res.capacity_bytes_per_s for _, res in busy}
-        count = {res.name: len(res.flows) for _, res in busy}
+        busy = dict(sorted({res.order: res for flow in flows.values() for res in flow.path}.items()))
+        cap = {order: res.capacity_bytes_per_s for order, res in busy.items()}
+        count = {order: len(res.flows) for order, res in busy.items()}
         frozen: set[int] = set()
-        while len(frozen) < len(self.flows):
-            name = min((n for n in cap if count[n] > 0), key=lambda n: cap[n] / count[n])
-            share = cap[name] / count[name]
-            for flow in self.resources[name].flows.values():
+        while len(frozen) < len(flows):
+            best, share = -1, math.inf
+            for order, left in cap.items():  # the first resource offering the smallest share
+                n = count[order]
+                if n > 0 and left / n < share:
+                    best, share = order, left / n
+            for flow in busy[best].flows.values():
                 if flow.flow_id in frozen:
                     continue
                 frozen.add(flow.flow_id)
                 flow.rate_bytes_per_s = share
                 for res in flow.path:
-                    cap[res.name] -= share
-                    count[res.name] -= 1
+                    cap[res.order] -= share
+                    count[res.order] -= 1
 
 
 def _noop() -> None:

@@ -44,7 +44,7 @@ class PrefillInstance(InstanceBase):
         self.view_stale = True
         self.queued_requests += 1
         self.queued_tokens += sr.prompt_tokens
-        self.hooks.after(self.cfg.cluster.control_plane_latency_s, self._receive, sr, sr.attempt)
+        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._receive, sr, sr.attempt)
 
     def _receive(self, sr: SimRequest, attempt: int) -> None:
         if sr.done or sr.attempt != attempt or not self.alive:
@@ -192,6 +192,9 @@ class PrefillInstance(InstanceBase):
     def peek_match(self, sr: SimRequest) -> list[BlockNode]:
         """The cached blocks of `sr`'s prompt here (nothing locked), for cache-aware routing."""
         return self.kv.peek_match(sr)
+
+    def kv_used_tokens(self) -> int:
+        return self.kv.used_tokens
 
     def build_view(self) -> InstanceView:
         return self.instance_view(self.batch_size, len(self.inflight), self.kv.used_tokens, self.kv.pool.capacity_tokens)

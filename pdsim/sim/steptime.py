@@ -6,8 +6,8 @@ iteration boundaries `b_{i+1} = b_i + step_i`, accumulated one addition at a tim
 simpy adds a timeout's delay to its clock, so k iterations advanced at once end at the very
 float time k single steps would.
 
-Linear and roofline models are evaluated vectorised with the same floating-point operations, in
-the same order, as their `decode_time_s` (so each step is bit-identical to the scalar call on
+Linear and roofline models (also wrapped in a StepOverheadModel) are evaluated vectorised with the
+same floating-point operations, in the same order, as their `decode_time_s` (so each step is bit-identical to the scalar call on
 CPython 3.11; `sum` of floats is compensated from 3.12 on, which can move roofline's last bit).
 Other models are called once per iteration. For every model in pdsim.perf a decode-only mixed
 step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pdsim.perf import LatencyModel, LinearModel, RooflineModel
+from pdsim.perf import LatencyModel, LinearModel, RooflineModel, StepOverheadModel
 from pdsim.perf import cost as roofline_cost
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
@@ -32,11 +32,7 @@ class StepSeries:
 
     def __init__(self, latency: LatencyModel) -> None:
         self.latency = latency
-        self._vector: VectorFn | None = None
-        if isinstance(latency, LinearModel):
-            self._vector = _linear_vector(latency)
-        elif isinstance(latency, RooflineModel):
-            self._vector = RooflineDecode(latency)
+        self._vector = _vector_for(latency)
 
     def steps(self, n: int, ctx0: int, k: int) -> np.ndarray:
         """Step times (s) of k iterations of `n` sequences starting with `ctx0` context tokens."""
@@ -53,6 +49,20 @@ def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
     out[0] = start_s
     out[1:] = steps
     return out.cumsum(out=out)
+
+
+def _vector_for(latency: LatencyModel) -> VectorFn | None:
+    """The vectorised decode_time_s of `latency`, or None (then it is called per iteration)."""
+    if isinstance(latency, LinearModel):
+        return _linear_vector(latency)
+    if isinstance(latency, RooflineModel):
+        return RooflineDecode(latency)
+    if isinstance(latency, StepOverheadModel):
+        inner = _vector_for(latency.inner)
+        if inner is not None:
+            overhead_s = latency.decode_overhead_s
+            return lambda n, ctx: inner(n, ctx) + overhead_s  # inner(n, ctx) + overhead, as scalar
+    return None
 
 
 def _linear_vector(m: LinearModel) -> VectorFn:

@@ -40,6 +40,7 @@ class TimeseriesSampler:
         self.batch_size = array("q")
         self.nic_out = array("d")
         self.nic_in = array("d")
+        self.kv_total_tokens = [inst.view().kv_total_tokens for inst in self.instances]
         if interval_s > 0:
             env.process(self.sample())
 
@@ -53,13 +54,13 @@ class TimeseriesSampler:
 
     def record(self) -> None:
         insts, utilization = self.instances, self.network.utilization
-        views = [inst.view() for inst in insts]
         lengths = [inst.queue_lengths() for inst in insts]
         self.times.extend([self.env.now] * len(insts))
         self.positions.extend(range(len(insts)))
         for q, column in self.queues.items():
             column.extend([counts.get(q, 0) for counts in lengths])
-        self.kv_used_fraction.extend([view.kv_used_fraction for view in views])
+        self.kv_used_fraction.extend([inst.kv_used_tokens() / total if total > 0 else 0.0
+                                      for inst, total in zip(insts, self.kv_total_tokens, strict=True)])
         self.batch_size.extend([inst.batch_size for inst in insts])
         self.nic_out.extend([utilization(inst.placement.nic_out) for inst in insts])
         self.nic_in.extend([utilization(inst.placement.nic_in) for inst in insts])

@@ -65,8 +65,12 @@ def test_plan_picks_best_split_and_reports_gain(cfg: Config) -> None:
     # colocated: 16 x 0.5, 8 x 1.1, 4 x 2.4, 2 x 5.0 -> 2 x TP8 = 10
     assert result.best_colocated == Candidate("colocated", 10.0, colocated=2, colocated_tp=8, goodput_rps=10.0)
     assert result.gain == pytest.approx(1.2)
-    # verification used the full fleets: 12 role runs + 2 disaggregated + 2 colocated
-    assert len(calls) == 16
+    # 12 role runs, one decode re-run with 8 prefill helpers (4 x 8 req/s < 2 x 20 req/s), then
+    # the full fleets: 2 disaggregated + 2 colocated
+    assert len(calls) == 17
+    decode_runs = [(c.cluster.prefill, c.cluster.decode_tp) for c in calls[:13] if c.cluster.decode == 1
+                   and c.cluster.mode == "disaggregated"]
+    assert decode_runs[:2] == [(4, 8), (8, 8)] and {h for h, _ in decode_runs[2:]} == {8}
     assert all(c.scenario.num_requests == cfg.plan.num_requests for c in calls)
     text = format_plan(result, cfg)
     assert "recommendation: 12P(TP1) 4D(TP1) on 16 GPUs" in text and "gain x1.20" in text

@@ -1,0 +1,104 @@
+"""`pdsim fidelity`: the sim-to-real loop on this machine, ending with the error table.
+
+    pdsim fidelity [--requests 100 --rate 0.8 --input 16:256 --output 8:64 ...] [pdsim overrides]
+
+The workload is pdsim's synthetic generator (Poisson arrivals, uniform lengths) unless
+overrides say otherwise (`scenario.*`, `slo.*`, `seed` apply to the workload and the SLO);
+`--serve key=value` configures the served engine (`pdreal serve` overrides, also profiled);
+`--sim key=value` adds pdsim overrides for the simulation only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from pdsim.fidelity.compare import DEFINITIONS, format_table, targets_met
+
+
+def _range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    try:
+        pair = (int(low), int(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH token counts, got {text!r}") from None
+    if not 1 <= pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LOW <= HIGH, got {text!r}")
+    return pair
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pdsim fidelity", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, help="output folder (default outputs/fidelity/<time>)")
+    p.add_argument("--prefill", type=int, default=1, help="prefill instances")
+    p.add_argument("--decode", type=int, default=1, help="decode instances")
+    p.add_argument("--requests", type=int, default=100, help="requests in the workload")
+    p.add_argument("--rate", type=float, default=0.6, help="Poisson arrival rate (requests/s)")
+    p.add_argument("--input", type=_range, default=(16, 128), help="prompt tokens LOW:HIGH (uniform)")
+    p.add_argument("--output", type=_range, default=(8, 48), help="output tokens LOW:HIGH (uniform)")
+    p.add_argument("--seed", type=int, default=0, help="workload seed")
+    p.add_argument("--slo-ttft-s", type=float, default=2.0, help="TTFT SLO (s) for SLO goodput")
+    p.add_argument("--slo-tpot-s", type=float, default=0.35, help="TPOT SLO (s) for SLO goodput")
+    p.add_argument("--serve", action="append", default=[], metavar="KEY=VALUE",
+                   help="pdreal serve override for the profiled and served engine (repeatable)")
+    p.add_argument("--sim", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra pdsim override for the simulation only (repeatable)")
+    p.add_argument("--profile", type=Path, help="reuse this `pdreal profile` folder instead of profiling")
+    p.add_argument("--quick-profile", action="store_true", help="the small profile grid")
+    p.add_argument("--repeats", type=int, default=0, help="profile repeats per cell (default: the grid's)")
+    p.add_argument("--probes", type=int, default=8, help="idle probe requests for the hop latencies")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML/markdown comparison report")
+    p.add_argument("overrides", nargs="*", help="pdsim overrides for the workload/SLO, e.g. scenario.arrival=gamma")
+    return p
+
+
+def workload_overrides(args: argparse.Namespace) -> list[str]:
+    return ["scenario=chat", "scenario.name=fidelity", "scenario.source=synthetic",
+            f"scenario.num_requests={args.requests}", f"scenario.rate_rps={args.rate}", "scenario.arrival=poisson",
+            "scenario.input.kind=uniform", f"scenario.input.low={args.input[0]}", f"scenario.input.high={args.input[1]}",
+            "scenario.output.kind=uniform", f"scenario.output.low={args.output[0]}",
+            f"scenario.output.high={args.output[1]}", "scenario.prefix.num_system_prompts=0",
+            "scenario.prefix.system_prompt_tokens=0", "scenario.prefix.session_turns=1", f"seed={args.seed}",
+            f"slo.ttft_s={args.slo_ttft_s}", f"slo.tpot_s={args.slo_tpot_s}", *args.overrides]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pdsim.fidelity.loop import FidelityOptions, run_fidelity
+    from pdsim.fidelity.real import ServeShape
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    out = args.out or Path("outputs") / "fidelity" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    options = FidelityOptions(
+        out_dir=out, shape=ServeShape(args.prefill, args.decode, tuple(args.serve)),
+        workload_overrides=tuple(workload_overrides(args)), sim_overrides=tuple(args.sim),
+        profile_dir=args.profile, quick_profile=args.quick_profile, profile_repeats=args.repeats,
+        num_probes=args.probes, report=not args.no_report)
+    try:
+        result = run_fidelity(options)
+    except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as exc:
+        print(f"pdsim fidelity: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    real = result.real
+    print(f"pdsim fidelity: {len(real)} requests ({(real['status'] == 'finished').sum()} finished), "
+          f"{args.prefill}P{args.decode}D; outputs in {out}")
+    for name, path in result.paths.items():
+        print(f"  {name}: {path}")
+    print("  steps (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()))
+    print(f"  simulation: {result.sim_command}")
+    print(f"  served forwards / offline profile (median): prefill {result.slowdown['prefill']:.2f}x, "
+          f"decode {result.slowdown['decode']:.2f}x")
+    print(f"  profile-only simulation: {result.offline_command}")
+    print("\nProfile only (offline `pdreal profile` table, no served slowdown):\n")
+    print(format_table(result.offline_table))
+    print(f"\nSLO: TTFT <= {result.slo.ttft_s:g} s, TPOT <= {result.slo.tpot_s:g} s.  {DEFINITIONS}.\n")
+    print("\nCalibrated (offline table x served slowdown; targets apply here):\n")
+    print(format_table(result.table))
+    return 0 if targets_met(result.table) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

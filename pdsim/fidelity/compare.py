@@ -1,0 +1,86 @@
+"""The fidelity error table: simulated vs measured TTFT, TPOT, E2E and SLO goodput.
+
+Definitions are pdsim.metrics' (identical for both traces, both measured at the client):
+TTFT = first_token_s - arrival_s, the client's send time to the client's receipt of the first
+token; TPOT = (last_token_s - first_token_s) / (output_tokens - 1), so the first token is
+excluded; SLO goodput = requests meeting both the TTFT and the TPOT SLO per second of the
+arrival window (attainment x offered rate; failed and rejected requests are misses).
+Relative error = (sim - real) / |real|.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pdsim import metrics
+from pdsim.metrics import Slo
+
+DEFINITIONS = (
+    "TTFT = first_token_s - arrival_s (client send -> first token received at the client); "
+    "TPOT = (last_token_s - first_token_s) / (output_tokens - 1) (first token excluded); "
+    "E2E = finish_s - arrival_s; SLO goodput = requests meeting both SLOs / arrival window (s); "
+    "relative error = (sim - real) / |real|"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    stat: str  # p50 | p90 | value
+    bound: float  # max |relative error|
+
+
+TARGETS = (
+    Target("ttft_s", "p50", 0.10), Target("ttft_s", "p90", 0.20),
+    Target("tpot_s", "p50", 0.10), Target("tpot_s", "p90", 0.20),
+    Target("goodput_rps", "value", 0.10),
+)
+
+
+def _values(df: pd.DataFrame) -> dict[str, pd.Series]:
+    finished = df[df["status"] == "finished"]
+    return {"ttft_s": metrics.ttft_s(finished), "tpot_s": metrics.tpot_s(finished), "e2e_s": metrics.e2e_s(finished)}
+
+
+def slo_goodput_rps(df: pd.DataFrame, slo: Slo) -> float:
+    """Requests meeting both SLOs per second of the arrival window."""
+    rate = metrics.summarize(df, slo)["offered_rate_rps"]
+    return float(metrics.attainment(df, slo)["both"] * rate) if len(df) else math.nan
+
+
+def error_table(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo) -> pd.DataFrame:
+    """One row per (metric, statistic): sim, real, relative error, and the target bound if any."""
+    a, b = _values(sim), _values(real)
+    rows = []
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        pa, pb = metrics.percentiles(a[name]), metrics.percentiles(b[name])
+        for stat in ("p50", "p90", "p99", "mean"):
+            rows.append((name, stat, pa[stat], pb[stat]))
+    rows.append(("attainment_both", "value", metrics.attainment(sim, slo)["both"], metrics.attainment(real, slo)["both"]))
+    rows.append(("goodput_rps", "value", slo_goodput_rps(sim, slo), slo_goodput_rps(real, slo)))
+    bounds = {(t.metric, t.stat): t.bound for t in TARGETS}
+    table = pd.DataFrame(rows, columns=["metric", "stat", "sim", "real"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["rel_err"] = (table["sim"] - table["real"]) / table["real"].abs()
+    table["target"] = [bounds.get((m, s), math.nan) for m, s in zip(table["metric"], table["stat"], strict=True)]
+    table["ok"] = [None if math.isnan(t) else bool(abs(e) <= t) for e, t in zip(table["rel_err"], table["target"], strict=True)]
+    return table
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """The error table as markdown (what `pdsim fidelity` prints last)."""
+    lines = ["| metric | stat | sim | real | rel. error | target | met |", "|---|---|---:|---:|---:|---:|:---:|"]
+    for r in table.itertuples(index=False):
+        target = "" if math.isnan(r.target) else f"±{r.target:.0%}"
+        met = "" if r.ok is None else ("yes" if r.ok else "NO")
+        lines.append(f"| {r.metric} | {r.stat} | {r.sim:.4f} | {r.real:.4f} | {r.rel_err:+.1%} | {target} | {met} |")
+    return "\n".join(lines)
+
+
+def targets_met(table: pd.DataFrame) -> bool:
+    checked = table.dropna(subset=["target"])
+    return bool(checked["ok"].all())

@@ -1,0 +1,204 @@
+"""The fidelity loop: profile -> serve -> probe -> replay -> simulate the same requests -> compare.
+
+`run_fidelity(options)` on this machine:
+
+1. `pdreal profile` (child process): profile.csv (step latencies) + engine.json (limits, KV
+   bytes/token, transfer bandwidth and setup, per-step overheads), with the serve overrides;
+2. a local `pdreal serve` cluster of `prefill` x `decode` instances with the same overrides;
+3. idle probes through the router (pdreal.probe): dispatch, ZMQ and delivery hops, recorded in
+   engine.json's `probe` entry;
+4. `pdreal replay` of the workload (a pdsim scenario composed from `workload_overrides`);
+5. pdsim on exactly the replay's requests (requests.csv: actual send times and lengths) with
+   the profiled table and every engine fact from engine.json (facts.py);
+6. the analysis comparison report (sim vs real) and the error table (compare.py).
+
+Library code: returns a FidelityResult and writes only into `options.out_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pdsim.config import Config
+from pdsim.fidelity.compare import DEFINITIONS, error_table
+from pdsim.fidelity.facts import EngineFacts, sim_overrides
+from pdsim.fidelity.real import RealCluster, ServeShape, merge_probe, requests_csv, run_profile
+from pdsim.fidelity.served import slowdown, steps_frame
+from pdsim.metrics import Slo, summarize
+
+log = logging.getLogger(__name__)
+SIM_MODEL = "smollm2_135m"
+
+
+@dataclass(frozen=True)
+class FidelityOptions:
+    out_dir: Path
+    shape: ServeShape = field(default_factory=ServeShape)
+    workload_overrides: tuple[str, ...] = ()  # pdsim overrides: scenario.*, slo.*, seed
+    sim_overrides: tuple[str, ...] = ()  # extra pdsim overrides for the simulation only
+    sim_model: str = SIM_MODEL  # pdsim model config matching the served model
+    profile_dir: Path | None = None  # reuse this profile (profile.csv + engine.json) instead
+    quick_profile: bool = False
+    profile_repeats: int = 0
+    num_probes: int = 8
+    report: bool = True
+
+
+@dataclass
+class FidelityResult:
+    table: pd.DataFrame
+    sim: pd.DataFrame
+    real: pd.DataFrame
+    slo: Slo
+    sim_command: str
+    paths: dict[str, Path]
+    timings_s: dict[str, float]
+    facts: EngineFacts
+    offline_table: pd.DataFrame  # the same comparison without the served slowdown (profile only)
+    offline_command: str
+    slowdown: dict[str, float]  # served forward latency / offline profile, median per kind
+
+
+def compose(overrides: list[str]) -> Config:
+    """pdsim's Config for these overrides (ValueError with one line on a bad one)."""
+    from pdsim.cli import check_overrides
+
+    error = check_overrides(overrides)
+    if error:
+        raise ValueError(error)
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from pdsim.config import register_configs, to_config
+    from pdsim.paths import SCENARIOS_DIR
+
+    register_configs()
+    with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+        return to_config(hydra_compose("config", overrides=overrides))
+
+
+def simulate_requests(csv_path: Path, facts: EngineFacts, profile_csv: Path, options: FidelityOptions,
+                      slo_overrides: list[str], step_scale: dict[str, float] | None = None
+                      ) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
+    """pdsim on the replay's requests; returns (trace, summary, the overrides used). `step_scale`:
+    the served-vs-profiled forward slowdown per kind (perf.*_step_scale), else none."""
+    from pdsim.run import run_simulation
+
+    engine = sim_overrides(facts, profile_csv, options.sim_model, options.shape.prefill, options.shape.decode)
+    if step_scale is not None:
+        engine += [f"perf.{kind}_step_scale={step_scale[kind]!r}" for kind in ("prefill", "decode")]
+    overrides = ["scenario=chat", "scenario.name=fidelity", "scenario.source=csv",
+                 f"scenario.path={csv_path.resolve()}", "scenario.num_requests=0", "progress=false",
+                 "record_token_times=true", *engine, *slo_overrides, *options.sim_overrides]
+    out = run_simulation(compose(overrides), progress=False)
+    return out.trace, out.summary, overrides
+
+
+def run_fidelity(options: FidelityOptions) -> FidelityResult:
+    out, clock, timings = options.out_dir, time.perf_counter(), {}
+    out.mkdir(parents=True, exist_ok=True)
+    workload_cfg = compose(list(options.workload_overrides))  # fail on a bad override before any work
+    from pdsim.workload import build_workload
+
+    workload = build_workload(workload_cfg.scenario, workload_cfg.seed, workload_cfg.data_dir)
+    slo = Slo(workload_cfg.slo.ttft_s, workload_cfg.slo.tpot_s, workload_cfg.slo.attainment_target)
+    slo_overrides = [o for o in options.workload_overrides if o.startswith("slo")]
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        timings[name] = time.perf_counter() - clock
+        clock = time.perf_counter()
+
+    profile_dir = options.profile_dir or out / "profile"
+    engine_json = profile_dir / "engine.json"
+    if options.profile_dir is None:
+        run_profile(profile_dir, options.shape.overrides, options.quick_profile, options.profile_repeats)
+    elif not engine_json.is_file():
+        raise FileNotFoundError(f"{engine_json}: no engine.json in --profile {profile_dir}")
+    lap("profile")
+    with RealCluster(options.shape, out / "serve") as cluster:
+        lap("serve_start")
+        probe = cluster.probe(options.num_probes)
+        lap("probe")
+        replay_start = time.monotonic()
+        real, replay_facts = cluster.replay(workload)
+        steps = steps_frame(cluster.served_steps(replay_start))
+        lap("replay")
+    facts_path = out / "engine.json"
+    facts_path.write_text(engine_json.read_text())
+    merge_probe(facts_path, probe)
+    facts = EngineFacts.load(facts_path)
+    paths = {"engine_json": facts_path, "profile_csv": profile_dir / "profile.csv"}
+    paths["requests_csv"] = requests_csv(real, out / "requests.csv")
+    paths["served_steps_csv"] = out / "served_steps.csv"
+    steps.to_csv(paths["served_steps_csv"], index=False)
+    offline, offline_summary, offline_used = simulate_requests(
+        paths["requests_csv"], facts, paths["profile_csv"], options, slo_overrides)
+    scale = slowdown(steps, _latency_model(offline_used))
+    sim, sim_summary, sim_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
+                                                   slo_overrides, scale)
+    lap("simulate")
+    real_summary = {**summarize(real, slo), "replay": replay_facts}
+    paths.update(_write(out, sim, sim_summary, real, real_summary))
+    table = error_table(sim, real, slo)
+    offline_table = error_table(offline, real, slo)
+    sim_command = "pdsim run " + " ".join(sim_used)
+    if options.report:
+        paths["report"] = _report(sim, sim_summary, real, real_summary, slo, out / "report")
+    lap("report")
+    result = FidelityResult(table, sim, real, slo, sim_command, paths, timings, facts, offline_table,
+                            "pdsim run " + " ".join(offline_used), scale)
+    paths["fidelity_json"] = _write_result(out / "fidelity.json", result, options)
+    return result
+
+
+def _latency_model(overrides: list[str]) -> Any:
+    from pdsim.perf import build_latency_model
+
+    cfg = compose(overrides)
+    return build_latency_model(cfg.perf, cfg.model, cfg.hardware, cfg.cluster.prefill_tp, cfg.data_dir)
+
+
+def _write(out: Path, sim: pd.DataFrame, sim_summary: dict[str, Any], real: pd.DataFrame,
+           real_summary: dict[str, Any]) -> dict[str, Path]:
+    from pdsim.trace import write_trace
+
+    (out / "sim").mkdir(exist_ok=True)
+    (out / "real").mkdir(exist_ok=True)
+    return {"sim_trace": write_trace(sim, out / "sim" / "trace.parquet", _jsonable(sim_summary)),
+            "real_trace": write_trace(real, out / "real" / "trace.parquet", _jsonable(real_summary))}
+
+
+def _report(sim: pd.DataFrame, sim_summary: dict[str, Any], real: pd.DataFrame, real_summary: dict[str, Any],
+            slo: Slo, out_dir: Path) -> Path:
+    from analysis.load import LoadedTrace, checked_frame
+    from analysis.report import write_comparison_report
+
+    a = LoadedTrace("pdsim", checked_frame(sim, "pdsim"), "sim/trace.parquet", sim_summary)
+    b = LoadedTrace("pdreal", checked_frame(real, "pdreal"), "real/trace.parquet", real_summary)
+    return write_comparison_report(a, b, out_dir, slo)
+
+
+def _write_result(path: Path, result: FidelityResult, options: FidelityOptions) -> Path:
+    data = {"definitions": DEFINITIONS, "slo": asdict(result.slo),
+            "table": json.loads(result.table.to_json(orient="records")),
+            "sim_command": result.sim_command, "timings_s": result.timings_s,
+            "offline_table": json.loads(result.offline_table.to_json(orient="records")),
+            "offline_command": result.offline_command, "served_slowdown_vs_profile": result.slowdown,
+            "engine_facts": asdict(result.facts),
+            "options": {**asdict(options), "out_dir": str(options.out_dir),
+                        "profile_dir": str(options.profile_dir) if options.profile_dir else None},
+            "paths": {k: str(v) for k, v in result.paths.items()}}
+    path.write_text(json.dumps(data, indent=2, default=str))
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

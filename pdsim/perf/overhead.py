@@ -1,0 +1,61 @@
+"""Per-step engine overhead on top of any latency model.
+
+A real engine spends time in every iteration beyond the forward itself: scheduling (the policy
+calls, page allocation), polling transfer states, sampling, bookkeeping, handing outputs to the
+server thread. `pdreal profile` measures it per side (engine.json `prefill_step_overhead_s`,
+`decode_step_overhead_s`: loop time per step minus forward time); `perf.prefill_step_overhead_s`
+and `perf.decode_step_overhead_s` add it to every prefill forward, decode iteration and (the
+larger of the two) mixed iteration. Both default to 0, which leaves the wrapped model as is.
+
+`perf.prefill_step_scale` / `perf.decode_step_scale` multiply the wrapped model's forward times:
+the slowdown of forwards as served relative to the offline profile, when the instances share
+CPU cores (with each other, the router, the client and anything else on the machine).
+`pdsim fidelity` measures it as the median ratio of the served steps (`GET /steps`) to the
+profiled table at the same batch shapes. Both default to 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pdsim.perf.base import LatencyModel, PrefillItem
+
+
+@dataclass(frozen=True, eq=False)
+class StepOverheadModel:
+    """`inner`'s step times plus a constant per prefill / decode step (never on an empty step)."""
+
+    inner: LatencyModel
+    prefill_overhead_s: float = 0.0
+    decode_overhead_s: float = 0.0
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_overhead_s", "decode_overhead_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"perf: step overhead {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("prefill_scale", "decode_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"perf: step scale {name} must be > 0, got {getattr(self, name)}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}+overhead"
+
+    def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
+        if not items:
+            return 0.0
+        return self.prefill_scale * self.inner.prefill_time_s(items) + self.prefill_overhead_s
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
+        if num_seqs <= 0:
+            return 0.0
+        return self.decode_scale * self.inner.decode_time_s(num_seqs, context_tokens) + self.decode_overhead_s
+
+    def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        if not items:
+            return self.decode_time_s(num_seqs, context_tokens)
+        overhead = max(self.prefill_overhead_s, self.decode_overhead_s if num_seqs > 0 else 0.0)
+        return self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, context_tokens) + overhead

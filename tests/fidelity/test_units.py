@@ -1,0 +1,135 @@
+"""The fidelity loop's pure parts: engine facts -> pdsim overrides, the step overhead/scale
+wrapper, the served-vs-profile slowdown, the error table, the CLI's workload overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pdsim.config import PerfConfig
+from pdsim.fidelity.cli import build_parser, workload_overrides
+from pdsim.fidelity.compare import error_table, format_table, targets_met
+from pdsim.fidelity.facts import EngineFacts, sim_overrides
+from pdsim.fidelity.loop import compose
+from pdsim.fidelity.served import slowdown, steps_frame
+from pdsim.metrics import Slo
+from pdsim.perf import LinearModel, StepOverheadModel, build_latency_model
+
+ENGINE = {
+    "dtype": "fp32", "page_size_tokens": 16, "kv_capacity_tokens": 8192, "max_running_requests": 32,
+    "max_prefill_tokens": 2048, "chunk_size_tokens": 512, "kv_bytes_per_token": 46080,
+    "engine": {"max_prealloc_requests": 64},
+    "transfer": {"bandwidth_bytes_per_s": 2.0e9, "one_page_transfer_s": 0.002},
+    "prefill_step_overhead_s": 0.003, "decode_step_overhead_s": 0.001,
+}
+
+
+def _engine_json(tmp_path: Path, **extra: object) -> Path:
+    path = tmp_path / "engine.json"
+    path.write_text(json.dumps({**ENGINE, **extra}))
+    return path
+
+
+def test_facts_are_read_not_retyped(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.csv"
+    profile.write_text("kind,num_seqs,new_tokens,context_tokens,latency_s\nprefill,1,16,0,0.1\n"
+                       "prefill,1,64,0,0.3\ndecode,1,1,64,0.05\ndecode,4,4,256,0.08\n")
+    probe = {"transfer_info_s": 0.0007, "dispatch_prefill_s": 0.002, "dispatch_decode_s": 0.004,
+             "kv_ready_s": 0.005, "kv_bytes": 2.0e6}
+    facts = EngineFacts.load(_engine_json(tmp_path), probe)
+    cfg = compose(["scenario=chat", *sim_overrides(facts, profile, "smollm2_135m", 1, 2)])
+    c, p = cfg.cluster, cfg.perf
+    assert (c.prefill, c.decode, c.page_size_tokens, c.kv_capacity_tokens) == (1, 2, 16, 8192)
+    assert (c.max_running_requests, c.max_prefill_tokens, c.chunk_size_tokens, c.prealloc_slots) == (32, 2048, 512, 64)
+    assert not c.prefix_cache and c.transfer_backend == "tcp" and c.tcp_gbps == pytest.approx(16.0)
+    assert c.link_latency_s == pytest.approx(0.005 - 2.0e6 / 2.0e9)  # probe: kv ready minus its bytes
+    assert c.control_plane_latency_s == pytest.approx(0.0007)
+    assert c.dispatch_delay_s == pytest.approx(0.003)
+    assert cfg.model.dtype == "fp32"
+    assert (p.kind, p.path, p.prefill_step_overhead_s, p.decode_step_overhead_s) == ("table", str(profile), 0.003, 0.001)
+
+
+def test_without_probe_the_setup_cost_comes_from_the_one_page_transfer(tmp_path: Path) -> None:
+    facts = EngineFacts.load(_engine_json(tmp_path))
+    page_bytes = 46080 * 16
+    assert facts.link_latency_s() == pytest.approx(0.002 - page_bytes / 2.0e9)
+    assert "control_plane_latency_s" not in facts.cluster_overrides()
+
+
+def test_bad_engine_json_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "engine.json"
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="engine.json"):
+        EngineFacts.load(path)
+
+
+def test_dispatch_latency_defaults_to_one_control_plane_hop() -> None:
+    cfg = compose(["scenario=chat", "cluster.control_plane_latency_s=0.01"])
+    assert cfg.cluster.dispatch_latency_s < 0 and cfg.cluster.dispatch_delay_s == 0.01
+
+
+def test_step_overhead_and_scale_wrap_any_model() -> None:
+    inner = LinearModel(prefill_base_s=0.1, prefill_per_token_s=0.01, decode_base_s=0.05,
+                        decode_per_seq_s=0.01, decode_per_ctx_token_s=0.0)
+    m = StepOverheadModel(inner, 0.002, 0.001, prefill_scale=2.0, decode_scale=1.5)
+    assert m.prefill_time_s([(10, 0)]) == pytest.approx(2 * 0.2 + 0.002)
+    assert m.decode_time_s(2, 100) == pytest.approx(1.5 * 0.07 + 0.001)
+    assert m.prefill_time_s([]) == 0.0 and m.decode_time_s(0, 0) == 0.0
+    assert m.mixed_time_s((), 2, 100) == m.decode_time_s(2, 100)
+    with pytest.raises(ValueError):
+        StepOverheadModel(inner, -1.0)
+
+
+def test_default_perf_config_builds_the_bare_model() -> None:
+    cfg = compose(["scenario=chat", "perf=linear"])
+    assert isinstance(build_latency_model(cfg.perf, cfg.model, cfg.hardware, 1), LinearModel)
+    cfg.perf = PerfConfig(kind="linear", decode_step_overhead_s=0.001)
+    assert isinstance(build_latency_model(cfg.perf, cfg.model, cfg.hardware, 1), StepOverheadModel)
+
+
+def test_slowdown_is_the_median_ratio_per_kind() -> None:
+    model = LinearModel(prefill_base_s=0.1, prefill_per_token_s=0.0, decode_base_s=0.05,
+                        decode_per_seq_s=0.0, decode_per_ctx_token_s=0.0)
+    records = [{"end_s": float(i), "kind": k, "num_seqs": 1, "new_tokens": 8 if k == "prefill" else 1,
+                "context_tokens": 0 if k == "prefill" else 50, "latency_s": lat}
+               for i, (k, lat) in enumerate([("prefill", 0.2), ("prefill", 0.3), ("prefill", 5.0),
+                                             ("decode", 0.1), ("decode", 0.1), ("decode", 0.15)])]
+    steps = steps_frame(records, since_s=-1.0)
+    assert slowdown(steps, model) == {"prefill": pytest.approx(3.0), "decode": pytest.approx(2.0)}
+    assert len(steps_frame(records, since_s=2.5)) == 3
+
+
+def _trace(scale: float) -> pd.DataFrame:
+    rows = []
+    for i in range(10):
+        first = i + 0.5 * scale * (1 + i / 10)
+        rows.append({"request_id": i, "status": "finished", "arrival_s": float(i), "first_token_s": first,
+                     "last_token_s": first + 0.1 * scale * 9, "finish_s": first + 0.1 * scale * 9,
+                     "output_tokens": 10, "input_tokens": 32, "cached_prefix_tokens": 0,
+                     "token_times_s": None})
+    return pd.DataFrame(rows)
+
+
+def test_error_table_and_targets() -> None:
+    slo = Slo(1.0, 0.12)
+    same = error_table(_trace(1.0), _trace(1.0), slo)
+    assert (same["rel_err"].fillna(0) == 0).all() and targets_met(same)
+    off = error_table(_trace(1.3), _trace(1.0), slo)
+    row = off[(off["metric"] == "ttft_s") & (off["stat"] == "p50")].iloc[0]
+    assert row["rel_err"] == pytest.approx(0.3) and row["ok"] is False and not targets_met(off)
+    text = format_table(off)
+    assert "| ttft_s | p50 |" in text and "NO" in text
+    assert off[off["stat"] == "p99"]["target"].isna().all()
+
+
+def test_cli_workload_overrides_compose() -> None:
+    args = build_parser().parse_args(["--requests", "7", "--input", "8:16", "--output", "2:4", "seed=3"])
+    cfg = compose(workload_overrides(args))
+    s = cfg.scenario
+    assert (s.num_requests, s.input.low, s.input.high, s.output.low, s.output.high) == (7, 8, 16, 2, 4)
+    assert s.prefix.session_turns == 1 and s.prefix.num_system_prompts == 0 and cfg.seed == 3
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--input", "9:3"])
