@@ -21,7 +21,7 @@ from pdsim.fidelity.cli import build_parser, workload_overrides  # noqa: E402
 from pdsim.fidelity.loop import FidelityOptions, run_fidelity  # noqa: E402
 from pdsim.fidelity.real import ServeShape  # noqa: E402
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.fidelity]
 BOUND = 0.30
 
 
