@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pdsim.trace import FIELDS, TraceError, read_trace, validate_frame
+from pdsim.trace import FIELDS, TraceError, fill_optional_fields, read_trace, validate_frame
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,9 @@ def _is_number(value: Any) -> bool:
 
 
 def checked_frame(df: pd.DataFrame, source: str) -> pd.DataFrame:
-    """Validate an in-memory trace (fields, values, types) and return it."""
+    """Validate an in-memory trace (fields, values, types; newer optional fields filled) and
+    return it."""
+    df = fill_optional_fields(df)
     validate_frame(df, source)
     check_types(df, source)
     return df

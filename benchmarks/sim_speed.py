@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/sim_speed.py --quick         # Mooncake 8P8D and Azure 4P4D, linear
     .venv/bin/python benchmarks/sim_speed.py --cases mooncake_8p8d --perf roofline
     .venv/bin/python benchmarks/sim_speed.py --scaling       # also wall time vs requests and vs instances
+    .venv/bin/python benchmarks/sim_speed.py --scaling-only --repeat 2
     .venv/bin/python benchmarks/sim_speed.py --markdown      # tables as markdown (docs/PERFORMANCE.md)
 
 Each case runs in its own Python process (so one case's memory does not count against the next;
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="", help=f"comma-separated subset of: {', '.join(CASES)}")
     parser.add_argument("--perf", default="linear,roofline", help="comma-separated perf models")
     parser.add_argument("--scaling", action="store_true", help="also wall time vs requests and vs instances (linear)")
+    parser.add_argument("--scaling-only", action="store_true", help="only the scaling tables")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is kept")
     parser.add_argument("--markdown", action="store_true", help="print markdown tables")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -153,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     perfs = ("linear",) if args.quick else tuple(p for p in args.perf.split(",") if p)
-    rows = [measure(CASES[name], perf, args.repeat) for name in names for perf in perfs]
-    print_table(rows, args.markdown)
-    if args.scaling:
+    if not args.scaling_only:
+        print_table([measure(CASES[name], perf, args.repeat) for name in names for perf in perfs], args.markdown)
+    if args.scaling or args.scaling_only:
         for title, cases in (("wall time vs requests (8P8D, chat 40 req/s)", REQUEST_SCALING),
                              ("wall time vs instances (chat 20k requests, 2.5 req/s per instance)", INSTANCE_SCALING)):
             print(f"\n{title}")

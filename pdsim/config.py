@@ -148,6 +148,34 @@ class ClusterConfig:
 
 
 @dataclass
+class KVTiersConfig:
+    """KV-cache tiers on prefill instances and a cluster-wide store (pdsim.sim.kv_tiers).
+
+    The GPU tier is the prefix cache (cluster.prefix_cache / prefix_cache_tokens). Capacities
+    are tokens per prefill instance (store: for the whole cluster); 0 = tier absent, so the
+    defaults keep tiers off. Eviction from the GPU demotes blocks to host, from host to SSD
+    (or the store when there is no SSD); demotions and store writes are asynchronous and cost
+    no simulated time (their bytes are counted). Loads cost PCIe (hardware.pcie_gbps per GPU),
+    SSD (ssd_gbps) or a store read over the instance's NIC (a network flow).
+    """
+
+    name: str = "none"
+    host_tokens: int = 0  # L2 pinned host DRAM per prefill instance
+    ssd_tokens: int = 0  # L3 local SSD per prefill instance
+    ssd_gbps: float = 6.0  # GB/s SSD read bandwidth per prefill instance
+    store_tokens: int = 0  # global store (Mooncake store / HiCache remote L3), whole cluster
+    store_write: str = "through"  # through: every computed block is put | evict: demoted blocks only
+    hot_block_hits: int = 0  # >0: replicate a block to the store once it was hit this often on one instance
+    eviction: str = "lru"  # lru | fifo (hits do not refresh a block)
+    overlap_load: bool = True  # layer-wise: loading overlaps the forward (step = max, else sum)
+    decision: str = "cost"  # cost: load only if faster than recompute | always: load every hit
+
+    @property
+    def enabled(self) -> bool:
+        return self.host_tokens > 0 or self.ssd_tokens > 0 or self.store_tokens > 0
+
+
+@dataclass
 class PolicyConfig:
     routing: str = "round_robin"
     admission: str = "accept_all"
@@ -259,6 +287,7 @@ class Config:
     policy: PolicyConfig = MISSING
     slo: SloConfig = MISSING
     perf: PerfConfig = MISSING
+    kv_tiers: KVTiersConfig = field(default_factory=KVTiersConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
@@ -282,6 +311,7 @@ GROUPS: dict[str, type] = {
     "policy": PolicyConfig,
     "slo": SloConfig,
     "perf": PerfConfig,
+    "kv_tiers": KVTiersConfig,
 }
 
 

@@ -54,6 +54,10 @@ def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:
     summary["scenario"] = cfg.scenario.name
     summary["cluster"] = cluster_label(cfg)
     summary["instances"] = result.instance_stats
+    if cfg.kv_tiers.enabled or cfg.policy.routing == "kv_centric":
+        from pdsim.sim.kv_tiers_setup import kv_tier_summary
+
+        summary["kv_tiers"] = kv_tier_summary(result.trace, result.instance_stats)
     return RunOutput(result.trace, result.timeseries, summary)
 
 

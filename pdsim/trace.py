@@ -53,6 +53,12 @@ FIELDS: tuple[Field, ...] = (
     Field("input_tokens", pa.int64(), "tokens", "prompt length"),
     Field("output_tokens", pa.int64(), "tokens", "tokens generated (requested count if unfinished)"),
     Field("cached_prefix_tokens", pa.int64(), "tokens", "prompt tokens served from the prefix cache"),
+    Field("cached_tokens_gpu", pa.int64(), "tokens", "part of cached_prefix_tokens already in GPU pages"),
+    Field("cached_tokens_host", pa.int64(), "tokens", "part of cached_prefix_tokens loaded from host DRAM"),
+    Field("cached_tokens_ssd", pa.int64(), "tokens", "part of cached_prefix_tokens loaded from local SSD"),
+    Field("cached_tokens_store", pa.int64(), "tokens", "part of cached_prefix_tokens read from the global KV store"),
+    Field("kv_load_s", pa.float64(), "s", "modelled time to load the host/ssd/store part (alone on the links)"),
+    Field("kv_load_skipped_tokens", pa.int64(), "tokens", "tier hits recomputed because loading was slower"),
     Field("mode", pa.string(), "-", "'disaggregated' or 'colocated'"),
     Field("prefill_instance", pa.int32(), "-", "prefill (or colocated) instance id, -1 if none"),
     Field("decode_instance", pa.int32(), "-", "decode instance id, -1 if none (colocated: same as prefill)"),
@@ -99,6 +105,12 @@ _DEFAULTS: dict[str, Any] = {
     for f in FIELDS
 }
 _DEFAULTS.update(cached_prefix_tokens=0, num_retractions=0, transfer_bytes=0)
+# fields added after schema version 1 first shipped: older traces lack them, read_trace fills these
+OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "cached_tokens_gpu": 0, "cached_tokens_host": 0, "cached_tokens_ssd": 0, "cached_tokens_store": 0,
+    "kv_load_s": 0.0, "kv_load_skipped_tokens": 0,
+}
+_DEFAULTS.update(OPTIONAL_DEFAULTS)
 
 
 class TraceError(ValueError):
@@ -143,7 +155,7 @@ def empty_frame() -> pd.DataFrame:
 
 def validate_frame(df: pd.DataFrame, source: str = "<frame>") -> None:
     """Raise TraceError naming the source and the offending field/value."""
-    missing = [n for n in FIELD_NAMES if n not in df.columns]
+    missing = [n for n in FIELD_NAMES if n not in df.columns and n not in OPTIONAL_DEFAULTS]
     if missing:
         raise TraceError(f"{source}: missing trace fields {missing}")
     bad_status = sorted(set(df["status"].unique()) - set(STATUSES))
@@ -163,6 +175,7 @@ def write_trace(df: pd.DataFrame, path: Path, summary: dict[str, Any] | None = N
 
     Files are written to a temporary name then renamed, so a failure leaves nothing half-written.
     """
+    df = fill_optional_fields(df)
     validate_frame(df, str(path))
     path = Path(path)
     table = pa.Table.from_pandas(df[list(FIELD_NAMES)], schema=ARROW_SCHEMA, preserve_index=False)
@@ -186,8 +199,26 @@ def read_trace(path: Path | str) -> pd.DataFrame:
         df = pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(f"{path}: not a readable parquet trace ({exc})") from None
+    df = fill_optional_fields(df)
     validate_frame(df, str(path))
     return df
+
+
+def fill_optional_fields(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the columns newer than a trace (OPTIONAL_DEFAULTS) with their defaults, in schema order.
+
+    A trace without the KV-tier columns predates them: every cached token was a GPU hit.
+    """
+    missing = [name for name in OPTIONAL_DEFAULTS if name not in df.columns]
+    if not missing:
+        return df
+    df = df.copy()
+    for name in missing:
+        df[name] = OPTIONAL_DEFAULTS[name]
+    if "cached_tokens_gpu" in missing and "cached_prefix_tokens" in df.columns:
+        df["cached_tokens_gpu"] = df["cached_prefix_tokens"]
+    order = [n for n in FIELD_NAMES if n in df.columns] + [c for c in df.columns if c not in FIELD_NAMES]
+    return df[order]
 
 
 def _json_default(value: Any) -> Any:

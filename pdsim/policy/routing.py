@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pdsim.policy.kv_centric import choose_kv_centric
 from pdsim.policy.request_aware import RoutingParams, choose_cache_aware, choose_length_bucket
 from pdsim.policy.views import InstanceView, RequestView
 
@@ -101,6 +102,7 @@ SIDE_CHOOSERS: dict[str, SideChooser] = {
     "power_of_two": choose_power_of_two,
     "cache_aware": choose_cache_aware,
     "length_buckets": choose_length_bucket,
+    "kv_centric": choose_kv_centric,
 }
 
 

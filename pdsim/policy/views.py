@@ -67,6 +67,8 @@ class InstanceView:
     back-to-back routing decisions see each other. cached_blocks: the prefix-cache summary, the
     block hashes cached on the instance (a frozenset, or a read-only set-like the caller keeps
     unchanged during the decision); empty on decode instances and when unknown.
+    tier_hit_tokens: for the request being routed, its cached prefix tokens per KV tier in
+    lookup order (gpu, host, ssd, store; see kv_centric.py); empty when tiers are not modelled.
     """
 
     instance_id: int
@@ -79,6 +81,7 @@ class InstanceView:
     kv_total_tokens: int = 0
     healthy: bool = True
     cached_blocks: Set[int] = frozenset()
+    tier_hit_tokens: tuple[int, ...] = ()
 
     @property
     def kv_free_tokens(self) -> int:

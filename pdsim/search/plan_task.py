@@ -55,7 +55,7 @@ def format_plan(result: Plan, cfg: Config) -> str:
         lines.append(f"{r.role:<10}{r.tp:>4}{r.goodput_rps:>10.4g}{r.per_gpu_rps:>10.4g}")
     for role in (PREFILL, DECODE, COLOCATED):
         best = _best_tp(result.roles, role)
-        if best is not None:
+        if best is not None and best.goodput_rps > 0:
             lines.append(f"best per-GPU TP for {role}: TP{best.tp} ({best.per_gpu_rps:.4g} req/s per GPU)")
     lines += ["", "verified fleets (full goodput search):",
               f"{'fleet':<26}{'GPUs':>6}{'estimate':>10}{'goodput':>10}{'per GPU':>10}"]
@@ -64,7 +64,8 @@ def format_plan(result: Plan, cfg: Config) -> str:
                      f"{c.goodput_rps / c.gpus:>10.4g}")
     lines.append("")
     if result.best is None:
-        lines.append("no disaggregated fleet fits the budget")
+        lines.append(f"no disaggregated fleet under {result.gpus} GPUs reaches the SLOs at plan.min_rate_rps="
+                     f"{cfg.plan.min_rate_rps:g} req/s or more (or none fits the budget)")
     else:
         lines.append(f"recommendation: {result.best.label} on {result.best.gpus} GPUs, "
                      f"goodput {result.best.goodput_rps:.4g} req/s")

@@ -34,6 +34,11 @@ from pdsim.sim.span import BatchClock, PageGrowth, Span, add_steps
 from pdsim.sim.state import SimRequest
 
 
+# While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
+# call per boundary): the admission point is found without stepping, at a bounded cost per span.
+PREALLOC_LOOKAHEAD = 64
+
+
 class DecodeInstance(InstanceBase):
     role = ROLE_DECODE
 
@@ -152,7 +157,7 @@ class DecodeInstance(InstanceBase):
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
             k, growth = clock.limit(self.running.values(), self.pool.free_pages)
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
-            k = self._prealloc_limit(k, n, growth)
+            k = self._prealloc_limit(min(k, PREALLOC_LOOKAHEAD), n, growth)
         span = clock.begin(n, self.ctx_tokens, k, growth)
         self.busy_s += float(span.steps[0])
         self.iterations += 1

@@ -22,6 +22,7 @@ from pdsim.sim.decode import DecodeInstance
 from pdsim.sim.faults import FaultInjector
 from pdsim.sim.instance import InstanceContext
 from pdsim.sim.kv_pool import KVPool
+from pdsim.sim.kv_tiers_setup import attach_kv_tiers
 from pdsim.sim.network import Network
 from pdsim.sim.prefill import PrefillInstance
 from pdsim.sim.prompt_kv import PromptKV
@@ -104,6 +105,7 @@ class Simulation:
             inst.placement = self.topology.place(inst.name, c.prefill_tp)
         for inst in decode:
             inst.placement = self.topology.place(inst.name, c.decode_tp)
+        attach_kv_tiers(self.cfg, prefill, self.network, block_tokens)
         return prefill, decode
 
     def _requests(self) -> Iterator[SimRequest]:

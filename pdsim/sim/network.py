@@ -118,7 +118,11 @@ class Network:
         if generation != self._generation:
             return  # superseded by a later start/end
         self._advance()
-        done = [f for f in self.flows.values() if f.remaining_bytes <= f.rate_bytes_per_s * _DONE_EPS_S]
+        # A flow is done when what is left takes less than the clock can still resolve at
+        # this time (a few float ulps of `now`): otherwise, late in a long run, the next
+        # timer could land on the same float time and the clock would never move.
+        eps_s = max(_DONE_EPS_S, 4 * math.ulp(self.env.now))
+        done = [f for f in self.flows.values() if f.remaining_bytes <= f.rate_bytes_per_s * eps_s]
         for flow in done:
             self._remove(flow)
         self._reschedule()

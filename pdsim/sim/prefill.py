@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import simpy
+
 from pdsim.perf import LatencyModel
 from pdsim.policy import PrefillBudget, PrefillChunk, RequestView, form_prefill_batch
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
@@ -110,6 +112,9 @@ class PrefillInstance(InstanceBase):
                 yield self.sleep()
                 continue
             step_s = self.latency.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
+            store_read = None
+            if self.kv.tiers is not None:
+                step_s, store_read = self._with_loads(step_s)
             self.busy_s += step_s
             self.iterations += 1
             self.batch_size = len(planned)
@@ -117,10 +122,27 @@ class PrefillInstance(InstanceBase):
             if layerwise:
                 self._send_chunks(planned)
             self.view_stale = True
-            yield self.env.timeout(step_s)
+            if store_read is None:
+                yield self.env.timeout(step_s)
+            elif self.cfg.kv_tiers.overlap_load:
+                yield self.env.all_of([self.env.timeout(step_s), store_read])
+            else:
+                yield store_read
+                yield self.env.timeout(step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, send=not layerwise)
+
+    def _with_loads(self, compute_s: float) -> tuple[float, simpy.Event | None]:
+        """Step time with this batch's tier loads (PCIe/SSD overlapped layer-wise or added) and
+        the store read's network flow (None when nothing comes from the store)."""
+        local_s, store_bytes = self.kv.tiers.take_batch_load()
+        step_s = max(compute_s, local_s) if self.cfg.kv_tiers.overlap_load else compute_s + local_s
+        if store_bytes <= 0:
+            return step_s, None
+        done = self.env.event()
+        self.kv.tiers.start_store_read(store_bytes, done.succeed)
+        return step_s, done
 
     def _pop_bootstrapped(self) -> None:
         now = self.env.now
@@ -137,11 +159,10 @@ class PrefillInstance(InstanceBase):
         if chunked is not None:
             yield RequestView(chunked.rid, chunked.prompt_tokens, 1, prefilled_tokens=chunked.prefilled,
                               cached_tokens=chunked.cached_tokens)
-        block = self.kv.cache.block_tokens if self.kv.cache else 0
         for sr in self.waiting.values():
             path = self.kv.peek_match(sr)
             matches[sr.rid] = path
-            cached = len(path) * block
+            cached = self.kv.plan_hit(sr, path)
             yield RequestView(sr.rid, sr.prompt_tokens, 1, prefilled_tokens=cached, cached_tokens=cached)
 
     def _schedule(self) -> Planned:
@@ -196,6 +217,12 @@ class PrefillInstance(InstanceBase):
     def kv_used_tokens(self) -> int:
         return self.kv.used_tokens
 
+    def stats(self) -> dict[str, float]:
+        stats = super().stats()
+        if self.kv.tiers is not None:
+            stats.update(self.kv.tiers.stats_dict())
+        return stats
+
     def build_view(self) -> InstanceView:
         return self.instance_view(self.batch_size, len(self.inflight), self.kv.used_tokens, self.kv.pool.capacity_tokens)
 
@@ -221,7 +248,7 @@ def start_chunks(inst: PrefillInstance, chunks: tuple[PrefillChunk, ...], matche
     planned: Planned = []
     for i, chunk in enumerate(chunks):
         sr = by_id[chunk.request_id]
-        if not inst.kv.allocate(sr, chunk.new_pages):
+        if not inst.kv.allocate(sr, chunk.new_pages + sr.load_pages):
             for later in chunks[i:]:
                 other = by_id[later.request_id]
                 if other is not inst.chunked:
@@ -230,5 +257,6 @@ def start_chunks(inst: PrefillInstance, chunks: tuple[PrefillChunk, ...], matche
         if sr.rid in inst.waiting:
             del inst.waiting[sr.rid]
             sr.mark("prefill_start_s", now)
+            inst.kv.commit_load(sr)
         planned.append((sr, sr.attempt, chunk))
     return planned

@@ -10,7 +10,7 @@ the pool's CACHE_OWNER; the caller moves pages in and frees the pages `evict` re
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class BlockNode:
@@ -43,6 +43,7 @@ class PrefixCache:
         self.evictable_blocks = 0
         self._next_id = 1
         self._heap: list[tuple[float, int, BlockNode]] = []
+        self.on_evict: Callable[[int], None] | None = None  # told each evicted block hash (kv_tiers)
 
     @property
     def evictable_pages(self) -> int:
@@ -112,6 +113,8 @@ class PrefixCache:
             del parent.children[node.block_hash]
             node.parent = None
             evicted += 1
+            if self.on_evict is not None:
+                self.on_evict(node.block_hash)
             if parent is not root and parent.ref == 0 and not parent.children:
                 push(heap, (parent.last_access_s, parent.node_id, parent))
         self.num_blocks -= evicted
@@ -122,6 +125,15 @@ class PrefixCache:
         if self.capacity_blocks <= 0:
             return 0
         return max(0, self.num_blocks - self.capacity_blocks)
+
+    def block_hashes(self) -> list[int]:
+        """Every cached block's hash (a trie walk; for invariant checks)."""
+        out, stack = [], list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            out.append(node.block_hash)
+            stack.extend(node.children.values())
+        return out
 
     def check_invariants(self, final: bool = False) -> None:
         count, free, stack = 0, 0, list(self.root.children.values())

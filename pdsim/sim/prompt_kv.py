@@ -4,11 +4,15 @@ A request's prompt KV is its matched prefix (cache blocks, locked while in use) 
 owns for everything it computes. On release, its full blocks join the cache (their pages move
 to CACHE_OWNER) and the rest is freed. Allocation evicts unreferenced cache blocks on demand.
 Cached prefixes are whole blocks and never the whole prompt (at least one token is computed).
+With KV tiers attached (kv_tiers.py) a prefix continues past the GPU match into host/ssd/store
+blocks the load-or-recompute decision took: their pages are allocated with the first chunk and
+filled by the load (`commit_load`); they join the GPU cache on release like computed blocks.
 """
 
 from __future__ import annotations
 
 from pdsim.sim.kv_pool import CACHE_OWNER, KVPool
+from pdsim.sim.kv_tiers import InstanceTiers, TierPlan
 from pdsim.sim.prefix_cache import BlockNode, PrefixCache
 from pdsim.sim.state import SimRequest
 
@@ -21,6 +25,7 @@ class PromptKV:
         self.pool = KVPool(name, capacity_pages, page_size_tokens)
         self.page = page_size_tokens
         self.cache: PrefixCache | None = None
+        self.tiers: InstanceTiers | None = None
         if cache_enabled:
             if block_tokens % page_size_tokens:
                 raise ValueError(
@@ -51,13 +56,62 @@ class PromptKV:
         max_blocks = (sr.prompt_tokens - 1) // self.cache.block_tokens
         return self.cache.match(sr.req.hash_ids, max_blocks)
 
+    def attach_tiers(self, tiers: InstanceTiers) -> None:
+        if self.cache is None:
+            raise ValueError(f"{self.pool.name}: kv_tiers need cluster.prefix_cache=true")
+        self.tiers = tiers
+        self.cache.on_evict = tiers.demote
+
+    def plan_hit(self, sr: SimRequest, path: list[BlockNode]) -> int:
+        """Prefix tokens `sr` would start with: the GPU match plus the tier blocks worth loading
+        (the plan is kept on `sr` and reused while no tier changed)."""
+        gpu_tokens = len(path) * self.cache.block_tokens if self.cache else 0
+        tiers = self.tiers
+        if tiers is None or not sr.req.hash_ids:
+            return gpu_tokens
+        plan = sr.tier_plan
+        if plan is None or plan.version != tiers.version or plan.gpu_blocks != len(path):
+            max_blocks = (sr.prompt_tokens - 1) // tiers.block_tokens
+            plan = sr.tier_plan = tiers.plan(sr.prompt_tokens, sr.req.hash_ids, len(path), max_blocks)
+        return gpu_tokens + plan.load_tokens
+
+    def tier_prefix(self, sr: SimRequest) -> tuple[int, ...]:
+        """Cached prefix tokens of `sr` per tier (gpu, host, ssd, store), before any load
+        decision: the cache summary a KV-centric router sees."""
+        path = self.peek_match(sr)
+        if self.cache is None:
+            return (0, 0, 0, 0)
+        bt = self.cache.block_tokens
+        if self.tiers is None or not sr.req.hash_ids:
+            return (len(path) * bt, 0, 0, 0)
+        found = self.tiers.lookup(sr.req.hash_ids, len(path), (sr.prompt_tokens - 1) // bt)
+        return (len(path) * bt, found.count(1) * bt, found.count(2) * bt, found.count(3) * bt)
+
     def begin(self, sr: SimRequest, path: list[BlockNode], now_s: float) -> None:
-        """Lock the matched prefix; it counts as prefilled."""
+        """Lock the matched prefix; it counts as prefilled (with the planned tier loads)."""
         if self.cache is not None and path:
             self.cache.lock(path, now_s)
         sr.match = path
         sr.cached_tokens = len(path) * self.cache.block_tokens if self.cache and path else 0
+        plan: TierPlan | None = sr.tier_plan if self.tiers is not None else None
+        if plan is not None and plan.gpu_blocks == len(path) and plan.tiers:
+            sr.cached_tokens += plan.load_tokens
+            sr.load_pages = plan.load_tokens // self.page
         sr.prefilled = sr.cached_tokens
+
+    def commit_load(self, sr: SimRequest) -> None:
+        """The first chunk got its pages: take the planned tier blocks (recorded on `sr`)."""
+        plan, tiers = sr.tier_plan, self.tiers
+        sr.load_pages = 0
+        if tiers is None:
+            return
+        if plan is None or plan.gpu_blocks != len(sr.match):
+            plan = TierPlan(len(sr.match), tiers.version, (), (), tiers.block_tokens)
+        tiers.commit(plan, sr.req.hash_ids, sr.prompt_tokens)
+        sr.loaded_tokens = tuple(plan.tokens_in(t) for t in (1, 2, 3))
+        sr.kv_load_s = plan.load_s
+        sr.load_skipped_tokens = plan.skipped_tokens
+        sr.tier_plan = None
 
     def allocate(self, sr: SimRequest, pages: int) -> bool:
         """Give `sr` `pages` more pages, evicting cache blocks if needed; False if impossible."""
@@ -81,13 +135,15 @@ class PromptKV:
             if sr.prefilled >= sr.prompt_tokens and sr.p_pages:
                 n_full = min(sr.req.input_tokens // cache.block_tokens, len(sr.req.hash_ids))
                 created = cache.insert(sr.req.hash_ids[:n_full], now_s)
+                if self.tiers is not None:
+                    self.tiers.on_gpu_insert(sr.req.hash_ids[:n_full])
                 self.pool.move(sr.rid, CACHE_OWNER, created * cache.pages_per_block)
                 over = cache.over_capacity_blocks()
                 if over:
                     self.pool.free(CACHE_OWNER, cache.evict(over) * cache.pages_per_block)
         self.pool.free(sr.rid)
         sr.match = []
-        sr.p_pages = 0
+        sr.p_pages = sr.load_pages = 0
 
     def check_invariants(self, final: bool = False) -> None:
         self.pool.check_invariants(final)
@@ -98,3 +154,5 @@ class PromptKV:
                     f"{self.pool.name}: cache holds {self.cache.cached_pages} pages, pool says "
                     f"{self.pool.pages_of(CACHE_OWNER)}"
                 )
+            if self.tiers is not None:
+                self.tiers.check_invariants(self.cache.block_hashes())

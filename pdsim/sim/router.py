@@ -4,7 +4,7 @@ For each arriving request the router first asks `pdsim.policy.admit` (first atte
 rejection is recorded with status 'rejected' and the policy's reason), then asks
 `pdsim.policy.route` for a (prefill, decode) pair over the instances' current views (only
 instances it believes healthy; cache_aware also sees each prefill instance's prefix hit for this
-request as its cache summary), draws a random 63-bit
+request as its cache summary, kv_centric its per-tier prefix lengths), draws a random 63-bit
 bootstrap_room from its own seeded stream, and sends the request to both halves at once; each
 copy arrives after one control-plane hop. In colocated mode only one instance is chosen.
 """
@@ -85,6 +85,8 @@ class Router:
 
     def _prefill_views(self, sr: SimRequest) -> list[InstanceView]:
         views = [p.view() for p in self.prefill]
+        if self.policy_name == "kv_centric":
+            return [replace(v, tier_hit_tokens=p.kv.tier_prefix(sr)) for v, p in zip(views, self.prefill, strict=True)]
         if self.policy_name != "cache_aware":
             return views
         return [replace(v, cached_blocks=frozenset(n.block_hash for n in p.peek_match(sr)))

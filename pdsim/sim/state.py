@@ -39,6 +39,12 @@ class SimRequest:
     last_sent: bool = False
     fail_transfer: bool = False
     transfer_bytes: int = 0
+    # KV tiers (kv_tiers.py): the pending plan, pages to fill by loading, what was loaded
+    tier_plan: Any = None
+    load_pages: int = 0
+    loaded_tokens: tuple[int, ...] = (0, 0, 0)  # host, ssd, store
+    kv_load_s: float = 0.0
+    load_skipped_tokens: int = 0
     # decode side
     handshaken: bool = False
     generated: int = 0
@@ -68,6 +74,10 @@ class SimRequest:
         self.cached_tokens = self.prefilled = self.p_pages = self.pages_sent = 0
         self.flows = []
         self.flows_pending = self.transfer_bytes = 0
+        self.tier_plan = None
+        self.load_pages = self.load_skipped_tokens = 0
+        self.loaded_tokens = (0, 0, 0)
+        self.kv_load_s = 0.0
         self.generated = self.kv_tokens = self.d_pages = 0
         self.prompt_tokens = self.req.input_tokens
         if self.token_times is not None:
@@ -101,6 +111,12 @@ def trace_row(sr: SimRequest, mode: str, status: str, reason: str) -> dict[str, 
         input_tokens=req.input_tokens,
         output_tokens=sr.generated if status == "finished" else req.output_tokens,
         cached_prefix_tokens=sr.cached_tokens,
+        cached_tokens_gpu=sr.cached_tokens - sum(sr.loaded_tokens),
+        cached_tokens_host=sr.loaded_tokens[0],
+        cached_tokens_ssd=sr.loaded_tokens[1],
+        cached_tokens_store=sr.loaded_tokens[2],
+        kv_load_s=sr.kv_load_s,
+        kv_load_skipped_tokens=sr.load_skipped_tokens,
         mode=mode,
         prefill_instance=sr.prefill.index if sr.prefill is not None else -1,
         decode_instance=sr.decode.index if sr.decode is not None else -1,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import simpy
 
@@ -112,3 +114,18 @@ def test_prefix_cache_evicts_least_recently_used_leaf() -> None:
 )
 def test_chunk_pages_to_send(prefilled: int, input_tokens: int, sent: int, is_last: bool, expected: int) -> None:
     assert chunk_pages_to_send(prefilled, input_tokens, sent, 10, is_last) == expected
+
+
+def test_flow_finishes_late_in_a_long_run() -> None:
+    """Past t=2**14 s a tiny remainder used to take a timer shorter than the clock resolves."""
+    env = simpy.Environment(initial_time=16471.9)
+    net = Network(env)
+    link = net.add_resource("nic", 5e10)
+    done: list[float] = []
+    # 0.0616 B at 5e10 B/s takes 1.2e-12 s, under half an ulp of `now` (3.6e-12 s): the
+    # timer lands on the same float time, nothing moves, and a 1e-12 s threshold never fires.
+    nbytes = 0.0616
+    assert nbytes / 5e10 < math.ulp(16471.9) / 2
+    net.start_flow((link,), nbytes, 0.0, lambda: done.append(env.now))
+    env.run(until=16472.0)
+    assert len(done) == 1 and done[0] == pytest.approx(16471.9, abs=1e-9)
