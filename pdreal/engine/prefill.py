@@ -47,6 +47,7 @@ class PrefillState:
     sent_pages: int = 0
     first_token: int = -1
     times: dict[str, float] = field(default_factory=dict)
+    block_hashes: tuple[int, ...] = ()  # published as stored (kv_events), removed on release
 
     def view(self) -> RequestView:
         return RequestView(self.req.request_id, len(self.req.input_ids), 1,
@@ -63,6 +64,8 @@ class PrefillEngine:
         self.inflight: list[PrefillState] = []
         self._outputs: list[RequestOutput] = []
         self.num_added = self.num_finished = self.num_failed = 0
+        # pdreal.kv_events.RequestBlockTracker: stored/removed events for routers (None = off)
+        self.kv_events: Any = None
 
     @property
     def allocator(self) -> PageAllocator:
@@ -156,6 +159,8 @@ class PrefillEngine:
                 continue
             state.first_token = token
             state.times.update(prefill_end_s=now, inflight_enter_s=now)
+            if self.kv_events is not None:
+                state.block_hashes = self.kv_events.stored(state.req.input_ids)
             aux = TransferAux(state.req.bootstrap_room, token)
             self._send(state, state.pages[state.sent_pages:], aux)
             self.inflight.append(state)
@@ -186,6 +191,9 @@ class PrefillEngine:
             state.times["inflight_leave_s"] = now
         self.allocator.free(state.pages)
         state.pages = []
+        if self.kv_events is not None and state.block_hashes:
+            self.kv_events.removed(state.block_hashes)
+            state.block_hashes = ()
         if state.sender is not None:
             state.sender.close()
         self.num_finished += status == STATUS_FINISHED

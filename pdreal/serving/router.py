@@ -16,7 +16,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import aiohttp
 import numpy as np
 
 from pdreal.engine.common import EngineRequest, merge_halves
+from pdreal.kv_events import CacheSummary, block_hash_ids
 from pdreal.model.sampling import SamplingParams
 from pdreal.serving.config import ServeConfig
 from pdreal.serving.router_metrics import RouterMetrics
@@ -105,6 +106,9 @@ class Router:
         self.session: aiohttp.ClientSession | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._next_id = 0
+        # pdreal.kv_events: block summaries fed by the prefill instances' KV events (None = off);
+        # cache_aware / kv_centric then see them as InstanceView.cached_blocks
+        self.kv_summary: CacheSummary | None = None
 
     def admission_params(self) -> AdmissionParams:
         p, slo = self.cfg.policy, self.cfg.slo
@@ -125,6 +129,8 @@ class Router:
     def _choose(self, view: RequestView, now: float) -> tuple[tuple[Upstream, Upstream] | None, str, str]:
         """((prefill, decode), '', '') or (None, status, reason)."""
         p_views, d_views = [u.view() for u in self.prefill], [u.view() for u in self.decode]
+        if self.kv_summary is not None:
+            p_views = [replace(v, cached_blocks=self.kv_summary.cached_blocks(v.instance_id)) for v in p_views]
         name = self.cfg.policy.admission
         if name != ACCEPT_ALL:
             verdict = admit(name, view, p_views, d_views, self.admission_params(), self.admission_state, now,
@@ -142,8 +148,9 @@ class Router:
         arrival = now_s()
         base = {"request_id": request_id, "input_tokens": len(input_ids), "output_tokens": sampling.max_new_tokens,
                 "mode": "disaggregated", "arrival_s": arrival}
+        hashes = block_hash_ids(input_ids, self.state.params.block_tokens) if self.kv_summary is not None else ()
         pair, status, reason = self._choose(RequestView(request_id, len(input_ids), sampling.max_new_tokens,
-                                                        arrival_s=arrival), arrival)
+                                                        arrival_s=arrival, hash_ids=hashes), arrival)
         if pair is None:
             row = {**base, "status": status, "failure_reason": reason, "finish_s": now_s()}
             self.metrics.observe(row, 0)
