@@ -33,7 +33,6 @@ from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.span import BatchClock, PageGrowth, Span, add_steps
 from pdsim.sim.state import SimRequest
 
-
 # While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
 # call per boundary): the admission point is found without stepping, at a bounded cost per span.
 PREALLOC_LOOKAHEAD = 64
