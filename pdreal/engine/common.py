@@ -151,3 +151,24 @@ def merge_halves(prefill_row: dict[str, Any], decode_row: dict[str, Any]) -> dic
     decode_finish = decode_row.get("finish_s", math.nan)
     row["finish_s"] = prefill_row.get("finish_s", math.nan) if math.isnan(decode_finish) else decode_finish
     return row
+
+
+def engine_stats(engine: Any, queues: dict[str, int]) -> EngineStats:
+    """Queue lengths plus KV use in tokens, for /stats and /metrics (either engine)."""
+    page = engine.config.page_size_tokens
+    return EngineStats(queues, engine.allocator.num_used * page, engine.allocator.num_pages * page,
+                       engine.num_finished, engine.num_failed)
+
+
+def check_engine_invariants(engine: Any, role: str) -> None:
+    """No page leaked; every request accounted for; no transfer room left open when idle.
+
+    `engine` is a PrefillEngine or DecodeEngine: `live()` lists the requests it still holds.
+    """
+    live = engine.live()
+    engine.allocator.check_invariants(expected_used=sum(len(s.pages) for s in live))
+    done = engine.num_finished + engine.num_failed
+    if done + len(live) != engine.num_added:
+        raise AssertionError(f"{role}: {engine.num_added} added, {done} done + {len(live)} live")
+    if not live and engine.kv.num_rooms():
+        raise AssertionError(f"idle {role} engine still has {engine.kv.num_rooms()} transfer rooms")

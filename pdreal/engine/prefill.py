@@ -25,6 +25,8 @@ from pdreal.engine.common import (
     EngineStats,
     ModelRunner,
     RequestOutput,
+    check_engine_invariants,
+    engine_stats,
     trace_row,
 )
 from pdreal.kv.allocator import PageAllocator, pages_for_tokens
@@ -219,16 +221,8 @@ class PrefillEngine:
     def stats(self) -> EngineStats:
         queues = {"bootstrap": len(self.bootstrap), "waiting": len(self.waiting) + (self.chunked is not None),
                   "inflight": len(self.inflight)}
-        page = self.config.page_size_tokens
-        return EngineStats(queues, self.allocator.num_used * page, self.allocator.num_pages * page,
-                           self.num_finished, self.num_failed)
+        return engine_stats(self, queues)
 
     def check_invariants(self) -> None:
         """No page leaked; every request accounted for; no transfer room left open when idle."""
-        live = self.live()
-        self.allocator.check_invariants(expected_used=sum(len(s.pages) for s in live))
-        done = self.num_finished + self.num_failed
-        if done + len(live) != self.num_added:
-            raise AssertionError(f"{self.num_added} added, {done} done + {len(live)} live")
-        if not live and self.kv.num_rooms():
-            raise AssertionError(f"idle prefill engine still has {self.kv.num_rooms()} transfer rooms")
+        check_engine_invariants(self, "prefill")
