@@ -58,6 +58,8 @@ def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:
         from pdsim.sim.kv_tiers_setup import kv_tier_summary
 
         summary["kv_tiers"] = kv_tier_summary(result.trace, result.instance_stats)
+    if cfg.policy.scaling != "none":
+        summary["scaling_events"] = result.scaling_events
     return RunOutput(result.trace, result.timeseries, summary)
 
 

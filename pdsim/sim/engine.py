@@ -28,6 +28,7 @@ from pdsim.sim.prefill import PrefillInstance
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
+from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
 from pdsim.sim.state import SimRequest, trace_row
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
@@ -70,6 +71,7 @@ class Simulation:
         self.faults = FaultInjector(cfg.faults, self, {i.name: i for i in self.instances})
         self.sampler = TimeseriesSampler(self.env, self.network, self.instances, cfg.timeseries_interval_s)
         self.env.process(arrivals(self.env, self._requests(), self._on_arrival))
+        self.scaler = Rebalancer(self, ctx, workload.block_tokens) if cfg.policy.scaling != SCALING_OFF else None
 
     # -- construction ----------------------------------------------------------------------
     def _capacity_pages(self, tp: int) -> int:
@@ -95,18 +97,27 @@ class Simulation:
                 inst.placement = self.topology.place(inst.name, c.colocated_tp)
             return insts, []
         p_lat, d_lat = self._latency(c.prefill_tp), self._latency(c.decode_tp)
-        prefill = [PrefillInstance(i, ctx, p_lat, self._prompt_kv(f"prefill:{i}", c.prefill_tp, block_tokens))
-                   for i in range(c.prefill)]
-        reload_s_per_token = wire_bytes_per_token(self.cfg.model, c.decode_tp) / (
-            c.decode_tp * self.cfg.hardware.pcie_gbps * 1e9)
-        decode = [DecodeInstance(i, ctx, d_lat, KVPool(f"decode:{i}", self._capacity_pages(c.decode_tp), c.page_size_tokens),
-                                 reload_s_per_token) for i in range(c.decode)]
+        prefill = [self.new_prefill(i, ctx, p_lat, block_tokens) for i in range(c.prefill)]
+        decode = [self.new_decode(i, ctx, d_lat) for i in range(c.decode)]
         for inst in prefill:
             inst.placement = self.topology.place(inst.name, c.prefill_tp)
         for inst in decode:
             inst.placement = self.topology.place(inst.name, c.decode_tp)
         attach_kv_tiers(self.cfg, prefill, self.network, block_tokens)
         return prefill, decode
+
+    def new_prefill(self, index: int, ctx: InstanceContext, latency: Any, block_tokens: int) -> PrefillInstance:
+        """One prefill instance (not yet placed); also used by scaling for a moved instance."""
+        tp = self.cfg.cluster.prefill_tp
+        return PrefillInstance(index, ctx, latency, self._prompt_kv(f"prefill:{index}", tp, block_tokens))
+
+    def new_decode(self, index: int, ctx: InstanceContext, latency: Any) -> DecodeInstance:
+        """One decode instance (not yet placed); also used by scaling for a moved instance."""
+        c = self.cfg.cluster
+        reload_s_per_token = wire_bytes_per_token(self.cfg.model, c.decode_tp) / (
+            c.decode_tp * self.cfg.hardware.pcie_gbps * 1e9)
+        pool = KVPool(f"decode:{index}", self._capacity_pages(c.decode_tp), c.page_size_tokens)
+        return DecodeInstance(index, ctx, latency, pool, reload_s_per_token)
 
     def _requests(self) -> Iterator[SimRequest]:
         record = self.cfg.record_token_times
@@ -230,3 +241,4 @@ def validate_config(cfg: Config) -> None:
         raise ValueError(f"cluster: field 'max_running_requests' must be >= 1, got {c.max_running_requests}")
     if not 0.0 <= cfg.faults.transfer_failure_prob <= 1.0:
         raise ValueError(f"faults: field 'transfer_failure_prob' must be in [0, 1], got {cfg.faults.transfer_failure_prob}")
+    validate_scaling(cfg)

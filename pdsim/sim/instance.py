@@ -8,6 +8,7 @@ is picked up at the next iteration boundary, as in SGLang's event loop.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,8 @@ class InstanceBase:
         self.latency = latency
         self.alive = True  # false from the crash on
         self._healthy = True
+        self.draining = False  # scaling: not routable while its work drains (pdsim.sim.scaling)
+        self.on_idle: Callable[[], None] | None = None  # called when the loop goes to sleep
         self.queued_requests = 0  # router-side accounting (see InstanceView)
         self.queued_tokens = 0
         self.busy_s = 0.0
@@ -88,7 +91,20 @@ class InstanceBase:
 
     def sleep(self) -> simpy.Event:
         self._wake = self.env.event()
+        if self.on_idle is not None:
+            self.on_idle()
         return self._wake
+
+    def start_drain(self) -> None:
+        """Stop taking new work: the router sees the instance as unhealthy from now on."""
+        self.draining = True
+        self.view_stale = True
+
+    def retire(self) -> None:
+        """Stop the scheduler loop of a drained instance (its GPUs go to a new instance)."""
+        self.on_idle = None
+        self.alive = False
+        self.notify()
 
     def crash(self) -> None:
         self.view_stale = True
@@ -103,7 +119,7 @@ class InstanceBase:
         return InstanceView(
             instance_id=self.index, role=self.role, queued_requests=self.queued_requests,
             queued_tokens=self.queued_tokens, running_requests=running, inflight_requests=inflight,
-            kv_used_tokens=kv_used_tokens, kv_total_tokens=kv_total_tokens, healthy=self._healthy,
+            kv_used_tokens=kv_used_tokens, kv_total_tokens=kv_total_tokens, healthy=self._healthy and not self.draining,
         )
 
     def stats(self) -> dict[str, float]:

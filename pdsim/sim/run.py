@@ -46,6 +46,7 @@ class SimResult:
     sim_time_s: float = 0.0
     wall_s: float = 0.0
     events: int = 0  # simpy events scheduled
+    scaling_events: list[dict[str, Any]] = field(default_factory=list)  # role moves (sim/scaling.py)
 
 
 def simulate(cfg: Config, workload: Workload, progress: bool = False) -> SimResult:
@@ -67,6 +68,7 @@ def simulate(cfg: Config, workload: Workload, progress: bool = False) -> SimResu
         sim_time_s=float(sim.env.now),
         wall_s=wall_s,
         events=events_scheduled(sim.env),
+        scaling_events=list(sim.scaler.events) if sim.scaler is not None else [],
     )
 
 

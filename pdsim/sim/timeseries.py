@@ -44,6 +44,11 @@ class TimeseriesSampler:
         if interval_s > 0:
             env.process(self.sample())
 
+    def add_instance(self, inst: Any) -> None:
+        """Sample `inst` too from now on (an instance built during the run, by scaling)."""
+        self.instances.append(inst)
+        self.kv_total_tokens.append(inst.view().kv_total_tokens)
+
     def sample(self) -> Iterator:
         """simpy process; stops when nothing else is scheduled (a stuck simulation)."""
         while True:
