@@ -70,6 +70,11 @@ class KVEventPublisher:
         self._thread = threading.Thread(target=self._serve, name=f"kv-replay-{instance_id}", daemon=True)
         self._thread.start()
 
+    def endpoints(self) -> tuple[str, str]:
+        """The bound (pub, replay) endpoints; a `tcp://host:*` bind names the port it got."""
+        last = zmq.LAST_ENDPOINT
+        return self._pub.getsockopt(last).decode(), self._replay.getsockopt(last).decode()
+
     def publish(self, kind: str, block_hashes: Sequence[int] = ()) -> KVEvent:
         with self._lock:
             event = KVEvent(self._next_seq, self.instance_id, kind, tuple(block_hashes))
@@ -131,9 +136,17 @@ class KVEventSubscriber:
         self._req = ctx.socket(zmq.REQ)
         self._req.connect(replay_endpoint)
         self._pending: dict[int, KVEvent] = {}
+        self.num_events = 0  # events applied to the summary
+        self.num_replays = 0  # replay requests sent (late join, gaps)
+
+    @property
+    def live_socket(self) -> zmq.Socket:
+        """The SUB socket (for a zmq.Poller waiting on several subscribers)."""
+        return self._sub
 
     def replay(self, timeout_ms: int = 2000) -> None:
         """Fetch and apply every buffered event from `next_seq` on."""
+        self.num_replays += 1
         self._req.send(json.dumps({"from_seq": self.next_seq}).encode())
         if not self._req.poll(timeout_ms):
             raise TimeoutError(f"kv events: no replay answer within {timeout_ms} ms")
@@ -164,6 +177,7 @@ class KVEventSubscriber:
         while self.next_seq in self._pending:
             self.summary.apply(self._pending.pop(self.next_seq))
             self.next_seq += 1
+            self.num_events += 1
 
     def close(self) -> None:
         self._sub.close(linger=0)

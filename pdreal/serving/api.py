@@ -18,13 +18,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import zmq
 from aiohttp import web
 
+from pdreal.kv_events import CacheSummary
 from pdreal.serving.config import ServeConfig
+from pdreal.serving.kv_feed import KVEventFollower, advertised_endpoints
 from pdreal.serving.metrics import CONTENT_TYPE
 from pdreal.serving.requests import (
     ApiRequest,
@@ -51,6 +55,8 @@ class RouterServer:
         self.upstreams = [*router.prefill, *router.decode]
         self.eos_ids: frozenset[int] = frozenset()
         self._poller: asyncio.Task[None] | None = None
+        self.kv_follower = KVEventFollower() if router.kv_summary is not None else None
+        self._kv_task: asyncio.Task[None] | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -77,10 +83,15 @@ class RouterServer:
         self.codec.vocab_size = int(engine.get("vocab_size", self.codec.vocab_size))
         self.eos_ids = frozenset(engine.get("eos_token_ids", ()))
         self._poller = asyncio.create_task(self._poll_forever())
+        if self.kv_follower is not None:
+            self._kv_task = asyncio.create_task(self._follow_kv_events(self.kv_follower))
 
     async def _on_cleanup(self, app: web.Application) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        for task in (self._poller, self._kv_task):
+            if task is not None:
+                task.cancel()
+        if self.kv_follower is not None:  # waits for a poll still running on its worker thread
+            await asyncio.to_thread(self.kv_follower.close)
         await self.router.session.close()
 
     async def _poll_once(self) -> None:
@@ -91,6 +102,19 @@ class RouterServer:
         while True:
             await asyncio.sleep(self.router.cfg.node.stats_interval_s)
             await self._poll_once()
+
+    async def _follow_kv_events(self, follower: KVEventFollower) -> None:
+        """Apply the prefill instances' KV events (on a worker thread) and swap in the summary."""
+        while True:
+            try:
+                blocks = await asyncio.to_thread(follower.poll, advertised_endpoints(self.router.prefill))
+            except (zmq.ZMQError, ValueError, KeyError) as exc:  # a malformed event or a socket error
+                log.warning("kv events: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            self.router.kv_summary = CacheSummary(dict(blocks))
+            if not blocks:
+                await asyncio.sleep(self.router.cfg.node.stats_interval_s)
 
     def _capacity_error(self, req: ApiRequest) -> str:
         prompt, total = len(req.input_ids), len(req.input_ids) + req.sampling.max_new_tokens
@@ -172,6 +196,8 @@ class RouterServer:
         return "stop" if stopped or hit_eos else "length"
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if self.kv_follower is not None:
+            self.router.metrics.observe_kv_events(self.kv_follower.counts)
         return web.Response(body=self.router.metrics.render(self.upstreams).encode(),
                             headers={"Content-Type": CONTENT_TYPE})
 
@@ -182,6 +208,8 @@ class RouterServer:
                 "routing": self.router.cfg.policy.routing, "admission": self.router.cfg.policy.admission,
                 "instances": [{"role": u.role, "index": u.index, "url": u.url, "healthy": u.healthy,
                                "clock_offset_s": u.sync.offset_s, "stats": u.stats} for u in self.upstreams]}
+        if self.kv_follower is not None:
+            data["kv_events"] = asdict(self.kv_follower.counts)
         return web.Response(text=_dumps(json_safe(data)), content_type="application/json")
 
     async def health(self, request: web.Request) -> web.Response:

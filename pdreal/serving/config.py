@@ -26,6 +26,8 @@ from pdsim.config import ClusterConfig, FaultConfig, PolicyConfig, SloConfig
 from pdsim.paths import SCENARIOS_DIR
 
 ROLES = ("all", "prefill", "decode", "router")
+KV_EVENTS_MODES = ("auto", "on", "off")
+CACHE_ROUTING = ("cache_aware", "kv_centric")  # the routing policies that read KV events
 SHARED_GROUPS = ("cluster", "policy", "slo")
 DEFAULT_NUM_PAGES = 1024
 
@@ -55,6 +57,8 @@ class NodeConfig:
     request_timeout_s: float = 600.0  # router: give up on a half after this long
     idle_sleep_s: float = 0.001  # engine loop wait when nothing is ready to run
     latency_profile: str = ""  # router: a `pdreal profile` CSV; the latency model of early_reject admission
+    kv_events: str = "auto"  # KV block events prefill -> router: auto (on for cache_aware/kv_centric) | on | off
+    kv_events_port: int = 0  # prefill: ZMQ PUB port, replay on port + 1; 0 = any free ports
 
     @property
     def public_host(self) -> str:
@@ -70,6 +74,12 @@ class ServeConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
     seed: int = 0
 
+    @property
+    def kv_events_enabled(self) -> bool:
+        """Prefill instances publish KV events and the router follows them (node.kv_events)."""
+        mode = self.node.kv_events
+        return mode == "on" or (mode == "auto" and self.policy.routing in CACHE_ROUTING)
+
     def validate(self) -> ServeConfig:
         n = self.node
         if n.role not in ROLES:
@@ -78,6 +88,8 @@ class ServeConfig:
             raise ValueError("node.role=router needs node.prefill_urls and node.decode_urls")
         if n.role in ("router", "all") and self.policy.admission == "early_reject" and not n.latency_profile:
             raise ValueError("policy.admission=early_reject needs node.latency_profile (a `pdreal profile` CSV)")
+        if n.kv_events not in KV_EVENTS_MODES:
+            raise ValueError(f"node.kv_events: unknown value {n.kv_events!r} (choose from {KV_EVENTS_MODES})")
         if self.faults.heartbeat_interval_s <= 0 or self.faults.heartbeat_misses < 1:
             raise ValueError(f"faults: heartbeat_interval_s must be > 0 and heartbeat_misses >= 1, got "
                              f"{self.faults.heartbeat_interval_s} and {self.faults.heartbeat_misses}")

@@ -57,6 +57,7 @@ class InstanceServer:
         self.heartbeat: HeartbeatChecker | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.num_bootstrap_failures = 0
+        self.kv_events: Any = None  # kv_feed.InstanceEvents of a prefill instance with KV events on
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -92,6 +93,8 @@ class InstanceServer:
             error = await asyncio.to_thread(self.loop.stop)
             if error:
                 log.error("%s instance invariants: %s", self.role, error)
+        if self.kv_events is not None:  # after the loop thread, the publisher's only caller, stopped
+            self.kv_events.close()
         self.engine.kv.close()
 
     def _peer_dead(self, entry: PeerEntry, reason: str) -> None:

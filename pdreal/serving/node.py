@@ -76,7 +76,17 @@ def build_instance(cfg: ServeConfig, role: str) -> Any:
              "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
              "transfer_backend": n.transfer_backend, "transfer_protocol": n.transfer_protocol,
              "bootstrap_addr": kv.bootstrap_addr, "threads": n.threads}
-    return InstanceServer(role, engine, config, facts, cfg.faults, n.idle_sleep_s)
+    events = None
+    if role == "prefill" and cfg.kv_events_enabled:
+        from pdreal.serving.kv_feed import InstanceEvents
+
+        events = InstanceEvents.start(config.instance_id, n.host, n.public_host, n.kv_events_port,
+                                      config.page_size_tokens)
+        engine.kv_events = events.tracker
+        facts["kv_events"] = events.endpoints
+    server = InstanceServer(role, engine, config, facts, cfg.faults, n.idle_sleep_s)
+    server.kv_events = events
+    return server
 
 
 async def run_app(app: web.Application, cfg: ServeConfig, role: str,

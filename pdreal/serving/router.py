@@ -36,6 +36,7 @@ from pdsim.policy import (
     AdmissionState,
     RequestView,
     RouterState,
+    RoutingParams,
     SloPredictor,
     admit,
     route,
@@ -91,13 +92,19 @@ def slo_predictor(cfg: ServeConfig) -> SloPredictor | None:
     return SloPredictor(table, table, cfg.cluster.max_prefill_tokens, cfg.cluster.max_running_requests)
 
 
+def routing_params(cfg: ServeConfig) -> RoutingParams:
+    """As pdsim's router: policy weights, and prefix blocks of one KV page (the engines' block hashes)."""
+    p = cfg.policy
+    return RoutingParams(p.cache_weight, tuple(p.length_buckets), cfg.cluster.page_size_tokens)
+
+
 class Router:
     def __init__(self, cfg: ServeConfig, prefill: list[Upstream], decode: list[Upstream]) -> None:
         if cfg.policy.admission not in ADMISSION_POLICIES:
             raise ValueError(f"policy: field 'admission' has unknown value {cfg.policy.admission!r} "
                              f"(choose from {ADMISSION_POLICIES})")
         self.cfg, self.prefill, self.decode = cfg, prefill, decode
-        self.state = RouterState()
+        self.state = RouterState(params=routing_params(cfg))
         self.admission_state = AdmissionState()
         self.route_rng = stream(cfg.seed, "router.route")
         self.room_rng = stream(cfg.seed, "router.bootstrap_room")
@@ -108,7 +115,7 @@ class Router:
         self._next_id = 0
         # pdreal.kv_events: block summaries fed by the prefill instances' KV events (None = off);
         # cache_aware / kv_centric then see them as InstanceView.cached_blocks
-        self.kv_summary: CacheSummary | None = None
+        self.kv_summary: CacheSummary | None = CacheSummary() if cfg.kv_events_enabled else None
 
     def admission_params(self) -> AdmissionParams:
         p, slo = self.cfg.policy, self.cfg.slo

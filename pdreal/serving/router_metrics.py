@@ -38,6 +38,11 @@ class RouterMetrics:
         self.kv_total = reg.gauge("pdreal_kv_total_tokens", "KV pool capacity in tokens")
         self.healthy = reg.gauge("pdreal_instance_healthy", "1 when the router routes to the instance")
         self.queued = reg.gauge("pdreal_router_queued_requests", "router-side queued requests per instance")
+        self.kv_events = reg.counter("pdreal_router_kv_events_total", "KV events applied, per prefill instance")
+        self.kv_replays = reg.counter("pdreal_router_kv_event_replays_total",
+                                      "KV event replays asked (late join, gaps), per prefill instance")
+        self.kv_blocks = reg.gauge("pdreal_router_kv_cached_blocks", "blocks in the KV event summary per instance")
+        self.kv_partial = reg.gauge("pdreal_router_kv_summary_partial", "1 when events were lost to a full buffer")
         self.inflight = 0
 
     def observe(self, row: dict[str, Any], num_tokens: int) -> None:
@@ -52,6 +57,15 @@ class RouterMetrics:
         if num_tokens > 1:
             self.tpot.observe((last - first) / (num_tokens - 1))
         self.e2e.observe(last - row["arrival_s"])
+
+    def observe_kv_events(self, counts: Any) -> None:
+        """The KV event follower's totals (kv_feed.FollowerCounts)."""
+        for index, value in counts.events.items():
+            labels = {"role": "prefill", "instance": index}
+            self.kv_events.set(value, **labels)
+            self.kv_replays.set(counts.replays.get(index, 0), **labels)
+            self.kv_blocks.set(counts.blocks.get(index, 0), **labels)
+            self.kv_partial.set(1 if counts.partial.get(index) else 0, **labels)
 
     def render(self, upstreams: list[Any]) -> str:
         for gauge in (self.queue, self.kv_used, self.kv_total, self.healthy, self.queued):
