@@ -18,6 +18,8 @@ from pdsim.config import HardwareConfig, ModelConfig
 from pdsim.perf import cost
 from pdsim.perf.base import PrefillItem
 
+_PREFILL_MEMO_ENTRIES = 1 << 16  # bound on a model's memo of prefill batch shapes (~10 MB)
+
 
 @dataclass(frozen=True, slots=True)
 class RooflineTerms:
@@ -55,6 +57,9 @@ class RooflineModel:
                 raise ValueError(f"perf: field {field_name!r} must be in (0, 1], got {value}")
         if self.tp < 1:
             raise ValueError(f"tensor parallel size must be >= 1, got {self.tp}")
+        # prefill_time_s by batch shape: a simulator asks for the same shapes again and again
+        # (about half the calls on the Mooncake trace). Per instance, not a field (eq, repr).
+        object.__setattr__(self, "_prefill_memo", {})
 
     def _gemm_flops_per_s(self) -> float:
         hw = self.hardware
@@ -90,7 +95,15 @@ class RooflineModel:
         return self.terms(step).time_s(self.mfu, self.mbu, self.overhead_s, self.overhead_per_seq_s)
 
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
-        return self._time_s(cost.prefill_cost(self.model, items, self.tp))
+        key = tuple(items)
+        memo: dict[tuple[PrefillItem, ...], float] = self._prefill_memo  # type: ignore[attr-defined]
+        time_s = memo.get(key)
+        if time_s is None:
+            time_s = self._time_s(cost.prefill_cost(self.model, key, self.tp))
+            if len(memo) >= _PREFILL_MEMO_ENTRIES:
+                memo.clear()
+            memo[key] = time_s
+        return time_s
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         return self._time_s(cost.decode_cost(self.model, num_seqs, context_tokens, self.tp))

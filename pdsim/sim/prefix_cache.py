@@ -103,7 +103,7 @@ class PrefixCache:
 
     def evict(self, blocks: int) -> int:
         """Evict up to `blocks` unreferenced blocks, LRU leaves first; returns blocks evicted."""
-        heap, root, pop, push = self._heap, self.root, heapq.heappop, heapq.heappush
+        heap, root, pop, push, on_evict = self._heap, self.root, heapq.heappop, heapq.heappush, self.on_evict
         evicted = 0
         while evicted < blocks and heap:
             t, _, node = pop(heap)
@@ -113,8 +113,8 @@ class PrefixCache:
             del parent.children[node.block_hash]
             node.parent = None
             evicted += 1
-            if self.on_evict is not None:
-                self.on_evict(node.block_hash)
+            if on_evict is not None:
+                on_evict(node.block_hash)
             if parent is not root and parent.ref == 0 and not parent.children:
                 push(heap, (parent.last_access_s, parent.node_id, parent))
         self.num_blocks -= evicted

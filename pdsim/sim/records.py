@@ -31,6 +31,10 @@ class SimRecorder:
         self._floats = {name: array("d") for name in _FLOATS}
         self._ints = {name: array("q") for name in _INTS}
         self._objects: dict[str, list[Any]] = {name: [] for name in _OBJECTS}
+        # (field, default, append) per column, in a fixed order: one tight loop per row
+        self._appenders = tuple((name, TRACE_DEFAULTS[name], column.append)
+                                for columns in (self._floats, self._ints, self._objects)
+                                for name, column in columns.items())
 
     def __len__(self) -> int:
         return len(self._ints["request_id"])
@@ -47,9 +51,8 @@ class SimRecorder:
             raise ValueError(f"request {rid}: status {row.get('status')!r} not in {STATUSES}")
         self._seen[rid] = 1
         get = row.get
-        for columns in (self._floats, self._ints, self._objects):
-            for name, column in columns.items():
-                column.append(get(name, TRACE_DEFAULTS[name]))
+        for name, default, append in self._appenders:
+            append(get(name, default))
 
     def statuses(self) -> list[str]:
         return self._objects["status"]

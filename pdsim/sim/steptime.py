@@ -82,30 +82,35 @@ class RooflineDecode:
 
     def __init__(self, model: RooflineModel) -> None:
         self.model = model
-        self._fixed: dict[int, tuple[list[tuple[float, float]], int, float]] = {}
+        self._bf16_flops_per_s = model.hardware.bf16_tflops * 1e12
+        self._hbm_bytes_per_s = model.hardware.hbm_gbps * 1e9
+        self._fixed: dict[int, tuple[float, tuple[float, ...], float]] = {}
 
-    def _parts(self, n: int) -> tuple[list[tuple[float, float]], int, float]:
+    def _parts(self, n: int) -> tuple[float, tuple[float, ...], float]:
+        """Per batch size: the busy time of the operators before attention (summed from 0 in
+        order, as decode_time_s does), those after it (added one at a time), and comm_s."""
         parts = self._fixed.get(n)
         if parts is None:
             m = self.model
             step = roofline_cost.decode_cost(m.model, n, 0, m.tp)
             terms = m.terms(step)
-            names = [op.name for op in step.ops]
-            parts = (list(terms.ops), names.index("attention_decode"), terms.comm_s)
+            att_index = [op.name for op in step.ops].index("attention_decode")
+            busy = [max(c / m.mfu, mem / m.mbu) for c, mem in terms.ops]
+            head: float = 0
+            for b in busy[:att_index]:
+                head = head + b
+            parts = (head, tuple(busy[att_index + 1:]), terms.comm_s)
             self._fixed[n] = parts
         return parts
 
     def __call__(self, n: int, ctx: np.ndarray) -> np.ndarray:
         m = self.model
-        ops, att_index, comm_s = self._parts(n)
+        head, tail, comm_s = self._parts(n)
         ctx_f = ctx.astype(np.float64)
         att = roofline_cost._attention_op(m.model, ctx_f, ctx_f, float(n), m.tp, True)
-        compute_s = att.flops / (m.hardware.bf16_tflops * 1e12)
-        memory_s = att.bytes / (m.hardware.hbm_gbps * 1e9)
-        busy: float | np.ndarray = 0
-        for i, (c, mem) in enumerate(ops):
-            if i == att_index:
-                busy = busy + np.maximum(compute_s / m.mfu, memory_s / m.mbu)
-            else:
-                busy = busy + max(c / m.mfu, mem / m.mbu)
+        compute_s = att.flops / self._bf16_flops_per_s
+        memory_s = att.bytes / self._hbm_bytes_per_s
+        busy = head + np.maximum(compute_s / m.mfu, memory_s / m.mbu)
+        for b in tail:
+            busy = busy + b
         return m.overhead_s + m.overhead_per_seq_s * n + busy + comm_s
