@@ -25,6 +25,13 @@ def format_summary(summary: dict[str, Any], title: str) -> str:
         if row is None:
             continue
         lines.append(f"{label:<10}" + "".join(f"{_num(row[k]):>10}" for k in ("mean", "p50", "p90", "p99")))
+    tiers = summary.get("kv_tiers")
+    if tiers:
+        lines.append(
+            f"KV tiers: prefix hits GPU {_pct(tiers['hit_ratio_gpu'])}, host {_pct(tiers['hit_ratio_host'])}, "
+            f"SSD {_pct(tiers['hit_ratio_ssd'])}, store {_pct(tiers['hit_ratio_store'])}; "
+            f"{tiers['loads_taken']:.0f} loads taken, {tiers['loads_rejected']:.0f} rejected (recompute cheaper)"
+        )
     slo, att = summary["slo"], summary["attainment"]
     lines.append("")
     lines.append(
