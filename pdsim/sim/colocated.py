@@ -57,16 +57,7 @@ class ColocatedInstance(InstanceBase):
         self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
         self.clock.process = self.env.process(self.run())
 
-    def dispatch(self, sr: SimRequest) -> None:
-        self.view_stale = True
-        self.queued_requests += 1
-        self.queued_tokens += sr.prompt_tokens
-        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._receive, sr, sr.attempt)
-
-    def _receive(self, sr: SimRequest, attempt: int) -> None:
-        if sr.done or sr.attempt != attempt or not self.alive:
-            return
-        self.view_stale = True
+    def _receive(self, sr: SimRequest) -> None:
         sr.mark("prefill_waiting_enter_s", self.env.now)
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.kv.pool.capacity_tokens:

@@ -65,16 +65,10 @@ class DecodeInstance(InstanceBase):
         self.clock.process = self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------
-    def dispatch(self, sr: SimRequest) -> None:
-        self.view_stale = True
-        self.queued_requests += 1
-        self.queued_tokens += sr.req.input_tokens
-        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._receive, sr, sr.attempt)
+    def dispatched_tokens(self, sr: SimRequest) -> int:
+        return sr.req.input_tokens
 
-    def _receive(self, sr: SimRequest, attempt: int) -> None:
-        if sr.done or sr.attempt != attempt or not self.alive:
-            return
-        self.view_stale = True
+    def _receive(self, sr: SimRequest) -> None:
         now = self.env.now
         sr.mark("prealloc_enter_s", now)
         need = sr.req.input_tokens + sr.req.output_tokens
@@ -87,7 +81,7 @@ class DecodeInstance(InstanceBase):
             sr.handshaken = True
             self.notify()
         else:
-            self.hooks.after(ready_s - now, self._handshaken, sr, attempt)
+            self.hooks.after(ready_s - now, self._handshaken, sr, sr.attempt)
 
     def _handshaken(self, sr: SimRequest, attempt: int) -> None:
         if not sr.done and sr.attempt == attempt and sr.rid in self.prealloc:

@@ -18,7 +18,7 @@ from pdsim.config import Config
 from pdsim.perf import LatencyModel
 from pdsim.policy.views import InstanceView
 from pdsim.sim.span import BatchClock
-from pdsim.sim.state import SimHooks
+from pdsim.sim.state import SimHooks, SimRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,27 @@ class InstanceBase:
         self.view_stale = True
         self._view_valid_until_s = 0.0
         self._last_view: InstanceView | None = None
+
+    def dispatch(self, sr: SimRequest) -> None:
+        """The router sent `sr` here; `_receive(sr)` runs after one control-plane hop unless the
+        request ended, was re-dispatched (a newer attempt) or this instance died meanwhile."""
+        self.view_stale = True
+        self.queued_requests += 1
+        self.queued_tokens += self.dispatched_tokens(sr)
+        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._arrive, sr, sr.attempt)
+
+    def dispatched_tokens(self, sr: SimRequest) -> int:
+        """Tokens the router counts as queued here for `sr` (prompt tokens still to prefill)."""
+        return sr.prompt_tokens
+
+    def _arrive(self, sr: SimRequest, attempt: int) -> None:
+        if sr.done or sr.attempt != attempt or not self.alive:
+            return
+        self.view_stale = True
+        self._receive(sr)
+
+    def _receive(self, sr: SimRequest) -> None:
+        raise NotImplementedError
 
     @property
     def healthy(self) -> bool:

@@ -41,17 +41,7 @@ class PrefillInstance(InstanceBase):
         self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------
-    def dispatch(self, sr: SimRequest) -> None:
-        """The router sent `sr` here; it arrives after one control-plane hop."""
-        self.view_stale = True
-        self.queued_requests += 1
-        self.queued_tokens += sr.prompt_tokens
-        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._receive, sr, sr.attempt)
-
-    def _receive(self, sr: SimRequest, attempt: int) -> None:
-        if sr.done or sr.attempt != attempt or not self.alive:
-            return
-        self.view_stale = True
+    def _receive(self, sr: SimRequest) -> None:
         sr.mark("bootstrap_enter_s", self.env.now)
         if sr.prompt_tokens > self.kv.pool.capacity_tokens:
             self.hooks.abort(
@@ -61,7 +51,7 @@ class PrefillInstance(InstanceBase):
         self.bootstrap[sr.rid] = sr
         timeout_s = self.cfg.faults.bootstrap_timeout_s
         if timeout_s > 0:
-            self.hooks.after(timeout_s, self._bootstrap_timeout, sr, attempt)
+            self.hooks.after(timeout_s, self._bootstrap_timeout, sr, sr.attempt)
         if sr.p_ready:
             self.ready.append(sr)
             self.notify()
