@@ -98,13 +98,7 @@ class ColocatedInstance(InstanceBase):
                 yield self.sleep()
                 continue
             if not planned:  # decode-only iterations
-                span = self._begin_span()
-                self.view_stale = True
-                yield from self.clock.wait(span)
-                self.view_stale = True
-                if self.alive:
-                    self.clock.settle(self, span.end - 1)
-                    self.clock.span = None
+                if (yield from self.clock.run_span(self, self._begin_span())):
                     self._complete([], list(self.running.values()))
                 continue
             items = [(c.new_tokens, c.context_tokens) for _, _, c in planned]

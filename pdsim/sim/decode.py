@@ -134,13 +134,7 @@ class DecodeInstance(InstanceBase):
                 yield self.sleep()
                 continue
             self._grow_pages()
-            span = self._begin_span()
-            self.view_stale = True
-            yield from self.clock.wait(span)
-            self.view_stale = True
-            if self.alive:
-                self.clock.settle(self, span.end - 1)
-                self.clock.span = None
+            if (yield from self.clock.run_span(self, self._begin_span())):
                 self._complete_step()
 
     def _begin_span(self) -> Span:

@@ -174,6 +174,21 @@ class BatchClock:
             if lands:
                 return
 
+    def run_span(self, owner: BatchOwner, span: Span) -> Iterator[simpy.Event]:
+        """simpy sub-process: sleep through `span`, then apply its iterations up to the last one.
+
+        Returns (via `yield from`) whether the owner is still alive; a dead owner's span is left
+        unsettled. The owner's router view is marked stale before and after the wait.
+        """
+        owner.view_stale = True
+        yield from self.wait(span)
+        owner.view_stale = True
+        if not owner.alive:
+            return False
+        self.settle(owner, span.end - 1)
+        self.span = None
+        return True
+
     def truncate(self) -> None:
         """Something changed what the next boundary does: wake there instead of at the end."""
         span = self.span
@@ -223,6 +238,8 @@ class BatchOwner(Protocol):
     """The instance whose running batch BatchClock.settle advances."""
 
     running: dict[int, SimRequest]
+    alive: bool
+    view_stale: bool
 
     def add_pages(self, sr: SimRequest, pages: int) -> None:
         """Grow `sr`'s KV by `pages` pages (they are known to be free)."""
