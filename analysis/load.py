@@ -24,9 +24,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pdsim.trace import FIELDS, TraceError, fill_optional_fields, read_trace, validate_frame
+from pdsim.trace import (
+    FIELDS,
+    TraceError,
+    fill_optional_fields,
+    read_parquet_frame,
+    read_trace,
+    validate_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +142,7 @@ def read_summary(path: Path) -> dict[str, Any]:
 
 def read_timeseries(path: Path | str) -> pd.DataFrame:
     """Read a timeseries parquet; needs a numeric `time_s`, keeps whatever else is there."""
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: timeseries file not found")
-    try:
-        df = pq.read_table(path).to_pandas()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceError(f"{path}: not a readable parquet timeseries ({exc})") from None
-    return checked_timeseries(df, str(path))
+    return checked_timeseries(read_parquet_frame(path, "timeseries"), str(path))
 
 
 def checked_timeseries(df: pd.DataFrame, source: str) -> pd.DataFrame:

@@ -190,16 +190,20 @@ def write_trace(df: pd.DataFrame, path: Path, summary: dict[str, Any] | None = N
     return path
 
 
-def read_trace(path: Path | str) -> pd.DataFrame:
-    """Read a trace parquet, checking it follows this schema."""
+def read_parquet_frame(path: Path | str, what: str = "trace") -> pd.DataFrame:
+    """Read a parquet file into pandas; TraceError naming the file if absent or unreadable."""
     path = Path(path)
     if not path.is_file():
-        raise TraceError(f"{path}: trace file not found")
+        raise TraceError(f"{path}: {what} file not found")
     try:
-        df = pq.read_table(path).to_pandas()
+        return pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceError(f"{path}: not a readable parquet trace ({exc})") from None
-    df = fill_optional_fields(df)
+        raise TraceError(f"{path}: not a readable parquet {what} ({exc})") from None
+
+
+def read_trace(path: Path | str) -> pd.DataFrame:
+    """Read a trace parquet, checking it follows this schema."""
+    df = fill_optional_fields(read_parquet_frame(path, "trace"))
     validate_frame(df, str(path))
     return df
 
