@@ -4,7 +4,8 @@
                                           and a decode engine, KV over mooncake|local|fake
     pdreal bench                          prefill / decode step / KV transfer timings here
     pdreal serve [--config F] [k=v ...]   no arguments: a 1P/1D/router cluster here (SmolLM2, CPU);
-                                          node.role=prefill|decode|router: one role of a cluster
+                                          --colocated N: N colocated instances + router instead;
+                                          node.role=prefill|decode|colocated|router: one role
     pdreal replay --url URL [overrides]   open-loop replay of a pdsim workload or trace; writes
                                           trace.parquet + trace.summary.json (pdsim's schema)
     pdreal profile [--out DIR]            step latencies over a grid -> profile.csv (pdsim perf
@@ -104,14 +105,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_overrides(args: argparse.Namespace) -> list[str]:
+    """The serve config overrides, with --colocated / --schedule spelt as cluster.* keys."""
+    overrides = list(args.overrides)
+    if args.colocated is not None:
+        if args.prefill is not None or args.decode is not None:
+            raise ValueError(f"--colocated {args.colocated} excludes --prefill / --decode "
+                             f"(got --prefill {args.prefill}, --decode {args.decode})")
+        overrides += ["cluster.mode=colocated", f"cluster.colocated={args.colocated}"]
+    if args.schedule is not None:
+        overrides.append(f"cluster.colocated_schedule={args.schedule}")
+    return overrides
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from pdreal.serving.config import load_serve_config
     from pdreal.serving.launch import serve_local
     from pdreal.serving.node import serve_role
 
-    cfg = load_serve_config(args.config, args.overrides)
+    cfg = load_serve_config(args.config, serve_overrides(args))
     if cfg.node.role == "all":
-        return serve_local(cfg, args.log_dir)
+        return serve_local(cfg, args.log_dir, args.prefill or 1, args.decode or 1)
     return serve_role(cfg)
 
 
@@ -128,12 +142,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
-    serve = sub.add_parser("serve", help="serve a PD cluster (OpenAI-compatible router)",
+    serve = sub.add_parser("serve", help="serve a PD or colocated cluster (OpenAI-compatible router)",
                            description="No arguments: prefill, decode and router processes on this machine "
-                                       "(SmolLM2 on CPU); prints the router URL. With node.role=prefill|decode|"
-                                       "router: that one role (multi-node clusters, see docs/PDREAL.md).")
+                                       "(SmolLM2 on CPU); prints the router URL. --colocated N: N colocated "
+                                       "instances (prefill and decode in one engine) and the router instead. "
+                                       "With node.role=prefill|decode|colocated|router: that one role "
+                                       "(multi-node clusters, see docs/PDREAL.md).")
     serve.add_argument("--config", help="serve YAML (node/cluster/policy/slo/faults groups)")
     serve.add_argument("--log-dir", type=Path, help="write each child's log there (role=all)")
+    serve.add_argument("--prefill", type=int, metavar="P", help="prefill instances (role=all; default 1)")
+    serve.add_argument("--decode", type=int, metavar="D", help="decode instances (role=all; default 1)")
+    serve.add_argument("--colocated", type=int, metavar="N",
+                       help="N colocated instances instead of prefill + decode (= cluster.mode=colocated "
+                            "cluster.colocated=N; excludes --prefill/--decode)")
+    serve.add_argument("--schedule", choices=["mixed", "prefill_priority"],
+                       help="colocated schedule (= cluster.colocated_schedule; default mixed): mixed = "
+                            "chunked-prefill batches with the decodes, prefill_priority = prefill batches alone")
     serve.add_argument("overrides", nargs="*", help="key=value, e.g. node.model=smollm2 policy=least_loaded "
                                                     "cluster.page_size_tokens=16 faults.heartbeat_interval_s=1")
     serve.set_defaults(func=cmd_serve)

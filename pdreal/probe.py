@@ -17,6 +17,15 @@ sent, so no queue forms) and takes the median of each hop over them, from the re
                                                                 decode emits the first token -> client
     kv_bytes               transfer_bytes of the probe requests
 
+A colocated cluster (trace rows with mode=colocated) has no bootstrap, KV transfer or second
+half; its hops are
+
+    client_to_router_s     route_s - arrival_s
+    dispatch_colocated_s   prefill_waiting_enter_s - arrival_s  client -> router -> colocated engine
+    token_delivery_s       first_token_s (client) - prefill_end_s
+                                                                the last prompt chunk's forward
+                                                                (first token) -> client
+
 These are the constant costs a simulator has to add to the engine's step times; `pdsim
 fidelity` maps them onto pdsim's cluster parameters (pdsim/fidelity/facts.py).
 """
@@ -36,18 +45,26 @@ PROBE_HOPS = {
     "kv_ready_s": ("prefill_end_s", "transfer_queue_leave_s"),
     "token_delivery_s": ("transfer_queue_leave_s", "first_token_s"),
 }
+COLOCATED_PROBE_HOPS = {
+    "client_to_router_s": ("arrival_s", "route_s"),
+    "dispatch_colocated_s": ("arrival_s", "prefill_waiting_enter_s"),
+    "token_delivery_s": ("prefill_end_s", "first_token_s"),
+}
 
 
 def hop_medians(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Median of each hop over finished rows (NaN when no row has both ends)."""
+    """Median of each hop over finished rows (NaN when no row has both ends); the colocated hops
+    when the rows are colocated ones."""
     out: dict[str, float] = {}
     finished = [r for r in rows if r.get("status") == "finished"]
-    for name, (start, end) in PROBE_HOPS.items():
+    colocated = any(r.get("mode") == "colocated" for r in finished)
+    for name, (start, end) in (COLOCATED_PROBE_HOPS if colocated else PROBE_HOPS).items():
         values = [float(r[end]) - float(r[start]) for r in finished
                   if _finite(r.get(start)) and _finite(r.get(end))]
         out[name] = statistics.median(values) if values else math.nan
-    sizes = [float(r["transfer_bytes"]) for r in finished if _finite(r.get("transfer_bytes"))]
-    out["kv_bytes"] = statistics.median(sizes) if sizes else math.nan
+    if not colocated:
+        sizes = [float(r["transfer_bytes"]) for r in finished if _finite(r.get("transfer_bytes"))]
+        out["kv_bytes"] = statistics.median(sizes) if sizes else math.nan
     return out
 
 

@@ -10,8 +10,14 @@ sampling, device-synchronised):
 
 Writes `profile.csv` (kind,num_seqs,new_tokens,context_tokens,latency_s; pdsim.perf.profile) and
 `engine.json`: the served engine's configuration (KV capacity, page size, max running requests,
-chunk size, from the same serve config `pdreal serve` reads), KV bytes per token, the measured
-KV-transfer bandwidth and setup time, and the engine loop's per-step overhead beyond the forward.
+chunk size, from the same serve config `pdreal serve` reads; with cluster.mode=colocated the
+colocated engine's, with its schedule and new-token ratio), KV bytes per token, the measured
+KV-transfer bandwidth and setup time, and the engine loop's per-step overhead beyond the forward
+(measured on a short in-process PD run, or a colocated one).
+
+A colocated mixed step needs no rows of its own: pdsim's table model predicts it from the prefill
+and decode grids (pdsim/perf/table.py), and `pdsim fidelity` compares that prediction with the
+served mixed steps.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ class ProfileGrid:
     prefill_tokens: tuple[int, ...] = (16, 64, 128, 256, 512)  # per sequence
     chunk_tokens: tuple[int, ...] = (64, 256)  # one chunk after cached context
     chunk_context: tuple[int, ...] = (256, 1024)
-    decode_seqs: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    decode_seqs: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 32)  # dense where CPU GEMMs change kernel
     decode_context: tuple[int, ...] = (64, 256, 1024)  # per sequence
     repeats: int = 3
 
@@ -58,7 +64,7 @@ class ProfileGrid:
 
 
 QUICK_GRID = ProfileGrid(prefill_seqs=(1, 2), prefill_tokens=(16, 64, 256), chunk_tokens=(64,), chunk_context=(256,),
-                         decode_seqs=(1, 4, 16), decode_context=(64, 512), repeats=2)
+                         decode_seqs=(1, 2, 3, 4, 8, 16), decode_context=(64, 512), repeats=2)
 
 
 def _timed_median_s(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
@@ -123,69 +129,102 @@ def transfer_facts(layout: Any, backend: str, request_pages: int = 64) -> dict[s
 @dataclass
 class _StepClock:
     forward_s: float = 0.0
-    forwards: int = 0
     step_s: float = 0.0
     steps_with_forward: int = 0
 
+    @property
+    def overhead_s(self) -> float:
+        return (self.step_s - self.forward_s) / max(1, self.steps_with_forward)
 
-def _instrument(engine: Any) -> _StepClock:
-    clock, forward, step = _StepClock(), engine.runner.forward, engine.step
 
-    def timed_forward(chunks: Any) -> Any:
+def _instrument(engine: Any, group: Callable[[str], str]) -> dict[str, _StepClock]:
+    """Time the engine's steps and forwards; a step with a forward counts in the clock
+    `group(kind of that forward)`."""
+    clocks: dict[str, _StepClock] = {}
+    forward, step, pending = engine.runner.forward, engine.step, {"forward_s": 0.0, "forwards": 0}
+
+    def timed_forward(chunks: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return forward(chunks)
+            return forward(chunks, **kwargs)
         finally:
-            clock.forward_s += time.perf_counter() - start
-            clock.forwards += 1
+            pending["forward_s"] += time.perf_counter() - start
+            pending["forwards"] += 1
 
     def timed_step() -> Any:
-        before, start = clock.forwards, time.perf_counter()
+        pending.update(forward_s=0.0, forwards=0)
+        start = time.perf_counter()
         outputs = step()
-        if clock.forwards > before:
+        if pending["forwards"]:
+            clock = clocks.setdefault(group(engine.runner.steps[-1].kind), _StepClock())
             clock.step_s += time.perf_counter() - start
+            clock.forward_s += pending["forward_s"]
             clock.steps_with_forward += 1
         return outputs
 
     engine.runner.forward, engine.step = timed_forward, timed_step
-    return clock
+    return clocks
+
+
+def _overhead_requests(vocab: int, num_requests: int, prompt_tokens: int, output_tokens: int) -> list[Any]:
+    from pdreal.engine.common import EngineRequest
+    from pdreal.model.sampling import SamplingParams
+
+    return [EngineRequest(i, tuple((13 * i + j) % vocab for j in range(prompt_tokens)),
+                          SamplingParams(max_new_tokens=output_tokens, ignore_eos=True), bootstrap_room=i + 1)
+            for i in range(num_requests)]
 
 
 def step_overhead_facts(model: Any, config: Any, num_requests: int = 4, prompt_tokens: int = 64,
                         output_tokens: int = 16) -> dict[str, float]:
     """Seconds per engine step beyond the forward (scheduling, sampling, polling, bookkeeping)."""
-    from pdreal.engine.common import EngineRequest, ModelRunner
+    from pdreal.engine.common import ModelRunner
     from pdreal.engine.decode import DecodeEngine
     from pdreal.engine.driver import run_disaggregated
     from pdreal.engine.prefill import PrefillEngine
-    from pdreal.model.sampling import SamplingParams
     from pdreal.transfer import LocalHub, TransferConfig, make_kv_manager
 
     hub, transfer = LocalHub(), TransferConfig(backend="local")
-    engines = []
-    for cls, instance in ((PrefillEngine, 0), (DecodeEngine, 1)):
+    engines, clocks = [], []
+    for cls, instance, role in ((PrefillEngine, 0, "prefill"), (DecodeEngine, 1, "decode")):
         cfg = replace(config, instance_id=instance)
         runner = ModelRunner(model, cfg)
         engines.append(cls(runner, make_kv_manager(transfer, runner.pool, hub), cfg))
-    clocks = [_instrument(e) for e in engines]
-    vocab = model.spec.vocab_size
-    reqs = [EngineRequest(i, tuple((13 * i + j) % vocab for j in range(prompt_tokens)),
-                          SamplingParams(max_new_tokens=output_tokens, ignore_eos=True), bootstrap_room=i + 1)
-            for i in range(num_requests)]
+        clocks.append(_instrument(engines[-1], lambda kind, role=role: role))
+    reqs = _overhead_requests(model.spec.vocab_size, num_requests, prompt_tokens, output_tokens)
     try:
         run_disaggregated(engines[0], engines[1], reqs)
     finally:
         for engine in engines:
             engine.kv.close()
-    return {f"{role}_step_overhead_s": (c.step_s - c.forward_s) / max(1, c.steps_with_forward)
+    return {f"{role}_step_overhead_s": c.get(role, _StepClock()).overhead_s
             for role, c in zip(("prefill", "decode"), clocks, strict=True)}
+
+
+def colocated_step_overhead_facts(model: Any, config: Any, num_requests: int = 6, prompt_tokens: int = 64,
+                                  output_tokens: int = 16) -> dict[str, float]:
+    """The same on a colocated engine (its schedule), requests arriving every other step:
+    prefill = steps whose forward holds prefill chunks (alone or mixed with decodes), decode =
+    decode-only steps (pdsim adds the larger of the two to a mixed step)."""
+    from pdreal.engine.colocated import ColocatedEngine
+    from pdreal.engine.common import ModelRunner
+    from pdreal.engine.driver import run_colocated
+
+    engine = ColocatedEngine(ModelRunner(model, config), config)
+    clocks = _instrument(engine, lambda kind: "decode" if kind == "decode" else "prefill")
+    run_colocated(engine, _overhead_requests(model.spec.vocab_size, num_requests, prompt_tokens, output_tokens),
+                  add_every_steps=2)
+    engine.check_invariants()
+    return {f"{side}_step_overhead_s": clocks.get(side, _StepClock()).overhead_s for side in ("prefill", "decode")}
 
 
 def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:
     p = sub.add_parser("profile", help="step latencies -> pdsim profile table + engine facts",
                        description="Times prefill and decode steps over a grid on this device and writes "
                                    f"{PROFILE_FILE} (pdsim perf.kind=table) and {FACTS_FILE} (KV capacity, page "
-                                   "size, max running requests, chunk size, KV-transfer bandwidth, step overhead).")
+                                   "size, max running requests, chunk size, KV-transfer bandwidth, step overhead). "
+                                   "With cluster.mode=colocated (and cluster.colocated_schedule) the facts are "
+                                   "the colocated engine's.")
     p.add_argument("--out", type=Path, default=Path("outputs/profile"), help="output folder")
     p.add_argument("--quick", action="store_true", help="a small grid (about a minute on CPU with SmolLM2)")
     p.add_argument("--repeats", type=int, default=0, help="timed repeats per cell (default: the grid's)")
@@ -207,7 +246,8 @@ def run_profile_command(args: argparse.Namespace) -> int:
     grid = QUICK_GRID if args.quick else ProfileGrid()
     if args.repeats:
         grid = ProfileGrid(**{**asdict(grid), "repeats": args.repeats})
-    served = engine_config(cfg, "decode")
+    colocated = cfg.cluster.mode == "colocated"
+    served = engine_config(cfg, "colocated" if colocated else "decode")
     model = load_model(model_source(cfg)).model
     runner = ModelRunner(model, replace(served, num_pages=max(served.num_pages, grid.pages_needed(served.page_size_tokens))))
     start = time.perf_counter()
@@ -216,15 +256,19 @@ def run_profile_command(args: argparse.Namespace) -> int:
                                                           flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     write_profile_csv(args.out / PROFILE_FILE, points)
-    backend = cfg.node.transfer_backend if cfg.node.transfer_backend in ("mooncake", "local") else "local"
+    # a colocated engine moves no KV: the in-process copy keeps the facts complete without mooncake
+    backend = cfg.node.transfer_backend if cfg.node.transfer_backend in ("mooncake", "local") and not colocated \
+        else "local"
     spec, layout = model.spec, runner.pool.layout
     facts = {"model": spec.name, "model_spec": asdict(spec), "device": cfg.node.device, "dtype": cfg.node.dtype,
              "attention": cfg.node.attention, "threads": cfg.node.threads, "engine": asdict(served),
              "kv_capacity_tokens": served.kv_capacity_tokens, "page_size_tokens": served.page_size_tokens,
              "max_running_requests": served.max_running_requests, "max_prefill_tokens": served.max_prefill_tokens,
-             "chunk_size_tokens": served.chunk_size_tokens,
+             "chunk_size_tokens": served.chunk_size_tokens, "mode": cfg.cluster.mode,
+             "colocated_schedule": served.colocated_schedule, "new_token_ratio": served.new_token_ratio,
              "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
-             "transfer": transfer_facts(layout, backend), **step_overhead_facts(model, served),
+             "transfer": transfer_facts(layout, backend),
+             **(colocated_step_overhead_facts if colocated else step_overhead_facts)(model, served),
              "profile_points": len(points), "profile_wall_s": time.perf_counter() - start, "grid": asdict(grid)}
     (args.out / FACTS_FILE).write_text(json.dumps(facts, indent=2))
     print(f"pdreal profile: {len(points)} points -> {args.out / PROFILE_FILE}; engine facts -> {args.out / FACTS_FILE}")

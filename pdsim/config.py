@@ -136,6 +136,9 @@ class ClusterConfig:
     # client -> router -> instance for a dispatched request (HTTP, parsing, routing);
     # < 0 = control_plane_latency_s. `pdsim fidelity` sets it from a probe of the real cluster
     dispatch_latency_s: float = -1.0
+    # instance emits a token -> the client has it (streaming, detokenization, HTTP); added to every
+    # token time of the trace so TTFT/TPOT/E2E are measured at the client. `pdsim fidelity` probes it
+    token_delivery_s: float = 0.0
     prealloc_slots: int = 0  # decode pre-allocation slots beyond max_running_requests (0 = same)
     transfer_aux_bytes: int = 4096  # aux metadata sent with the last KV chunk
     colocated_schedule: str = "mixed"  # mixed (chunked-prefill mixed batches) | prefill_priority
@@ -331,6 +334,8 @@ def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
     if not isinstance(obj, Config):
         raise TypeError(f"composed config is {type(obj).__name__}, expected Config")
     _apply_total_instances(obj.cluster)
+    if not obj.cluster.token_delivery_s >= 0:
+        raise ValueError(f"cluster.token_delivery_s must be >= 0, got {obj.cluster.token_delivery_s}")
     return obj
 
 

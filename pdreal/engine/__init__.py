@@ -1,2 +1,3 @@
-"""Engine loops: prefill (bootstrap -> waiting -> forward -> inflight) and decode
-(prealloc -> transfer -> waiting -> running), plus a single-process reference generate."""
+"""Engine loops: prefill (bootstrap -> waiting -> forward -> inflight), decode
+(prealloc -> transfer -> waiting -> running), colocated (waiting -> running, no KV transfer),
+plus a single-process reference generate."""

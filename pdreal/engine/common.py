@@ -1,4 +1,5 @@
-"""What both engine loops share: config, the request as dispatched, outputs, the model runner."""
+"""What the engine loops share (prefill, decode, colocated): config, the request as dispatched,
+outputs, the model runner."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class EngineConfig:
     chunk_size_tokens: int = 512  # chunked prefill (0 = off)
     new_token_ratio: float = 0.0  # prefill-side reserve (max_new_tokens is 1 there)
     decode_reserved_tokens: int = 0  # 0 = reserve each request's remaining output
+    colocated_schedule: str = "mixed"  # colocated engine: mixed | prefill_priority (pdsim's names)
     attention: str = "torch"
     dtype: str = "fp32"
     device: str = "cpu"
@@ -83,7 +85,9 @@ STEP_LOG_SIZE = 100_000
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """One timed forward as served: pdsim's profile-row fields (totals over the batch) plus when
-    it ended (monotonic clock). kind is decode when every chunk adds one token to cached context."""
+    it ended (monotonic clock). kind is prefill, decode, or mixed (a colocated forward of prefill
+    chunks and decodes together); decode_seqs / decode_context_tokens are the decode part of the
+    totals (all of them for a decode step, none for a prefill step)."""
 
     end_s: float
     kind: str
@@ -91,6 +95,8 @@ class StepRecord:
     new_tokens: int
     context_tokens: int
     latency_s: float
+    decode_seqs: int = 0
+    decode_context_tokens: int = 0
 
 
 class ModelRunner:
@@ -111,17 +117,24 @@ class ModelRunner:
     def page_size_tokens(self) -> int:
         return self.config.page_size_tokens
 
-    def forward(self, chunks: list[SeqChunk]) -> torch.Tensor:
+    def forward(self, chunks: list[SeqChunk], num_decodes: int | None = None) -> torch.Tensor:
+        """Logits of each chunk's last token. `num_decodes`: the last that many chunks are decodes
+        (the caller knows; None = every chunk is a decode iff each adds one token to cached context)."""
+        if num_decodes is None:
+            num_decodes = len(chunks) if all(len(c.token_ids) == 1 and c.start > 0 for c in chunks) else 0
+        if not 0 <= num_decodes <= len(chunks):
+            raise ValueError(f"num_decodes {num_decodes} outside 0..{len(chunks)} chunks")
         start = time.perf_counter()
         batch = ForwardBatch.build(chunks, self.page_size_tokens, self.model.device)
         logits = self.model.forward(batch, self.pool, self.attention)
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
         end = time.perf_counter()
-        decode = all(len(c.token_ids) == 1 and c.start > 0 for c in chunks)
-        self.steps.append(StepRecord(time.monotonic(), "decode" if decode else "prefill", len(chunks),
-                                     sum(len(c.token_ids) for c in chunks), sum(c.start for c in chunks),
-                                     end - start))
+        kind = "decode" if num_decodes == len(chunks) else "prefill" if num_decodes == 0 else "mixed"
+        decodes = chunks[len(chunks) - num_decodes:]
+        self.steps.append(StepRecord(time.monotonic(), kind, len(chunks), sum(len(c.token_ids) for c in chunks),
+                                     sum(c.start for c in chunks), end - start, len(decodes),
+                                     sum(c.start for c in decodes)))
         return logits
 
 
@@ -163,12 +176,13 @@ def engine_stats(engine: Any, queues: dict[str, int]) -> EngineStats:
 def check_engine_invariants(engine: Any, role: str) -> None:
     """No page leaked; every request accounted for; no transfer room left open when idle.
 
-    `engine` is a PrefillEngine or DecodeEngine: `live()` lists the requests it still holds.
+    `engine` is a PrefillEngine, DecodeEngine or ColocatedEngine: `live()` lists the requests it
+    still holds; `kv` is its KV-transfer manager (None on a colocated engine: no rooms).
     """
     live = engine.live()
     engine.allocator.check_invariants(expected_used=sum(len(s.pages) for s in live))
     done = engine.num_finished + engine.num_failed
     if done + len(live) != engine.num_added:
         raise AssertionError(f"{role}: {engine.num_added} added, {done} done + {len(live)} live")
-    if not live and engine.kv.num_rooms():
+    if not live and engine.kv is not None and engine.kv.num_rooms():
         raise AssertionError(f"idle {role} engine still has {engine.kv.num_rooms()} transfer rooms")

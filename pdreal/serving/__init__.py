@@ -1,4 +1,4 @@
-"""Serving layer: instance servers (prefill / decode), the bootstrap server, the router.
+"""Serving layer: instance servers (prefill / decode / colocated), the bootstrap server, the router.
 
 Processes (one role each, or all three on one machine with `pdreal serve`):
 
@@ -8,6 +8,8 @@ Processes (one role each, or all three on one machine with `pdreal serve`):
               bootstrap server (PUT/GET /route, /health) that decode instances query
     decode    engine loop thread + HTTP API; connection cache of bootstrap servers and a
               heartbeat checker that fails a dead prefill peer's in-flight requests
+    colocated engine loop thread + HTTP API (prefill and decode in one engine, no KV transfer);
+              the router then sends each request to one colocated instance (no dual dispatch)
 
 Everything here imports aiohttp; torch is imported only by the instance process.
 """

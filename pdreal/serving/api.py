@@ -120,6 +120,10 @@ class RouterServer:
         prompt, total = len(req.input_ids), len(req.input_ids) + req.sampling.max_new_tokens
         prefill = max((u.kv_total_tokens for u in self.router.prefill if u.healthy), default=0)
         decode = max((u.kv_total_tokens for u in self.router.decode if u.healthy), default=0)
+        if self.router.colocated:
+            if prefill and total > prefill:
+                return f"prompt + max_tokens = {total} tokens exceeds the colocated KV pool ({prefill} tokens)"
+            return ""
         if prefill and prompt > prefill:
             return f"prompt of {prompt} tokens exceeds the prefill KV pool ({prefill} tokens)"
         if decode and total > decode:
@@ -213,7 +217,8 @@ class RouterServer:
         return web.Response(text=_dumps(json_safe(data)), content_type="application/json")
 
     async def health(self, request: web.Request) -> web.Response:
-        ok = any(u.healthy for u in self.router.prefill) and any(u.healthy for u in self.router.decode)
+        ok = any(u.healthy for u in self.router.prefill) and (
+            self.router.colocated or any(u.healthy for u in self.router.decode))
         return web.json_response({"status": "ok" if ok else "unhealthy", "clock_id": clock_id(), "now_s": now_s()},
                                  status=200 if ok else 503)
 
@@ -245,8 +250,15 @@ def load_tokenizer(model: str) -> Any | None:
 
 
 def build_router(cfg: ServeConfig) -> RouterServer:
+    """The router over node.prefill_urls + node.decode_urls, or over node.colocated_urls (then the
+    colocated instances stand on the prefill side and the decode side is empty, as in pdsim)."""
     n = cfg.node
-    prefill = [Upstream("prefill", i, url.rstrip("/"), n.unhealthy_after_misses) for i, url in enumerate(n.prefill_urls)]
+    if n.colocated_urls:
+        prefill = [Upstream("colocated", i, url.rstrip("/"), n.unhealthy_after_misses)
+                   for i, url in enumerate(n.colocated_urls)]
+    else:
+        prefill = [Upstream("prefill", i, url.rstrip("/"), n.unhealthy_after_misses)
+                   for i, url in enumerate(n.prefill_urls)]
     decode = [Upstream("decode", i, url.rstrip("/"), n.unhealthy_after_misses) for i, url in enumerate(n.decode_urls)]
     tokenizer = load_tokenizer(n.model)
     codec = TextCodec(tokenizer, tokenizer.get_vocab_size() if tokenizer is not None else 0)

@@ -3,7 +3,9 @@
 A serve config is YAML (or only `key=value` overrides) merged into `ServeConfig`:
 
     node:     pdreal-only settings of this process (role, host, port, model, peers)
-    cluster:  pdsim's ClusterConfig (page size, batching limits, KV capacity) - same fields
+    cluster:  pdsim's ClusterConfig (page size, batching limits, KV capacity) - same fields;
+              mode=colocated with colocated=N and colocated_schedule serves N colocated
+              instances (role=all) instead of prefill + decode
     policy:   pdsim's PolicyConfig (routing, admission and their parameters)
     slo:      pdsim's SloConfig (early-rejection admission reads it)
     faults:   pdsim's FaultConfig (heartbeat interval and misses, bootstrap timeout)
@@ -25,7 +27,9 @@ from omegaconf.errors import OmegaConfBaseException
 from pdsim.config import ClusterConfig, FaultConfig, PolicyConfig, SloConfig
 from pdsim.paths import SCENARIOS_DIR
 
-ROLES = ("all", "prefill", "decode", "router")
+ROLES = ("all", "prefill", "decode", "colocated", "router")
+MODES = ("disaggregated", "colocated")
+COLOCATED_SCHEDULES = ("mixed", "prefill_priority")  # pdsim.sim.colocated.SCHEDULES
 KV_EVENTS_MODES = ("auto", "on", "off")
 CACHE_ROUTING = ("cache_aware", "kv_centric")  # the routing policies that read KV events
 SHARED_GROUPS = ("cluster", "policy", "slo")
@@ -34,7 +38,9 @@ DEFAULT_NUM_PAGES = 1024
 
 @dataclass
 class NodeConfig:
-    role: str = "all"  # all (a local 1P/1D/router cluster) | prefill | decode | router
+    # all (a local cluster: 1P/1D or, with cluster.mode=colocated, cluster.colocated instances, plus
+    # the router) | prefill | decode | colocated | router
+    role: str = "all"
     host: str = "127.0.0.1"  # HTTP bind address (and the transfer engine's host)
     advertise_host: str = ""  # address peers use to reach this node ("" = host)
     port: int = 0  # HTTP port; 0 = any free port (the READY line names it)
@@ -52,6 +58,7 @@ class NodeConfig:
     transfer_device: str = ""  # RDMA device (e.g. mlx5_0); "" = auto
     prefill_urls: list[str] = field(default_factory=list)  # router: prefill instances, id = index
     decode_urls: list[str] = field(default_factory=list)  # router: decode instances, id = index
+    colocated_urls: list[str] = field(default_factory=list)  # router: colocated instances (instead of P/D)
     stats_interval_s: float = 0.2  # router: how often instances' /stats are polled
     unhealthy_after_misses: int = 3  # router: failed polls before an instance stops being routed to
     request_timeout_s: float = 600.0  # router: give up on a half after this long
@@ -84,8 +91,21 @@ class ServeConfig:
         n = self.node
         if n.role not in ROLES:
             raise ValueError(f"node.role: unknown value {n.role!r} (choose from {ROLES})")
-        if n.role == "router" and not (n.prefill_urls and n.decode_urls):
-            raise ValueError("node.role=router needs node.prefill_urls and node.decode_urls")
+        pd_urls = bool(n.prefill_urls or n.decode_urls)
+        if n.role == "router" and not ((n.prefill_urls and n.decode_urls) or n.colocated_urls):
+            raise ValueError("node.role=router needs node.prefill_urls and node.decode_urls, or node.colocated_urls")
+        if n.colocated_urls and pd_urls:
+            raise ValueError("node.colocated_urls excludes node.prefill_urls / node.decode_urls "
+                             f"(got {len(n.colocated_urls)} colocated, {len(n.prefill_urls)} prefill, "
+                             f"{len(n.decode_urls)} decode)")
+        c = self.cluster
+        if c.mode not in MODES:
+            raise ValueError(f"cluster.mode: unknown value {c.mode!r} (choose from {MODES})")
+        if c.colocated_schedule not in COLOCATED_SCHEDULES:
+            raise ValueError(f"cluster.colocated_schedule: unknown value {c.colocated_schedule!r} "
+                             f"(choose from {COLOCATED_SCHEDULES})")
+        if c.mode == "colocated" and c.colocated < 1:
+            raise ValueError(f"cluster.colocated must be >= 1 in colocated mode, got {c.colocated}")
         if n.role in ("router", "all") and self.policy.admission == "early_reject" and not n.latency_profile:
             raise ValueError("policy.admission=early_reject needs node.latency_profile (a `pdreal profile` CSV)")
         if n.kv_events not in KV_EVENTS_MODES:

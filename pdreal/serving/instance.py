@@ -1,4 +1,4 @@
-"""A prefill or decode instance server: the engine loop thread plus its HTTP API.
+"""A prefill, decode or colocated instance server: the engine loop thread plus its HTTP API.
 
     POST /generate  one half of a request (wire.py format); NDJSON output lines
     POST /abort     {"request_id", "reason"}: fail it wherever it is
@@ -9,7 +9,9 @@
     PUT/GET /route  prefill only: the bootstrap server (bootstrap.py)
 
 A decode instance resolves each request's bootstrap host:port through its connection cache
-before the request enters the engine, and runs the heartbeat checker over the cached peers.
+before the request enters the engine, and runs the heartbeat checker over the cached peers. A
+colocated instance (pdreal.engine.colocated) has no KV transfer: no bootstrap, no heartbeat; it
+streams every token of a request, as a decode instance does.
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ from pdsim.config import FaultConfig
 from pdsim.trace import STATUS_FAILED
 
 log = logging.getLogger(__name__)
+INSTANCE_ROLES = ("prefill", "decode", "colocated")
 
 
 class InstanceServer:
     def __init__(self, role: str, engine: Engine, config: EngineConfig, facts: dict[str, Any],
                  faults: FaultConfig, idle_sleep_s: float = 0.001) -> None:
-        if role not in ("prefill", "decode"):
-            raise ValueError(f"instance role {role!r} unknown; use 'prefill' or 'decode'")
+        if role not in INSTANCE_ROLES:
+            raise ValueError(f"instance role {role!r} unknown (choose from {INSTANCE_ROLES})")
         self.role, self.engine, self.config, self.facts, self.faults = role, engine, config, facts, faults
         self.idle_sleep_s = idle_sleep_s
         self.vocab_size = int(facts["vocab_size"])
@@ -95,7 +98,8 @@ class InstanceServer:
                 log.error("%s instance invariants: %s", self.role, error)
         if self.kv_events is not None:  # after the loop thread, the publisher's only caller, stopped
             self.kv_events.close()
-        self.engine.kv.close()
+        if self.engine.kv is not None:
+            self.engine.kv.close()
 
     def _peer_dead(self, entry: PeerEntry, reason: str) -> None:
         assert self.loop is not None
@@ -170,7 +174,8 @@ class InstanceServer:
         data = {"role": self.role, "instance_id": self.config.instance_id, "queues": s.queues,
                 "kv_used_tokens": s.kv_used_tokens, "kv_total_tokens": s.kv_total_tokens,
                 "num_finished": s.num_finished, "num_failed": s.num_failed, "num_live": self.loop.num_live(),
-                "steps": c.steps, "transfer_rooms": self.engine.kv.num_rooms(), "error": self.loop.error,
+                "steps": c.steps, "transfer_rooms": self.engine.kv.num_rooms() if self.engine.kv is not None else 0,
+                "error": self.loop.error,
                 "clock_id": clock_id(), "now_s": now_s(), "engine": {**asdict(self.config), **self.facts}}
         if self.role == "prefill":
             data["bootstrap"] = self.bootstrap.layout()

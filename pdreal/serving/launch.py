@@ -1,4 +1,5 @@
-"""A whole cluster on this machine: prefill and decode instances and a router as subprocesses.
+"""A whole cluster on this machine: prefill and decode (or colocated) instances and a router as
+subprocesses.
 
 Each child is `python -m pdreal.cli serve --config <its YAML>` with one role; the parent waits
 for each child's `PDREAL_READY` line (instances load their models in parallel, then the router
@@ -79,7 +80,8 @@ def wait_ready(child: Child, timeout_s: float) -> Child:
 
 @dataclass
 class LocalCluster:
-    """prefill_count prefill + decode_count decode instances + one router, all on this machine."""
+    """prefill_count prefill + decode_count decode instances + one router, all on this machine;
+    when cfg.cluster.mode is colocated, cfg.cluster.colocated colocated instances instead."""
 
     cfg: ServeConfig
     workdir: Path
@@ -89,6 +91,13 @@ class LocalCluster:
     children: dict[str, Child] = field(default_factory=dict)
 
     @property
+    def counts(self) -> dict[str, int]:
+        """Instances to start per role."""
+        if self.cfg.cluster.mode == "colocated":
+            return {"colocated": self.cfg.cluster.colocated}
+        return {"prefill": self.prefill_count, "decode": self.decode_count}
+
+    @property
     def url(self) -> str:
         return self.children["router"].url
 
@@ -96,15 +105,17 @@ class LocalCluster:
         """Start every process; returns the router URL."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            for role, count in (("prefill", self.prefill_count), ("decode", self.decode_count)):
+            for role, count in self.counts.items():
                 for i in range(count):
                     node = replace(self.cfg.node, instance_id=i, port=0)
                     self.children[f"{role}{i}"] = spawn(replace(self.cfg, node=node), role, self.workdir,
                                                         f"{role}{i}", self.log_dir)
             for child in self.children.values():
                 wait_ready(child, timeout_s)
-            urls = {role: [c.url for n, c in self.children.items() if n.startswith(role)] for role in ("prefill", "decode")}
-            node = replace(self.cfg.node, port=self.cfg.node.port, prefill_urls=urls["prefill"], decode_urls=urls["decode"])
+            urls = {role: [c.url for n, c in self.children.items() if n.startswith(role)]
+                    for role in ("prefill", "decode", "colocated")}
+            node = replace(self.cfg.node, port=self.cfg.node.port, prefill_urls=urls["prefill"],
+                           decode_urls=urls["decode"], colocated_urls=urls["colocated"])
             self.children["router"] = spawn(replace(self.cfg, node=node), "router", self.workdir, "router", self.log_dir)
             wait_ready(self.children["router"], timeout_s)
         except BaseException:
@@ -125,14 +136,18 @@ class LocalCluster:
         self.stop()
 
 
-def serve_local(cfg: ServeConfig, log_dir: Path | None = None) -> int:
-    """`pdreal serve` with role=all: start the cluster, print the URL, run until Ctrl-C / SIGTERM."""
+def serve_local(cfg: ServeConfig, log_dir: Path | None = None, prefill: int = 1, decode: int = 1) -> int:
+    """`pdreal serve` with role=all: start the cluster (prefill + decode instances, or
+    cluster.colocated colocated ones when cluster.mode=colocated), print the URL, run until
+    Ctrl-C / SIGTERM."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pdreal-serve-") as tmp:
-        cluster = LocalCluster(cfg, Path(tmp), log_dir=log_dir)
-        print("pdreal serve: starting 1 prefill + 1 decode instance and a router "
-              f"(model {cfg.node.model}, {cfg.node.transfer_backend} KV transfer)...", flush=True)
+        cluster = LocalCluster(cfg, Path(tmp), prefill, decode, log_dir=log_dir)
+        what = (f"{cfg.cluster.colocated} colocated instance(s) ({cfg.cluster.colocated_schedule} schedule)"
+                if cfg.cluster.mode == "colocated"
+                else f"{prefill} prefill + {decode} decode instance(s) ({cfg.node.transfer_backend} KV transfer)")
+        print(f"pdreal serve: starting {what} and a router (model {cfg.node.model})...", flush=True)
         stopping = {"signal": 0}
 
         def on_signal(signum: int, frame: object) -> None:

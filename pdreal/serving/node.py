@@ -26,17 +26,20 @@ READY_PREFIX = "PDREAL_READY "
 
 
 def engine_config(cfg: ServeConfig, role: str) -> Any:
+    """The EngineConfig of a `role` instance (prefill | decode | colocated) from the serve config."""
     from pdreal.engine.common import EngineConfig
 
     c, n = cfg.cluster, cfg.node
     pages = n.num_pages or (-(-c.kv_capacity_tokens // c.page_size_tokens) if c.kv_capacity_tokens else DEFAULT_NUM_PAGES)
+    colocated = role == "colocated"  # its prefill reserves KV for its own decodes, as in pdsim
     return EngineConfig(
         instance_id=n.instance_id, num_pages=pages, page_size_tokens=c.page_size_tokens,
         max_running_requests=c.max_running_requests,
         max_prealloc_requests=n.max_prealloc_requests or c.prealloc_slots or c.max_running_requests,
         max_prefill_tokens=c.max_prefill_tokens, chunk_size_tokens=c.chunk_size_tokens,
+        new_token_ratio=cfg.policy.new_token_ratio if colocated else 0.0,
         decode_reserved_tokens=cfg.policy.decode_reserved_tokens, attention=n.attention, dtype=n.dtype,
-        device=n.device,
+        device=n.device, colocated_schedule=c.colocated_schedule,
     )
 
 
@@ -51,31 +54,38 @@ def model_source(cfg: ServeConfig) -> Any:
 
 
 def build_instance(cfg: ServeConfig, role: str) -> Any:
-    """Model, KV pool, transfer manager and engine of one instance, wrapped in its server."""
+    """Model, KV pool, transfer manager (none when colocated) and engine of one instance, wrapped
+    in its server."""
     import torch
 
     from pdreal.engine.common import ModelRunner
-    from pdreal.engine.decode import DecodeEngine
-    from pdreal.engine.prefill import PrefillEngine
     from pdreal.model.weights import load_model
     from pdreal.serving.instance import InstanceServer
-    from pdreal.transfer import TransferConfig, make_kv_manager
 
     torch.set_num_threads(cfg.node.threads)
     config = engine_config(cfg, role)
     model = load_model(model_source(cfg)).model
     runner = ModelRunner(model, config)
     n = cfg.node
-    transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
-                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
-    kv = make_kv_manager(transfer, runner.pool)
-    engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
     spec, layout = model.spec, runner.pool.layout
     facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
              "kv_capacity_tokens": config.kv_capacity_tokens,
              "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
-             "transfer_backend": n.transfer_backend, "transfer_protocol": n.transfer_protocol,
-             "bootstrap_addr": kv.bootstrap_addr, "threads": n.threads}
+             "threads": n.threads}
+    if role == "colocated":
+        from pdreal.engine.colocated import ColocatedEngine
+
+        return InstanceServer(role, ColocatedEngine(runner, config), config, facts, cfg.faults, n.idle_sleep_s)
+    from pdreal.engine.decode import DecodeEngine
+    from pdreal.engine.prefill import PrefillEngine
+    from pdreal.transfer import TransferConfig, make_kv_manager
+
+    transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
+                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
+    kv = make_kv_manager(transfer, runner.pool)
+    engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
+    facts.update(transfer_backend=n.transfer_backend, transfer_protocol=n.transfer_protocol,
+                 bootstrap_addr=kv.bootstrap_addr)
     events = None
     if role == "prefill" and cfg.kv_events_enabled:
         from pdreal.serving.kv_feed import InstanceEvents
@@ -120,9 +130,9 @@ async def register_prefill(url: str, server: Any) -> None:
 
 
 def serve_role(cfg: ServeConfig) -> int:
-    """Run the node's role (prefill | decode | router) in this process until stopped."""
+    """Run the node's role (prefill | decode | colocated | router) in this process until stopped."""
     role = cfg.node.role
-    if role in ("prefill", "decode"):
+    if role in ("prefill", "decode", "colocated"):
         server = build_instance(cfg, role)
         after = (lambda url: register_prefill(url, server)) if role == "prefill" else None
         asyncio.run(run_app(server.app(), cfg, role, after))
@@ -133,5 +143,6 @@ def serve_role(cfg: ServeConfig) -> int:
         router = build_router(cfg)
         asyncio.run(run_app(router.app(), cfg, role))
         return 0
-    print(f"pdreal serve: node.role={role!r} runs in-process only for prefill, decode, router", file=sys.stderr)
+    print(f"pdreal serve: node.role={role!r} runs in-process only for prefill, decode, colocated, router",
+          file=sys.stderr)
     return 2

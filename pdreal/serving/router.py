@@ -8,6 +8,11 @@ decode copy carries the prefill's bootstrap host:port and the room. The decode h
 are yielded as they arrive. If one half fails or is rejected while the other still runs, the
 other is aborted; if the client goes away, both are. The final event carries one trace row on
 the router's clock (both halves' times converted with each instance's clock offset).
+
+Colocated mode (no decode upstreams; the `prefill` list holds the colocated instances, as in
+pdsim's router): the policy picks one instance (RouteDecision.decode_id is -1), the request goes
+there alone (no bootstrap address; a room is still drawn, keeping the RNG streams in step with
+pdsim), and its tokens stream back exactly as a decode half's; the instance's row is the trace row.
 """
 
 from __future__ import annotations
@@ -63,9 +68,13 @@ class FinalEvent:
     row: dict[str, Any]
 
 
+NO_PREFILL_HALF = {"finished": True, "status": STATUS_FINISHED, "failure_reason": "", "row": {}}
+
+
 @dataclass
 class _Flight:
-    """One dispatched request: which halves are done and the first failure seen."""
+    """One dispatched request: which halves are done and the first failure seen. Colocated: the
+    one instance is both `prefill` and `decode`, and the prefill half is NO_PREFILL_HALF."""
 
     prefill: Upstream
     decode: Upstream
@@ -104,6 +113,7 @@ class Router:
             raise ValueError(f"policy: field 'admission' has unknown value {cfg.policy.admission!r} "
                              f"(choose from {ADMISSION_POLICIES})")
         self.cfg, self.prefill, self.decode = cfg, prefill, decode
+        self.colocated = not decode  # prefill holds the colocated instances
         self.state = RouterState(params=routing_params(cfg))
         self.admission_state = AdmissionState()
         self.route_rng = stream(cfg.seed, "router.route")
@@ -147,14 +157,15 @@ class Router:
         decision = route(self.cfg.policy.routing, view, p_views, d_views, self.state, self.route_rng)
         if decision is None:
             return None, STATUS_FAILED, "no healthy instance to route to"
-        return (self.prefill[decision.prefill_id], self.decode[decision.decode_id]), "", ""
+        first = self.prefill[decision.prefill_id]
+        return (first, first if self.colocated else self.decode[decision.decode_id]), "", ""
 
     async def generate(self, input_ids: tuple[int, ...], sampling: SamplingParams, request_id: int,
                        stop: asyncio.Event | None = None) -> AsyncIterator[TokenEvent | FinalEvent]:
         """Serve one request; setting `stop` (a stop string matched) ends it as finished early."""
         arrival = now_s()
         base = {"request_id": request_id, "input_tokens": len(input_ids), "output_tokens": sampling.max_new_tokens,
-                "mode": "disaggregated", "arrival_s": arrival}
+                "mode": "colocated" if self.colocated else "disaggregated", "arrival_s": arrival}
         hashes = block_hash_ids(input_ids, self.state.params.block_tokens) if self.kv_summary is not None else ()
         pair, status, reason = self._choose(RequestView(request_id, len(input_ids), sampling.max_new_tokens,
                                                         arrival_s=arrival, hash_ids=hashes), arrival)
@@ -164,26 +175,29 @@ class Router:
             yield FinalEvent(status, reason, (), row)
             return
         room = int(self.room_rng.integers(0, 2**63, dtype=np.int64))
-        flight = _Flight(pair[0], pair[1], engine_id=room, stop=stop or asyncio.Event())
+        flight = _Flight(pair[0], pair[1], engine_id=room, stop=stop or asyncio.Event(),
+                         prefill_line=dict(NO_PREFILL_HALF) if self.colocated else None)
         req = EngineRequest(room, input_ids, sampling, bootstrap_room=room, arrival_s=arrival)
-        payload = request_to_json(req, flight.prefill.url.removeprefix("http://"))
+        payload = request_to_json(req, "" if self.colocated else flight.prefill.url.removeprefix("http://"))
         flight.prefill.queued[room] = flight.decode.queued[room] = len(input_ids)
         base.update(route_s=now_s(), prefill_instance=flight.prefill.index, decode_instance=flight.decode.index,
                     bootstrap_room=room)
         self.metrics.inflight += 1
-        prefill_task = asyncio.create_task(self._prefill_half(flight, payload))
+        prefill_task = None if self.colocated else asyncio.create_task(self._prefill_half(flight, payload))
         try:
             async for event in self._decode_half(flight, payload):
                 yield event
-            await self._await_prefill(flight, prefill_task)
+            if prefill_task is not None:
+                await self._await_prefill(flight, prefill_task)
             yield self._final(flight, base)
         finally:
             self.metrics.inflight -= 1
             flight.prefill.queued.pop(room, None)
             flight.decode.queued.pop(room, None)
             if flight.decode_line is None or flight.prefill_line is None:  # client gone mid-way
-                prefill_task.cancel()
-                for upstream in (flight.prefill, flight.decode):
+                if prefill_task is not None:
+                    prefill_task.cancel()
+                for upstream in (flight.decode,) if self.colocated else (flight.prefill, flight.decode):
                     self._spawn(post_abort(self.session, upstream, room, "client disconnected"))
 
     async def _prefill_half(self, flight: _Flight, payload: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """The router's /metrics: request outcomes, TTFT/TPOT/E2E histograms, instance state.
 
-TTFT and TPOT here are measured at the router (first token received from the decode instance
-minus the request's arrival at the router; TPOT excludes the first token), the same
-definitions as pdsim.metrics. Instance gauges come from the latest /stats poll.
+TTFT and TPOT here are measured at the router (first token received from the decode or
+colocated instance minus the request's arrival at the router; TPOT excludes the first token),
+the same definitions as pdsim.metrics. Instance gauges come from the latest /stats poll.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pdsim.trace import STATUS_FINISHED
 
 
 def _failure_side(reason: str) -> str:
-    for side in ("prefill", "decode", "bootstrap", "heartbeat"):
+    for side in ("prefill", "decode", "colocated", "bootstrap", "heartbeat"):
         if side in reason:
             return side
     return "router"

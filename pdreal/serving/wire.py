@@ -5,8 +5,9 @@ POST /generate on an instance takes
     {"request_id": int, "input_ids": [int, ...], "sampling": {SamplingParams fields},
      "bootstrap_room": int, "bootstrap_host": str, "bootstrap_port": int, "arrival_s": float}
 
-(decode instances use bootstrap_host:port to find the prefill rank) and answers a stream of
-JSON lines: {"token_ids": [...]} while running (decode only) and one final
+(decode instances use bootstrap_host:port to find the prefill rank; "" and 0 for a colocated
+instance) and answers a stream of JSON lines: {"token_ids": [...]} while running (decode and
+colocated) and one final
 {"finished": true, "status", "failure_reason", "row": {trace half-row}}.
 """
 
@@ -54,10 +55,11 @@ def check_token_ids(ids: Any, vocab_size: int, where: str = "input_ids") -> tupl
 
 
 def request_to_json(req: EngineRequest, bootstrap: str) -> dict[str, Any]:
+    """`bootstrap`: the prefill instance's host:port ('' for a colocated instance)."""
     host, _, port = bootstrap.rpartition(":")
     return {"request_id": req.request_id, "input_ids": list(req.input_ids),
             "sampling": sampling_to_json(req.sampling), "bootstrap_room": req.bootstrap_room,
-            "bootstrap_host": host, "bootstrap_port": int(port), "arrival_s": req.arrival_s}
+            "bootstrap_host": host, "bootstrap_port": int(port) if port else 0, "arrival_s": req.arrival_s}
 
 
 def request_from_json(body: Any, vocab_size: int) -> tuple[EngineRequest, str]:

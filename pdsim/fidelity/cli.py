@@ -1,6 +1,7 @@
 """`pdsim fidelity`: the sim-to-real loop on this machine, ending with the error table.
 
     pdsim fidelity [--requests 100 --rate 0.8 --input 16:256 --output 8:64 ...] [pdsim overrides]
+    pdsim fidelity --colocated 1 [--schedule prefill_priority] ...   (colocated instead of PD)
 
 The workload is pdsim's synthetic generator (Poisson arrivals, uniform lengths) unless
 overrides say otherwise (`scenario.*`, `slo.*`, `seed` apply to the workload and the SLO);
@@ -16,7 +17,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from pdsim.fidelity.compare import DEFINITIONS, format_table, targets_met
+from pdsim.fidelity.compare import DEFINITIONS, format_scan, format_table, targets_met
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -35,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default outputs/fidelity/<time>)")
     p.add_argument("--prefill", type=int, default=1, help="prefill instances")
     p.add_argument("--decode", type=int, default=1, help="decode instances")
+    p.add_argument("--colocated", type=int, default=0, metavar="N",
+                   help="N colocated instances (prefill and decode in one engine) instead of --prefill/--decode")
+    p.add_argument("--schedule", choices=["mixed", "prefill_priority"], default="mixed",
+                   help="colocated schedule (with --colocated): mixed = chunked-prefill batches with the "
+                        "decodes, prefill_priority = prefill batches alone")
     p.add_argument("--requests", type=int, default=100, help="requests in the workload")
     p.add_argument("--rate", type=float, default=0.6, help="Poisson arrival rate (requests/s)")
     p.add_argument("--input", type=_range, default=(16, 128), help="prompt tokens LOW:HIGH (uniform)")
@@ -51,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=0, help="profile repeats per cell (default: the grid's)")
     p.add_argument("--probes", type=int, default=8, help="idle probe requests for the hop latencies")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/markdown comparison report")
+    p.add_argument("--from-run", type=Path, metavar="DIR",
+                   help="re-simulate and re-compare this finished run folder (its shape, workload, SLO and "
+                        "measurements; nothing is profiled, served or replayed)")
+    p.add_argument("--scale-from", type=Path, metavar="DIR",
+                   help="take the served forward slowdown from this other finished run (same profile) "
+                        "instead of this run's own served steps: an out-of-sample prediction")
     p.add_argument("overrides", nargs="*", help="pdsim overrides for the workload/SLO, e.g. scenario.arrival=gamma")
     return p
 
@@ -72,29 +84,33 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     out = args.out or Path("outputs") / "fidelity" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    options = FidelityOptions(
-        out_dir=out, shape=ServeShape(args.prefill, args.decode, tuple(args.serve)),
-        workload_overrides=tuple(workload_overrides(args)), sim_overrides=tuple(args.sim),
-        profile_dir=args.profile, quick_profile=args.quick_profile, profile_repeats=args.repeats,
-        num_probes=args.probes, report=not args.no_report)
     try:
+        shape = ServeShape(args.prefill, args.decode, tuple(args.serve), args.colocated, args.schedule)
+        options = FidelityOptions(
+            out_dir=out, shape=shape,
+            workload_overrides=tuple(workload_overrides(args)), sim_overrides=tuple(args.sim),
+            profile_dir=args.profile, quick_profile=args.quick_profile, profile_repeats=args.repeats,
+            num_probes=args.probes, report=not args.no_report, from_run=args.from_run,
+            scale_from=args.scale_from)
         result = run_fidelity(options)
     except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as exc:
         print(f"pdsim fidelity: error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     real = result.real
     print(f"pdsim fidelity: {len(real)} requests ({(real['status'] == 'finished').sum()} finished), "
-          f"{args.prefill}P{args.decode}D; outputs in {out}")
+          f"{result.shape_name}; outputs in {out}")
     for name, path in result.paths.items():
         print(f"  {name}: {path}")
     print("  steps (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()))
     print(f"  simulation: {result.sim_command}")
     print(f"  served forwards / offline profile (median): prefill {result.slowdown['prefill']:.2f}x, "
-          f"decode {result.slowdown['decode']:.2f}x")
+          f"decode {result.slowdown['decode']:.2f}x (from {result.slowdown_source})")
     print(f"  profile-only simulation: {result.offline_command}")
     print("\nProfile only (offline `pdreal profile` table, no served slowdown):\n")
     print(format_table(result.offline_table))
     print(f"\nSLO: TTFT <= {result.slo.ttft_s:g} s, TPOT <= {result.slo.tpot_s:g} s.  {DEFINITIONS}.\n")
+    print("\nCalibrated goodput at tighter SLOs (both bounds scaled):\n")
+    print(format_scan(result.scan))
     print("\nCalibrated (offline table x served slowdown; targets apply here):\n")
     print(format_table(result.table))
     return 0 if targets_met(result.table) else 1

@@ -15,11 +15,16 @@ overrides that make pdsim simulate that engine:
                                                    one-page time minus its bytes
     cluster.control_plane_latency_s             <- probe: decode pre-allocation -> prefill sees it
     cluster.dispatch_latency_s                  <- probe: client -> router -> engine (mean of sides)
-    (not mapped: probe token_delivery_s, decode emits a token -> client receives it, a few ms;
-     pdsim records token times at the instance, see docs/FIDELITY.md)
+    cluster.token_delivery_s                    <- probe: the engine emits a token -> the client
+                                                   has it (streaming through the router)
     perf.kind=table, perf.path                  <- profile.csv
     perf.prefill/decode_step_overhead_s         <- engine loop time per step beyond the forward
     model.dtype                                 <- the engine's dtype (KV bytes on the wire)
+
+Colocated (`colocated` > 0; engine.json profiled with cluster.mode=colocated): cluster.mode=
+colocated, cluster.colocated, cluster.colocated_schedule and policy.new_token_ratio from the
+colocated engine, the same limits, cluster.dispatch_latency_s from the probe's client -> router
+-> colocated engine hop and token_delivery_s from its last prompt forward -> client; no transfer or decode pre-allocation parameters (nothing moves).
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ class EngineFacts:
     prefill_step_overhead_s: float
     decode_step_overhead_s: float
     probe: dict[str, float]
+    mode: str = "disaggregated"  # the profiled engine: disaggregated | colocated
+    colocated_schedule: str = "mixed"
+    new_token_ratio: float = 0.0  # the colocated engine's KV reserve for its decodes
 
     @classmethod
     def load(cls, engine_json: Path, probe: dict[str, Any] | None = None) -> EngineFacts:
@@ -72,6 +80,9 @@ class EngineFacts:
                 decode_step_overhead_s=max(0.0, float(data["decode_step_overhead_s"])),
                 probe={k: float(v) for k, v in (probe or data.get("probe") or {}).items()
                        if isinstance(v, int | float)},
+                mode=str(data.get("mode", "disaggregated")),
+                colocated_schedule=str(engine.get("colocated_schedule", "mixed")),
+                new_token_ratio=float(engine.get("new_token_ratio", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{engine_json}: not a `pdreal profile` engine.json ({type(exc).__name__}: {exc})") from None
@@ -93,12 +104,18 @@ class EngineFacts:
             "max_running_requests": self.max_running_requests,
             "max_prefill_tokens": self.max_prefill_tokens,
             "chunk_size_tokens": self.chunk_size_tokens,
-            "prealloc_slots": self.prealloc_slots,
             "prefix_cache": False,
-            "transfer_backend": "tcp",
-            "tcp_gbps": 8 * self.transfer_bytes_per_s / 1e9,
-            "link_latency_s": self.link_latency_s(),
         }
+        delivery = self._probed("token_delivery_s")
+        if delivery is not None:
+            values["token_delivery_s"] = delivery
+        if self.mode == "colocated":
+            dispatch = self._probed("dispatch_colocated_s")
+            if dispatch is not None:
+                values["dispatch_latency_s"] = dispatch
+            return values
+        values.update(prealloc_slots=self.prealloc_slots, transfer_backend="tcp",
+                      tcp_gbps=8 * self.transfer_bytes_per_s / 1e9, link_latency_s=self.link_latency_s())
         info = self._probed("transfer_info_s")
         if info is not None:
             values["control_plane_latency_s"] = info
@@ -113,10 +130,23 @@ class EngineFacts:
                 "decode_step_overhead_s": self.decode_step_overhead_s}
 
 
-def sim_overrides(facts: EngineFacts, profile_csv: Path, model: str, prefill: int, decode: int) -> list[str]:
-    """pdsim hydra overrides for the profiled engine in a prefill x decode cluster."""
-    out = [f"model={model}", f"model.dtype={facts.dtype}", "cluster=1p1d",
-           f"cluster.prefill={prefill}", f"cluster.decode={decode}"]
+def sim_overrides(facts: EngineFacts, profile_csv: Path, model: str, prefill: int, decode: int,
+                  colocated: int = 0) -> list[str]:
+    """pdsim hydra overrides for the profiled engine in a prefill x decode cluster, or (colocated
+    > 0) in a cluster of that many colocated instances (the engine must be a colocated one)."""
+    out = [f"model={model}", f"model.dtype={facts.dtype}", "cluster=1p1d"]
+    if colocated > 0:
+        if facts.mode != "colocated":
+            raise ValueError(f"{colocated} colocated instances asked, but the engine facts are of a {facts.mode} "
+                             "engine: profile with cluster.mode=colocated (pdsim fidelity --colocated N)")
+        out += ["cluster.mode=colocated", f"cluster.colocated={colocated}",
+                f"cluster.colocated_schedule={facts.colocated_schedule}",
+                f"policy.new_token_ratio={_fmt(facts.new_token_ratio)}"]
+    elif facts.mode == "colocated":
+        raise ValueError(f"a {prefill}P{decode}D cluster asked, but the engine facts are of a colocated engine: "
+                         "profile without cluster.mode=colocated")
+    else:
+        out += [f"cluster.prefill={prefill}", f"cluster.decode={decode}"]
     out += [f"cluster.{k}={_fmt(v)}" for k, v in facts.cluster_overrides().items()]
     out += [f"perf.{k}={_fmt(v)}" for k, v in facts.perf_overrides(profile_csv).items()]
     return out

@@ -12,6 +12,10 @@
    the profiled table and every engine fact from engine.json (facts.py);
 6. the analysis comparison report (sim vs real) and the error table (compare.py).
 
+With `from_run` only 5-6 run again, on a finished run's measurements (runs.py): the simulator can
+change without re-measuring. With `scale_from` the calibrated simulation takes the served
+slowdown measured in *another* run against the same profile: a prediction of this run, not a fit.
+
 Library code: returns a FidelityResult and writes only into `options.out_dir`.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +32,10 @@ from typing import Any
 import pandas as pd
 
 from pdsim.config import Config
-from pdsim.fidelity.compare import DEFINITIONS, error_table
+from pdsim.fidelity.compare import DEFINITIONS, error_table, slo_scan
 from pdsim.fidelity.facts import EngineFacts, sim_overrides
 from pdsim.fidelity.real import RealCluster, ServeShape, merge_probe, requests_csv, run_profile
+from pdsim.fidelity.runs import Measured, load_measured, other_run_steps, recorded_options
 from pdsim.fidelity.served import slowdown, steps_frame
 from pdsim.metrics import Slo, summarize
 
@@ -49,6 +55,8 @@ class FidelityOptions:
     profile_repeats: int = 0
     num_probes: int = 8
     report: bool = True
+    from_run: Path | None = None  # re-simulate this finished run folder (no profile, serve or replay)
+    scale_from: Path | None = None  # served slowdown from this other run's fidelity.json (same profile)
 
 
 @dataclass
@@ -64,6 +72,9 @@ class FidelityResult:
     offline_table: pd.DataFrame  # the same comparison without the served slowdown (profile only)
     offline_command: str
     slowdown: dict[str, float]  # served forward latency / offline profile, median per kind
+    scan: pd.DataFrame  # calibrated goodput at tighter SLOs (compare.slo_scan)
+    slowdown_source: str = "this run's served steps"
+    shape_name: str = ""
 
 
 def compose(overrides: list[str]) -> Config:
@@ -91,7 +102,8 @@ def simulate_requests(csv_path: Path, facts: EngineFacts, profile_csv: Path, opt
     the served-vs-profiled forward slowdown per kind (perf.*_step_scale), else none."""
     from pdsim.run import run_simulation
 
-    engine = sim_overrides(facts, profile_csv, options.sim_model, options.shape.prefill, options.shape.decode)
+    engine = sim_overrides(facts, profile_csv, options.sim_model, options.shape.prefill, options.shape.decode,
+                           options.shape.colocated)
     if step_scale is not None:
         engine += [f"perf.{kind}_step_scale={step_scale[kind]!r}" for kind in ("prefill", "decode")]
     overrides = ["scenario=chat", "scenario.name=fidelity", "scenario.source=csv",
@@ -102,20 +114,32 @@ def simulate_requests(csv_path: Path, facts: EngineFacts, profile_csv: Path, opt
 
 
 def run_fidelity(options: FidelityOptions) -> FidelityResult:
+    """The whole loop, or (options.from_run) the simulation and comparison of a finished run."""
     out, clock, timings = options.out_dir, time.perf_counter(), {}
     out.mkdir(parents=True, exist_ok=True)
-    workload_cfg = compose(list(options.workload_overrides))  # fail on a bad override before any work
-    from pdsim.workload import build_workload
-
-    workload = build_workload(workload_cfg.scenario, workload_cfg.seed, workload_cfg.data_dir)
-    slo = Slo(workload_cfg.slo.ttft_s, workload_cfg.slo.tpot_s, workload_cfg.slo.attainment_target)
-    slo_overrides = [o for o in options.workload_overrides if o.startswith("slo")]
 
     def lap(name: str) -> None:
         nonlocal clock
         timings[name] = time.perf_counter() - clock
         clock = time.perf_counter()
 
+    if options.from_run is not None:
+        options = recorded_options(options)
+        measured = load_measured(options.from_run)
+    workload_cfg = compose(list(options.workload_overrides))  # fail on a bad override before any work
+    slo = Slo(workload_cfg.slo.ttft_s, workload_cfg.slo.tpot_s, workload_cfg.slo.attainment_target)
+    if options.from_run is None:
+        measured = measure(options, workload_cfg, slo, lap)
+    return simulate_and_compare(options, measured, slo, timings, lap)
+
+
+def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Callable[[str], None]) -> Measured:
+    """Profile (unless reused), serve, probe and replay; the real side's files in options.out_dir."""
+    from pdsim.trace import write_trace
+    from pdsim.workload import build_workload
+
+    out = options.out_dir
+    workload = build_workload(workload_cfg.scenario, workload_cfg.seed, workload_cfg.data_dir)
     profile_dir = options.profile_dir or out / "profile"
     engine_json = profile_dir / "engine.json"
     if options.profile_dir is None:
@@ -131,30 +155,50 @@ def run_fidelity(options: FidelityOptions) -> FidelityResult:
         real, replay_facts = cluster.replay(workload)
         steps = steps_frame(cluster.served_steps(replay_start))
         lap("replay")
-    facts_path = out / "engine.json"
-    facts_path.write_text(engine_json.read_text())
-    merge_probe(facts_path, probe)
-    facts = EngineFacts.load(facts_path)
-    paths = {"engine_json": facts_path, "profile_csv": profile_dir / "profile.csv"}
-    paths["requests_csv"] = requests_csv(real, out / "requests.csv")
-    paths["served_steps_csv"] = out / "served_steps.csv"
+    paths = {"engine_json": out / "engine.json", "profile_csv": profile_dir / "profile.csv",
+             "requests_csv": requests_csv(real, out / "requests.csv"), "served_steps_csv": out / "served_steps.csv"}
+    paths["engine_json"].write_text(engine_json.read_text())
+    merge_probe(paths["engine_json"], probe)
     steps.to_csv(paths["served_steps_csv"], index=False)
-    offline, offline_summary, offline_used = simulate_requests(
-        paths["requests_csv"], facts, paths["profile_csv"], options, slo_overrides)
-    scale = slowdown(steps, _latency_model(offline_used))
+    real_summary = {**summarize(real, slo), "replay": replay_facts}
+    (out / "real").mkdir(exist_ok=True)
+    paths["real_trace"] = write_trace(real, out / "real" / "trace.parquet", _jsonable(real_summary))
+    return Measured(real, real_summary, steps, paths)
+
+
+def step_scale(options: FidelityOptions, measured: Measured, model_overrides: list[str]) -> tuple[dict[str, float], str]:
+    """The served forward slowdown the calibrated simulation uses, and where it comes from: this
+    run's served steps, or (options.scale_from) another run against the same profile."""
+    model = _latency_model(model_overrides)
+    if options.scale_from is None:
+        return slowdown(measured.steps, model), "this run's served steps"
+    steps = other_run_steps(options.scale_from, measured.paths["profile_csv"])
+    return slowdown(steps, model), f"served steps of {options.scale_from}"
+
+
+def simulate_and_compare(options: FidelityOptions, measured: Measured, slo: Slo, timings: dict[str, float],
+                         lap: Callable[[str], None]) -> FidelityResult:
+    """pdsim on the measured run's requests (profile only, then calibrated), the tables, the report."""
+    out, paths = options.out_dir, dict(measured.paths)
+    facts = EngineFacts.load(paths["engine_json"])
+    slo_overrides = [o for o in options.workload_overrides if o.startswith("slo")]
+    offline, _, offline_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
+                                                 slo_overrides)
+    scale, scale_source = step_scale(options, measured, offline_used)
     sim, sim_summary, sim_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
                                                    slo_overrides, scale)
     lap("simulate")
-    real_summary = {**summarize(real, slo), "replay": replay_facts}
-    paths.update(_write(out, sim, sim_summary, real, real_summary))
-    table = error_table(sim, real, slo)
-    offline_table = error_table(offline, real, slo)
-    sim_command = "pdsim run " + " ".join(sim_used)
+    from pdsim.trace import write_trace
+
+    (out / "sim").mkdir(exist_ok=True)
+    paths["sim_trace"] = write_trace(sim, out / "sim" / "trace.parquet", _jsonable(sim_summary))
+    real = measured.real
     if options.report:
-        paths["report"] = _report(sim, sim_summary, real, real_summary, slo, out / "report")
+        paths["report"] = _report(sim, sim_summary, real, measured.real_summary, slo, out / "report")
     lap("report")
-    result = FidelityResult(table, sim, real, slo, sim_command, paths, timings, facts, offline_table,
-                            "pdsim run " + " ".join(offline_used), scale)
+    result = FidelityResult(error_table(sim, real, slo), sim, real, slo, "pdsim run " + " ".join(sim_used), paths,
+                            timings, facts, error_table(offline, real, slo), "pdsim run " + " ".join(offline_used),
+                            scale, slo_scan(sim, real, slo), scale_source, options.shape.name)
     paths["fidelity_json"] = _write_result(out / "fidelity.json", result, options)
     return result
 
@@ -164,16 +208,6 @@ def _latency_model(overrides: list[str]) -> Any:
 
     cfg = compose(overrides)
     return build_latency_model(cfg.perf, cfg.model, cfg.hardware, cfg.cluster.prefill_tp, cfg.data_dir)
-
-
-def _write(out: Path, sim: pd.DataFrame, sim_summary: dict[str, Any], real: pd.DataFrame,
-           real_summary: dict[str, Any]) -> dict[str, Path]:
-    from pdsim.trace import write_trace
-
-    (out / "sim").mkdir(exist_ok=True)
-    (out / "real").mkdir(exist_ok=True)
-    return {"sim_trace": write_trace(sim, out / "sim" / "trace.parquet", _jsonable(sim_summary)),
-            "real_trace": write_trace(real, out / "real" / "trace.parquet", _jsonable(real_summary))}
 
 
 def _report(sim: pd.DataFrame, sim_summary: dict[str, Any], real: pd.DataFrame, real_summary: dict[str, Any],
@@ -192,9 +226,12 @@ def _write_result(path: Path, result: FidelityResult, options: FidelityOptions) 
             "sim_command": result.sim_command, "timings_s": result.timings_s,
             "offline_table": json.loads(result.offline_table.to_json(orient="records")),
             "offline_command": result.offline_command, "served_slowdown_vs_profile": result.slowdown,
+            "slowdown_source": result.slowdown_source,
+            "slo_scan": json.loads(result.scan.to_json(orient="records")),
             "engine_facts": asdict(result.facts),
-            "options": {**asdict(options), "out_dir": str(options.out_dir),
-                        "profile_dir": str(options.profile_dir) if options.profile_dir else None},
+            "options": {**asdict(options), **{k: str(v) if v is not None else None for k, v in (
+                ("out_dir", options.out_dir), ("profile_dir", options.profile_dir), ("from_run", options.from_run),
+                ("scale_from", options.scale_from))}},
             "paths": {k: str(v) for k, v in result.paths.items()}}
     path.write_text(json.dumps(data, indent=2, default=str))
     return path

@@ -24,13 +24,42 @@ from pdsim.workload import Workload
 log = logging.getLogger(__name__)
 
 
+COLOCATED_SCHEDULES = ("mixed", "prefill_priority")  # pdsim.sim.colocated.SCHEDULES
+
+
 @dataclass(frozen=True)
 class ServeShape:
-    """The served cluster: instance counts and pdreal serve overrides (key=value)."""
+    """The served cluster: instance counts and pdreal serve overrides (key=value).
+
+    colocated > 0: that many colocated instances (with `colocated_schedule`) instead of prefill
+    and decode; `overrides` then also carry cluster.mode=colocated, cluster.colocated and
+    cluster.colocated_schedule, so the profile and the served cluster both see the colocated
+    engine.
+    """
 
     prefill: int = 1
     decode: int = 1
     overrides: tuple[str, ...] = ()
+    colocated: int = 0
+    colocated_schedule: str = "mixed"
+
+    def __post_init__(self) -> None:
+        if self.colocated < 0:
+            raise ValueError(f"colocated instances must be >= 0, got {self.colocated}")
+        if self.colocated_schedule not in COLOCATED_SCHEDULES:
+            raise ValueError(f"colocated schedule {self.colocated_schedule!r} unknown (choose from "
+                             f"{COLOCATED_SCHEDULES})")
+        if self.colocated:
+            mode = ("cluster.mode=colocated", f"cluster.colocated={self.colocated}",
+                    f"cluster.colocated_schedule={self.colocated_schedule}")
+            object.__setattr__(self, "overrides", (*self.overrides, *(m for m in mode if m not in self.overrides)))
+
+    @property
+    def name(self) -> str:
+        """1P1D, or 2C(mixed)."""
+        if self.colocated:
+            return f"{self.colocated}C({self.colocated_schedule})"
+        return f"{self.prefill}P{self.decode}D"
 
 
 def run_profile(out_dir: Path, overrides: tuple[str, ...], quick: bool, repeats: int = 0,
@@ -68,6 +97,7 @@ class RealCluster:
         self.cluster.stop()
 
     def probe(self, num_probes: int = 8) -> dict[str, Any]:
+        """Idle hop latencies (pdreal.probe; colocated hops on a colocated cluster)."""
         from pdreal.probe import probe_cluster
 
         return probe_cluster(self.url, num_probes)

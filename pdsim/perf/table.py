@@ -5,8 +5,10 @@ Each phase is a grid over (num_seqs, tokens per sequence): prefill uses new toke
 cell take their median. Profiles rarely fill the grid (Splitwise varies batch at one prompt
 length and prompt length at batch 1), so empty cells are filled from a two-way fit
 log t[i, j] = row_i + col_j over the measured cells — separable scaling, exact where the grid
-is L-shaped. Values are then raised to their running maximum along both axes, so the model never
-speeds up when the batch grows (noisy measurements can otherwise dip).
+is L-shaped. Values are then raised to their running maximum along the tokens axis, so a longer
+prompt or context never costs less (noisy measurements can otherwise dip). The batch axis is left
+as measured: step time need not grow with the batch size (CPU GEMM kernels for 2-3 rows are
+slower than the blocked kernel used from 4 rows on; GPU tile quantization has the same effect).
 
 Lookup is bilinear inside the grid; below the first point it holds the first value, beyond the
 last it extends the last segment linearly. A prefill chunk after c cached tokens costs
@@ -75,7 +77,7 @@ class Grid2D:
         for (i, j), lats in cells.items():
             values[i, j] = float(np.median(lats))
         filled = _complete_log_additive(values)
-        monotone = np.maximum.accumulate(np.maximum.accumulate(filled, axis=0), axis=1)
+        monotone = np.maximum.accumulate(filled, axis=1)
         return cls(seqs.astype(float), tokens.astype(float), monotone)
 
     def __call__(self, seqs: float, tokens: float) -> float:

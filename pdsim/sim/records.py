@@ -70,3 +70,18 @@ class SimRecorder:
                 columns[f.name] = pa.array(data, type=f.type)
         table = pa.table(columns, schema=ARROW_SCHEMA)
         return table.to_pandas().sort_values("request_id", kind="stable").reset_index(drop=True)
+
+
+TOKEN_TIME_FIELDS = ("first_token_s", "last_token_s", "finish_s")
+
+
+def delivered(trace: pd.DataFrame, delay_s: float) -> pd.DataFrame:
+    """The trace as the client sees it: every token time (and the finish) `delay_s` later. NaN
+    times stay NaN; with delay_s == 0 the frame is returned as is."""
+    if delay_s == 0:
+        return trace
+    out = trace.copy()
+    for name in TOKEN_TIME_FIELDS:
+        out[name] = out[name] + delay_s
+    out["token_times_s"] = [None if t is None else [x + delay_s for x in t] for t in out["token_times_s"]]
+    return out

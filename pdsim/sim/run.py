@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from pdsim.config import Config
 from pdsim.sim.engine import Simulation
+from pdsim.sim.records import delivered
 from pdsim.trace import STATUSES
 from pdsim.workload.request import Workload
 
@@ -58,7 +59,7 @@ def simulate(cfg: Config, workload: Workload, progress: bool = False) -> SimResu
         _run(sim)
     check_invariants(sim)
     wall_s = time.perf_counter() - t0
-    trace = sim.recorder.to_frame()
+    trace = delivered(sim.recorder.to_frame(), cfg.cluster.token_delivery_s)
     log.info("simulated %d requests to t=%.3f s in %.2f s wall", len(trace), sim.env.now, wall_s)
     return SimResult(
         trace=trace,

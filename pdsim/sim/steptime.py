@@ -60,8 +60,8 @@ def _vector_for(latency: LatencyModel) -> VectorFn | None:
     if isinstance(latency, StepOverheadModel):
         inner = _vector_for(latency.inner)
         if inner is not None:
-            overhead_s = latency.decode_overhead_s
-            return lambda n, ctx: inner(n, ctx) + overhead_s  # inner(n, ctx) + overhead, as scalar
+            overhead_s, scale = latency.decode_overhead_s, latency.decode_scale
+            return lambda n, ctx: scale * inner(n, ctx) + overhead_s  # as the scalar call
     return None
 
 

@@ -1,9 +1,12 @@
 """The whole fidelity loop at small scale on this machine (CPU, SmolLM2, 1P1D): profile (quick
-grid, one repeat), serve, probe, replay 20 short requests, simulate the same requests, compare.
+grid, median of 3 repeats), serve, probe, replay 20 short requests, simulate the same requests,
+compare. Part of the default suite (CI), as the fidelity issue asks.
 
 Bounds: simulated vs measured TTFT and TPOT within 30% at p50 and p90, with the calibrated model
-(offline table x the served forwards' median slowdown, see docs/FIDELITY.md). About 1.5-2
-minutes on 2 cores, most of it loading the model into three processes and profiling.
+(offline table x the served forwards' median slowdown, see docs/FIDELITY.md). Errors seen on a
+quiet 2-core machine: within 13% (docs/FIDELITY.md). About 2-2.5 minutes, most of it profiling
+and loading the model into three processes. The error table is printed (shown with `-s` or on
+failure).
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ def test_small_loop_within_30_percent(tmp_path: Path) -> None:
     args = build_parser().parse_args(["--requests", "20", "--rate", "0.7", "--input", "16:64", "--output", "4:16",
                                       "--seed", "1"])
     options = FidelityOptions(tmp_path, ServeShape(1, 1), tuple(workload_overrides(args)), quick_profile=True,
-                              profile_repeats=1, num_probes=4, report=False)
+                              profile_repeats=3, num_probes=4, report=False)
     result = run_fidelity(options)
+    print(result.table.to_string())
     assert (result.real["status"] == "finished").all(), result.real["failure_reason"].unique()
     assert (result.sim["status"] == "finished").all()
     assert len(result.sim) == len(result.real) == 20

@@ -11,7 +11,7 @@ import pytest
 
 from pdsim.config import PerfConfig
 from pdsim.fidelity.cli import build_parser, workload_overrides
-from pdsim.fidelity.compare import error_table, format_table, targets_met
+from pdsim.fidelity.compare import error_table, format_scan, format_table, slo_scan, targets_met
 from pdsim.fidelity.facts import EngineFacts, sim_overrides
 from pdsim.fidelity.loop import compose
 from pdsim.fidelity.served import slowdown, steps_frame
@@ -38,7 +38,7 @@ def test_facts_are_read_not_retyped(tmp_path: Path) -> None:
     profile.write_text("kind,num_seqs,new_tokens,context_tokens,latency_s\nprefill,1,16,0,0.1\n"
                        "prefill,1,64,0,0.3\ndecode,1,1,64,0.05\ndecode,4,4,256,0.08\n")
     probe = {"transfer_info_s": 0.0007, "dispatch_prefill_s": 0.002, "dispatch_decode_s": 0.004,
-             "kv_ready_s": 0.005, "kv_bytes": 2.0e6}
+             "kv_ready_s": 0.005, "kv_bytes": 2.0e6, "token_delivery_s": 0.0025}
     facts = EngineFacts.load(_engine_json(tmp_path), probe)
     cfg = compose(["scenario=chat", *sim_overrides(facts, profile, "smollm2_135m", 1, 2)])
     c, p = cfg.cluster, cfg.perf
@@ -48,6 +48,7 @@ def test_facts_are_read_not_retyped(tmp_path: Path) -> None:
     assert c.link_latency_s == pytest.approx(0.005 - 2.0e6 / 2.0e9)  # probe: kv ready minus its bytes
     assert c.control_plane_latency_s == pytest.approx(0.0007)
     assert c.dispatch_delay_s == pytest.approx(0.003)
+    assert c.token_delivery_s == pytest.approx(0.0025)
     assert cfg.model.dtype == "fp32"
     assert (p.kind, p.path, p.prefill_step_overhead_s, p.decode_step_overhead_s) == ("table", str(profile), 0.003, 0.001)
 
@@ -90,16 +91,20 @@ def test_default_perf_config_builds_the_bare_model() -> None:
     assert isinstance(build_latency_model(cfg.perf, cfg.model, cfg.hardware, 1), StepOverheadModel)
 
 
-def test_slowdown_is_the_median_ratio_per_kind() -> None:
-    model = LinearModel(prefill_base_s=0.1, prefill_per_token_s=0.0, decode_base_s=0.05,
-                        decode_per_seq_s=0.0, decode_per_ctx_token_s=0.0)
-    records = [{"end_s": float(i), "kind": k, "num_seqs": 1, "new_tokens": 8 if k == "prefill" else 1,
-                "context_tokens": 0 if k == "prefill" else 50, "latency_s": lat}
-               for i, (k, lat) in enumerate([("prefill", 0.2), ("prefill", 0.3), ("prefill", 5.0),
-                                             ("decode", 0.1), ("decode", 0.1), ("decode", 0.15)])]
+def test_slowdown_is_the_trimmed_ratio_of_sums_per_kind() -> None:
+    model = LinearModel(prefill_base_s=0.1, prefill_per_token_s=0.0, decode_base_s=0.0,
+                        decode_per_seq_s=0.05, decode_per_ctx_token_s=0.0)
+    # 20 prefills (predicted 0.1 s): 18 served at 2x, one at 1x and one outlier at 50x, trimmed away
+    prefill = [("prefill", 1, 0.2)] * 18 + [("prefill", 1, 0.1), ("prefill", 1, 5.0)]
+    # decodes predicted 0.05 s (1 seq) and 0.15 s (3 seqs), served 0.1 s and 0.15 s: ratio of sums
+    # 0.25 / 0.2 = 1.25 (the mean or median ratio would be 1.5)
+    decode = [("decode", 1, 0.1), ("decode", 3, 0.15)]
+    records = [{"end_s": float(i), "kind": k, "num_seqs": n, "new_tokens": 8 if k == "prefill" else n,
+                "context_tokens": 0 if k == "prefill" else 50 * n, "latency_s": lat}
+               for i, (k, n, lat) in enumerate(prefill + decode)]
     steps = steps_frame(records, since_s=-1.0)
-    assert slowdown(steps, model) == {"prefill": pytest.approx(3.0), "decode": pytest.approx(2.0)}
-    assert len(steps_frame(records, since_s=2.5)) == 3
+    assert slowdown(steps, model) == {"prefill": pytest.approx(2.0), "decode": pytest.approx(1.25)}
+    assert len(steps_frame(records, since_s=19.5)) == 2
 
 
 def _trace(scale: float) -> pd.DataFrame:
@@ -123,6 +128,18 @@ def test_error_table_and_targets() -> None:
     text = format_table(off)
     assert "| ttft_s | p50 |" in text and "NO" in text
     assert off[off["stat"] == "p99"]["target"].isna().all()
+
+
+def test_slo_scan_discriminates_where_the_configured_slo_cannot() -> None:
+    # real TTFTs 0.50..0.95 s, TPOT 0.1 s; sim is 1.3x slower (TTFT 0.65..1.235 s, TPOT 0.13 s)
+    scan = slo_scan(_trace(1.3), _trace(1.0), Slo(1.24, 0.3), scales=(0.5, 1.0)).set_index("scale")
+    assert scan.loc[1.0, "real_attainment"] == 1.0 and scan.loc[1.0, "sim_attainment"] == 1.0
+    assert scan.loc[1.0, "rel_err"] == 0.0
+    # at half the SLO (TTFT <= 0.62 s, TPOT <= 0.15 s) 3 real requests meet it, no simulated one
+    assert scan.loc[0.5, "ttft_slo_s"] == pytest.approx(0.62) and scan.loc[0.5, "tpot_slo_s"] == pytest.approx(0.15)
+    assert scan.loc[0.5, "real_attainment"] == pytest.approx(0.3) and scan.loc[0.5, "sim_attainment"] == 0.0
+    assert scan.loc[0.5, "rel_err"] == pytest.approx(-1.0)
+    assert "| 0.5 | 0.62 | 0.15 | 0.000 | 0.300 |" in format_scan(scan.reset_index())
 
 
 def test_cli_workload_overrides_compose() -> None:

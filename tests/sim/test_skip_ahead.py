@@ -95,7 +95,8 @@ def test_step_series_is_bit_identical_to_the_model() -> None:
 
     roofline = RooflineModel(TINY_MODEL, TINY_HW, tp=1, overhead_per_seq_s=1e-5)
     wrapped = StepOverheadModel(linear, 0.001, 0.0023)
-    for model in (linear, roofline, wrapped):
+    scaled = StepOverheadModel(linear, 0.001, 0.0023, prefill_scale=1.1, decode_scale=1.37)  # served slowdown
+    for model in (linear, roofline, wrapped, scaled):
         steps = StepSeries(model).steps(7, 12345, 300)
         ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(300)]
         np.testing.assert_allclose(steps, ref, rtol=1e-14, atol=0)

@@ -42,6 +42,17 @@ def test_one_request_timeline() -> None:
     assert (row.status, row.transfer_bytes, row.output_tokens) == ("finished", 100_000, 4)
 
 
+def test_token_delivery_moves_the_token_times_to_the_client() -> None:
+    base = simulate(make_config(record_token_times=True), make_requests([(0.0, 100, 4)])).trace.iloc[0]
+    res = simulate(make_config({"token_delivery_s": 0.002}, record_token_times=True), make_requests([(0.0, 100, 4)]))
+    row = res.trace.iloc[0]
+    xfer_end = 0.003 + 0.1 + 0.001 * 100 + 100 * 1000 / 1e9
+    assert abs(row.first_token_s - (xfer_end + 0.002)) < 1e-12
+    assert abs(row.last_token_s - (xfer_end + 0.03 + 0.002)) < 1e-12 and row.finish_s == row.last_token_s
+    assert [round(t - b, 12) for t, b in zip(row.token_times_s, base.token_times_s, strict=True)] == [0.002] * 4
+    assert row.prefill_end_s == base.prefill_end_s  # only what the client sees moves
+
+
 def test_two_transfers_share_the_decode_nic_max_min() -> None:
     cfg = make_config(cluster=dict(prefill=2), perf=dict(prefill_per_token_s=0.0))
     res = simulate(cfg, make_requests([(0.0, 100, 2), (0.0, 200, 2)]))

@@ -1,0 +1,328 @@
+"""The colocated instance's loop (no disaggregation): one engine prefills and decodes.
+
+    add_request -> waiting queue   (FIFO; retracted requests go back to its head)
+                -> chunked         (the one request whose prompt continues in the next forward)
+                -> running batch   (joined when the last prompt chunk's forward ends; that forward
+                                    samples the first output token, emitted at once)
+                -> finish          (max_new_tokens, EOS or stop token; pages freed)
+
+Step for step what pdsim's ColocatedInstance (pdsim/sim/colocated.py) models, with the same
+pdsim.policy calls; `EngineConfig.colocated_schedule` picks the schedule (pdsim's
+`cluster.colocated_schedule`):
+
+- mixed: every iteration first gives the running decodes their next token's page (retracting if
+  short), then the shared PrefillAdder picks prefill chunks from the token budget left after one
+  token per decode (`mixed_prefill_budget`), holding back KV for the decodes' future growth
+  (`decode_reservation_tokens` with `new_token_ratio`); one forward runs the chunks and every
+  decode together (a `mixed` step record).
+- prefill_priority: whenever a prefill batch can be formed it runs alone (with the decodes'
+  reservation still held back); otherwise the decodes' pages grow and a decode-only forward runs.
+
+Retraction (`choose_retraction_victims`): a victim frees its KV and goes back to the head of the
+waiting queue; its prompt becomes the prompt plus every generated token but the last (which the
+next decode step feeds), recomputed by chunked prefill without sampling. There is no KV transfer
+(`kv` is None). Each `step()` is schedule -> run -> postprocess.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any
+
+import torch
+
+from pdreal.engine.common import (
+    EngineConfig,
+    EngineRequest,
+    EngineStats,
+    ModelRunner,
+    RequestOutput,
+    check_engine_invariants,
+    engine_stats,
+    trace_row,
+)
+from pdreal.kv.allocator import PageAllocator, pages_for_tokens
+from pdreal.model.batch import SeqChunk
+from pdreal.model.sampling import sample
+from pdreal.transfer.common import Clock
+from pdsim.policy import (
+    PrefillBudget,
+    PrefillChunk,
+    RequestView,
+    choose_retraction_victims,
+    decode_reservation_tokens,
+    form_prefill_batch,
+    mixed_prefill_budget,
+)
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
+
+SCHEDULES = ("mixed", "prefill_priority")
+
+
+@dataclass
+class ColocatedState:
+    req: EngineRequest
+    prompt_ids: tuple[int, ...]  # tokens to prefill (after a retraction: prompt + outputs but the last)
+    pages: list[int] = field(default_factory=list)
+    prefilled_tokens: int = 0
+    kv_tokens: int = 0  # tokens whose KV is in the pages
+    output_ids: list[int] = field(default_factory=list)
+    num_retractions: int = 0
+    times: dict[str, float] = field(default_factory=dict)
+    token_times_s: list[float] = field(default_factory=list)
+
+    @property
+    def remaining_output_tokens(self) -> int:
+        return max(0, self.req.sampling.max_new_tokens - len(self.output_ids))
+
+    def prefill_view(self) -> RequestView:
+        return RequestView(self.req.request_id, len(self.prompt_ids), self.req.sampling.max_new_tokens,
+                           prefilled_tokens=self.prefilled_tokens, generated_tokens=len(self.output_ids))
+
+    def running_view(self) -> RequestView:
+        return RequestView(self.req.request_id, len(self.req.input_ids), self.req.sampling.max_new_tokens,
+                           generated_tokens=len(self.output_ids), kv_tokens=self.kv_tokens)
+
+    def prefill_chunk(self, chunk: PrefillChunk) -> SeqChunk:
+        start = chunk.context_tokens
+        return SeqChunk(list(self.prompt_ids[start:start + chunk.new_tokens]), start, self.pages)
+
+    def decode_chunk(self) -> SeqChunk:
+        return SeqChunk([self.output_ids[-1]], self.kv_tokens, self.pages)
+
+
+Plan = list[tuple[ColocatedState, PrefillChunk]]
+
+
+class ColocatedEngine:
+    def __init__(self, runner: ModelRunner, config: EngineConfig, clock: Clock = time.monotonic) -> None:
+        if config.colocated_schedule not in SCHEDULES:
+            raise ValueError(f"colocated_schedule {config.colocated_schedule!r} unknown (choose from {SCHEDULES})")
+        self.runner, self.config, self.clock = runner, config, clock
+        self.kv: Any = None  # no KV transfer on a colocated instance
+        self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
+        self.waiting: deque[ColocatedState] = deque()
+        self.chunked: ColocatedState | None = None
+        self.running: list[ColocatedState] = []
+        self._outputs: list[RequestOutput] = []
+        self._aborts: dict[int, str] = {}
+        self.emit: Callable[[list[RequestOutput]], None] | None = None
+        self.num_added = self.num_finished = self.num_failed = self.num_retractions = 0
+
+    @property
+    def allocator(self) -> PageAllocator:
+        return self.runner.pool.allocator
+
+    @property
+    def name(self) -> str:
+        return f"colocated:{self.config.instance_id}"
+
+    def set_emitter(self, emit: Callable[[list[RequestOutput]], None] | None) -> None:
+        """Deliver outputs produced before the forward (rejections, failures) through `emit` at
+        once; the forward's tokens (first tokens included) leave when `step()` returns."""
+        self.emit = emit
+
+    def live(self) -> list[ColocatedState]:
+        return [*self.waiting, *([self.chunked] if self.chunked else []), *self.running]
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.chunked or self.running)
+
+    def ready_to_run(self) -> bool:
+        """True when the next step has a forward to run (else a server loop may sleep a little)."""
+        return self.has_work()
+
+    def add_request(self, req: EngineRequest) -> None:
+        """Enter the waiting queue (or finish at once as rejected); duplicate live ids raise ValueError."""
+        if any(s.req.request_id == req.request_id for s in self.live()):
+            raise ValueError(f"request_id {req.request_id} is already in this colocated engine")
+        self.num_added += 1
+        state = ColocatedState(req, req.input_ids, times={"prefill_waiting_enter_s": self.clock()})
+        total = len(req.input_ids) + req.sampling.max_new_tokens
+        if pages_for_tokens(total, self.config.page_size_tokens) > self.allocator.num_pages:
+            self._finish(state, STATUS_REJECTED, f"{total} tokens (prompt + max_new_tokens) exceed the "
+                         f"KV pool ({self.config.kv_capacity_tokens} tokens)")
+            return
+        self.waiting.append(state)
+
+    def step(self) -> list[RequestOutput]:
+        self._apply_aborts()
+        if self.config.colocated_schedule == "mixed":
+            self._grow_pages()
+            plan = self._schedule(len(self.running))
+            decodes = list(self.running)
+        else:
+            plan = self._schedule(0)
+            if not plan:
+                self._grow_pages()
+            decodes = [] if plan else list(self.running)
+        self._emit_early()
+        if plan or decodes:
+            chunks = [s.prefill_chunk(c) for s, c in plan] + [s.decode_chunk() for s in decodes]
+            logits = self.runner.forward(chunks, num_decodes=len(decodes))
+            self._postprocess(plan, decodes, logits)
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def _emit_early(self) -> None:
+        if self.emit is not None and self._outputs:
+            outputs, self._outputs = self._outputs, []
+            self.emit(outputs)
+
+    def _grow_pages(self) -> None:
+        """Every running decode's next token gets its page; retract (shared rule) when short."""
+        page = self.config.page_size_tokens
+
+        def growing() -> list[ColocatedState]:
+            return [s for s in self.running if pages_for_tokens(s.kv_tokens + 1, page) > len(s.pages)]
+
+        grow = growing()
+        short = len(grow) - self.allocator.num_free
+        if short > 0:
+            by_id = {s.req.request_id: s for s in self.running}
+            for request_id in choose_retraction_victims([s.running_view() for s in self.running], short, page):
+                self._retract(by_id[request_id])
+            grow = growing()
+        for state in grow:
+            if not self.allocator.can_allocate(1):
+                self.running.remove(state)
+                self._finish(state, STATUS_FAILED, f"KV exhausted on {self.name} "
+                             f"({self.config.kv_capacity_tokens} tokens)")
+                continue
+            state.pages.extend(self.allocator.allocate(1))
+
+    def _retract(self, state: ColocatedState) -> None:
+        self.running.remove(state)
+        self.allocator.free(state.pages)
+        state.pages = []
+        state.prompt_ids = state.req.input_ids + tuple(state.output_ids[:-1])
+        state.prefilled_tokens = state.kv_tokens = 0
+        state.num_retractions += 1
+        self.num_retractions += 1
+        self.waiting.appendleft(state)
+
+    def _schedule(self, num_decodes: int) -> Plan:
+        """The policy seam: PrefillAdder picks the chunks (pdsim's ColocatedInstance._schedule)."""
+        if self.chunked is None and not self.waiting:
+            return []
+        c, page = self.config, self.config.page_size_tokens
+        tokens = min(c.max_prefill_tokens, c.chunk_size_tokens) if c.chunk_size_tokens > 0 else c.max_prefill_tokens
+        budget = PrefillBudget(
+            max_prefill_tokens=mixed_prefill_budget(tokens, num_decodes),
+            chunk_size_tokens=c.chunk_size_tokens,
+            page_size_tokens=page,
+            free_kv_tokens=self.allocator.num_free * page,
+            reserved_kv_tokens=decode_reservation_tokens((s.remaining_output_tokens for s in self.running),
+                                                         c.new_token_ratio),
+            new_token_ratio=c.new_token_ratio,
+            max_requests=max(0, c.max_running_requests - len(self.running)) or -1,
+        )
+        if budget.max_prefill_tokens <= 0 or budget.max_requests < 0:
+            return []
+        by_id: dict[int, ColocatedState] = {}
+        batch = form_prefill_batch(self._candidates(by_id), budget)
+        plan: Plan = []
+        for chunk in batch.chunks:
+            state = by_id[chunk.request_id]
+            if state is not self.chunked:
+                if self.waiting.popleft() is not state:
+                    raise AssertionError(f"request {chunk.request_id} scheduled out of FIFO order")
+                state.times.setdefault("prefill_start_s", self.clock())
+            state.pages.extend(self.allocator.allocate(chunk.new_pages))
+            plan.append((state, chunk))
+        return plan
+
+    def _candidates(self, by_id: dict[int, ColocatedState]) -> Iterator[RequestView]:
+        """The chunked request first, then the waiting queue in order (consumed lazily)."""
+        for state in chain([self.chunked] if self.chunked else [], self.waiting):
+            by_id[state.req.request_id] = state
+            yield state.prefill_view()
+
+    def _postprocess(self, plan: Plan, decodes: list[ColocatedState], logits: torch.Tensor) -> None:
+        """Decodes first, then prefill chunks (pdsim's order); a last chunk of a fresh prompt
+        yields the first token, a recomputed one (after retraction) none."""
+        rows = [(i, s) for i, (s, c) in enumerate(plan) if c.is_last and not s.output_ids]
+        rows += [(len(plan) + j, s) for j, s in enumerate(decodes)]
+        picked = logits if len(rows) == logits.shape[0] else logits[[i for i, _ in rows]]
+        tokens = sample(picked, [s.req.sampling for _, s in rows], [len(s.output_ids) for _, s in rows]) if rows else []
+        token_of = {id(s): t for (_, s), t in zip(rows, tokens, strict=True)}
+        now = self.clock()
+        for state in decodes:
+            state.kv_tokens += 1
+            self._append_token(state, token_of[id(state)], now)
+            if self._done(state):
+                self.running.remove(state)
+                self._finish(state, STATUS_FINISHED, "")
+        for state, chunk in plan:
+            state.prefilled_tokens += chunk.new_tokens
+            if not chunk.is_last:
+                self.chunked = state
+                continue
+            if self.chunked is state:
+                self.chunked = None
+            state.kv_tokens = state.prefilled_tokens
+            if id(state) in token_of:
+                state.times.update(prefill_end_s=now, first_token_s=now, running_enter_s=now)
+                self._append_token(state, token_of[id(state)], now)
+            if self._done(state):
+                self._finish(state, STATUS_FINISHED, "")
+            else:
+                self.running.append(state)
+
+    def _append_token(self, state: ColocatedState, token: int, now: float) -> None:
+        state.output_ids.append(token)
+        state.token_times_s.append(now)
+        self._outputs.append(RequestOutput(state.req.request_id, (token,)))
+
+    def _done(self, state: ColocatedState) -> bool:
+        sampling = state.req.sampling
+        if len(state.output_ids) >= sampling.max_new_tokens:
+            return True
+        last = state.output_ids[-1] if state.output_ids else -1
+        return not sampling.ignore_eos and (last in self.eos_ids or last in sampling.stop_token_ids)
+
+    def _finish(self, state: ColocatedState, status: str, reason: str) -> None:
+        now = self.clock()
+        self.allocator.free(state.pages)
+        state.pages = []
+        self.num_finished += status == STATUS_FINISHED
+        self.num_failed += status != STATUS_FINISHED
+        req, instance = state.req, self.config.instance_id
+        row = trace_row(
+            request_id=req.request_id, input_tokens=len(req.input_ids),
+            output_tokens=len(state.output_ids) if status == STATUS_FINISHED else req.sampling.max_new_tokens,
+            mode="colocated", prefill_instance=instance, decode_instance=instance,
+            bootstrap_room=req.bootstrap_room, arrival_s=req.arrival_s, transfer_bytes=0, status=status,
+            failure_reason=reason,
+            num_retractions=state.num_retractions, finish_s=now, token_times_s=list(state.token_times_s),
+            last_token_s=state.token_times_s[-1] if state.token_times_s else float("nan"), **state.times,
+        )
+        self._outputs.append(RequestOutput(req.request_id, (), True, status, reason, row))
+
+    def abort(self, request_id: int, reason: str) -> None:
+        """Fail the request at the start of the next step, wherever it is."""
+        self._aborts[request_id] = reason
+
+    def _apply_aborts(self) -> None:
+        if not self._aborts:
+            return
+        if self.chunked is not None and self.chunked.req.request_id in self._aborts:
+            state, self.chunked = self.chunked, None
+            self._finish(state, STATUS_FAILED, self._aborts[state.req.request_id])
+        for queue in (self.waiting, self.running):
+            for state in [s for s in queue if s.req.request_id in self._aborts]:
+                queue.remove(state)
+                self._finish(state, STATUS_FAILED, self._aborts[state.req.request_id])
+        self._aborts.clear()
+
+    def stats(self) -> EngineStats:
+        queues = {"waiting": len(self.waiting) + (self.chunked is not None), "running": len(self.running)}
+        return engine_stats(self, queues)
+
+    def check_invariants(self) -> None:
+        """No page leaked; every request accounted for."""
+        check_engine_invariants(self, "colocated")
