@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name}: {path}")
     print("  steps (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()))
     print(f"  simulation: {result.sim_command}")
-    print(f"  served forwards / offline profile (median): prefill {result.slowdown['prefill']:.2f}x, "
+    print(f"  served forwards / offline profile (trimmed ratio of sums): prefill {result.slowdown['prefill']:.2f}x, "
           f"decode {result.slowdown['decode']:.2f}x (from {result.slowdown_source})")
     print(f"  profile-only simulation: {result.offline_command}")
     print("\nProfile only (offline `pdreal profile` table, no served slowdown):\n")
