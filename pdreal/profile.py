@@ -6,7 +6,9 @@ sampling, device-synchronised):
 - prefill: `num_seqs` fresh prompts of `tokens` tokens each (kind=prefill, context_tokens=0),
   and single chunks after cached context (context_tokens > 0; pdsim's table model skips these,
   `pdsim calibrate` can use them);
-- decode: `num_seqs` sequences of `context` KV tokens each, one new token each.
+- decode: `num_seqs` sequences of `context` KV tokens each, one new token each; with
+  `--ragged-decode` the lengths are spread over [context/2, 3*context/2] with that mean
+  (`ragged_contexts`), as in a served batch (docs/FIDELITY.md has its measured effect).
 
 Writes `profile.csv` (kind,num_seqs,new_tokens,context_tokens,latency_s; pdsim.perf.profile) and
 `engine.json`: the served engine's configuration (KV capacity, page size, max running requests,
@@ -45,6 +47,7 @@ class ProfileGrid:
     decode_seqs: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 32)  # dense where CPU GEMMs change kernel
     decode_context: tuple[int, ...] = (64, 256, 1024)  # per sequence
     repeats: int = 3
+    ragged_decode: bool = False  # decode batches of mixed context lengths (ragged_contexts)
 
     def __post_init__(self) -> None:
         for name in ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_context"):
@@ -59,8 +62,14 @@ class ProfileGrid:
             return -(-tokens // page_size_tokens)
         prefill = max(self.prefill_seqs) * pages(max(self.prefill_tokens))
         chunk = pages(max(self.chunk_context, default=0) + max(self.chunk_tokens, default=0))
-        decode = max(self.decode_seqs) * pages(max(self.decode_context) + 1)
+        decode = max(sum(pages(c + 1) for c in self.decode_contexts(ctx, n)) for n in self.decode_seqs
+                     for ctx in self.decode_context)
         return max(prefill, chunk, decode)
+
+
+    def decode_contexts(self, mean_tokens: int, seqs: int) -> list[int]:
+        """The context lengths of one profiled decode batch."""
+        return ragged_contexts(mean_tokens, seqs) if self.ragged_decode else [mean_tokens] * seqs
 
 
 QUICK_GRID = ProfileGrid(prefill_seqs=(1, 2), prefill_tokens=(16, 64, 256), chunk_tokens=(64,), chunk_context=(256,),
@@ -95,9 +104,10 @@ def profile_runner(runner: Any, grid: ProfileGrid, on_point: Callable[[ProfilePo
             torch.cuda.synchronize()
 
     def measure(kind: str, seqs: int, new_per_seq: int, context: int) -> ProfilePoint:
-        tables = [runner.pool.allocator.allocate(pages_for_tokens(context + new_per_seq, page)) for _ in range(seqs)]
-        chunks = [SeqChunk([(7 * (i + j) + 11) % vocab for j in range(new_per_seq)], context, t)
-                  for i, t in enumerate(tables)]
+        contexts = grid.decode_contexts(context, seqs) if kind == "decode" else [context] * seqs
+        tables = [runner.pool.allocator.allocate(pages_for_tokens(c + new_per_seq, page)) for c in contexts]
+        chunks = [SeqChunk([(7 * (i + j) + 11) % vocab for j in range(new_per_seq)], c, t)
+                  for i, (c, t) in enumerate(zip(contexts, tables, strict=True))]
         try:
             latency = _timed_median_s(lambda: runner.forward(chunks).argmax(-1).tolist(), grid.repeats, sync)
         finally:
@@ -112,6 +122,19 @@ def profile_runner(runner: Any, grid: ProfileGrid, on_point: Callable[[ProfilePo
     points += [measure("prefill", 1, t, c) for t in grid.chunk_tokens for c in grid.chunk_context]
     points += [measure("decode", s, 1, c) for s in grid.decode_seqs for c in grid.decode_context]
     return points
+
+
+def ragged_contexts(mean_tokens: int, seqs: int) -> list[int]:
+    """Context lengths of a ragged profiled decode batch: spread evenly over [mean/2, 3*mean/2]
+    with the given mean (the total is exactly seqs * mean). Served batches mix lengths, and on CPU
+    a batch of equal lengths can decode faster than a mixed one of the same total (4 sequences:
+    103 ms equal vs 118-134 ms mixed for SmolLM2)."""
+    if seqs == 1:
+        return [mean_tokens]
+    low = mean_tokens // 2
+    out = [low + (mean_tokens * i) // (seqs - 1) for i in range(seqs)]
+    out[-1] += seqs * mean_tokens - sum(out)
+    return out
 
 
 def transfer_facts(layout: Any, backend: str, request_pages: int = 64) -> dict[str, Any]:
@@ -228,6 +251,8 @@ def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse
     p.add_argument("--out", type=Path, default=Path("outputs/profile"), help="output folder")
     p.add_argument("--quick", action="store_true", help="a small grid (about a minute on CPU with SmolLM2)")
     p.add_argument("--repeats", type=int, default=0, help="timed repeats per cell (default: the grid's)")
+    p.add_argument("--ragged-decode", action="store_true",
+                   help="profile decode batches with mixed context lengths (mean = the grid's context)")
     p.add_argument("--config", help="serve YAML: the engine whose facts are reported (as `pdreal serve`)")
     p.add_argument("overrides", nargs="*", help="serve config key=value, e.g. node.model=smollm2 cluster.page_size_tokens=16")
     p.set_defaults(func=func)
@@ -246,6 +271,8 @@ def run_profile_command(args: argparse.Namespace) -> int:
     grid = QUICK_GRID if args.quick else ProfileGrid()
     if args.repeats:
         grid = ProfileGrid(**{**asdict(grid), "repeats": args.repeats})
+    if getattr(args, "ragged_decode", False):
+        grid = ProfileGrid(**{**asdict(grid), "ragged_decode": True})
     colocated = cfg.cluster.mode == "colocated"
     served = engine_config(cfg, "colocated" if colocated else "decode")
     model = load_model(model_source(cfg)).model

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-report", action="store_true", help="skip the HTML/markdown comparison report")
     p.add_argument("--from-run", type=Path, metavar="DIR",
                    help="re-simulate and re-compare this finished run folder (its shape, workload, SLO and "
-                        "measurements; nothing is profiled, served or replayed)")
+                        "measurements; nothing is profiled, served or replayed); with --profile, against "
+                        "that profile.csv instead of the run's")
     p.add_argument("--scale-from", type=Path, metavar="DIR",
                    help="take the served forward slowdown from this other finished run (same profile) "
                         "instead of this run's own served steps: an out-of-sample prediction")

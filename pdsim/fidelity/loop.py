@@ -126,6 +126,8 @@ def run_fidelity(options: FidelityOptions) -> FidelityResult:
     if options.from_run is not None:
         options = recorded_options(options)
         measured = load_measured(options.from_run)
+        if options.profile_dir is not None:  # the same replay against another profile of the engine
+            measured.paths["profile_csv"] = _profile_csv(options.profile_dir)
     workload_cfg = compose(list(options.workload_overrides))  # fail on a bad override before any work
     slo = Slo(workload_cfg.slo.ttft_s, workload_cfg.slo.tpot_s, workload_cfg.slo.attainment_target)
     if options.from_run is None:
@@ -201,6 +203,13 @@ def simulate_and_compare(options: FidelityOptions, measured: Measured, slo: Slo,
                             scale, slo_scan(sim, real, slo), scale_source, options.shape.name)
     paths["fidelity_json"] = _write_result(out / "fidelity.json", result, options)
     return result
+
+
+def _profile_csv(profile_dir: Path) -> Path:
+    path = Path(profile_dir) / "profile.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no profile.csv in --profile {profile_dir}")
+    return path
 
 
 def _latency_model(overrides: list[str]) -> Any:

@@ -92,3 +92,15 @@ def test_scale_from_a_run_with_another_profile_is_refused(tmp_path: Path) -> Non
 def test_from_run_without_fidelity_json_names_the_folder(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"nothing/fidelity.json: not a finished"):
         run_fidelity(FidelityOptions(tmp_path / "out", from_run=tmp_path / "nothing", report=False))
+
+
+def test_from_run_against_another_profile(tmp_path: Path) -> None:
+    run = _fake_run(tmp_path / "run")
+    faster = tmp_path / "faster"
+    faster.mkdir()
+    (faster / "profile.csv").write_text(PROFILE.replace("decode,1,1,64,0.05", "decode,1,1,64,0.025"))
+    result = run_fidelity(FidelityOptions(tmp_path / "out", from_run=run, profile_dir=faster, report=False))
+    assert str(faster / "profile.csv") in result.offline_command
+    assert result.slowdown["decode"] > 1.5  # the 1-sequence decode steps now look 3x slower than profiled
+    with pytest.raises(FileNotFoundError, match=r"nowhere/profile.csv: no profile.csv"):
+        run_fidelity(FidelityOptions(tmp_path / "out2", from_run=run, profile_dir=tmp_path / "nowhere", report=False))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,20 @@ def test_replay_plan_bounds_and_prompts() -> None:
     assert prompt_ids(PlannedRequest(5, 0.0, 40, 1), 1000, 0) == prompt_ids(PlannedRequest(5, 0.0, 40, 1), 1000, 0)
     with pytest.raises(ValueError, match="speedup"):
         ReplayOptions(speedup=0)
+
+
+def test_profiled_decode_batches_mix_context_lengths() -> None:
+    from pdreal.profile import ProfileGrid, ragged_contexts
+
+    assert ragged_contexts(64, 1) == [64]
+    assert ragged_contexts(64, 2) == [32, 96] and ragged_contexts(64, 4) == [32, 53, 74, 97]
+    assert sum(ragged_contexts(1024, 32)) == 32 * 1024 and min(ragged_contexts(1024, 32)) == 512
+    grid = ProfileGrid(decode_seqs=(2,), decode_context=(64,), prefill_seqs=(1,), prefill_tokens=(16,),
+                       chunk_tokens=(), chunk_context=(), ragged_decode=True)
+    assert grid.decode_contexts(64, 2) == [32, 96]
+    assert grid.pages_needed(16) == 3 + 7  # ceil(33 / 16) + ceil(97 / 16): the longest is 1.5x the mean
+    uniform = ProfileGrid(**{**asdict(grid), "ragged_decode": False})
+    assert uniform.decode_contexts(64, 2) == [64, 64] and uniform.pages_needed(16) == 2 * 5
 
 
 @pytest.mark.real
