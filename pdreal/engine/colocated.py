@@ -43,6 +43,7 @@ from pdreal.engine.common import (
     RequestOutput,
     check_engine_invariants,
     engine_stats,
+    stop_reached,
     trace_row,
 )
 from pdreal.kv.allocator import PageAllocator, pages_for_tokens
@@ -279,11 +280,7 @@ class ColocatedEngine:
         self._outputs.append(RequestOutput(state.req.request_id, (token,)))
 
     def _done(self, state: ColocatedState) -> bool:
-        sampling = state.req.sampling
-        if len(state.output_ids) >= sampling.max_new_tokens:
-            return True
-        last = state.output_ids[-1] if state.output_ids else -1
-        return not sampling.ignore_eos and (last in self.eos_ids or last in sampling.stop_token_ids)
+        return stop_reached(state.output_ids, state.req.sampling, self.eos_ids)
 
     def _finish(self, state: ColocatedState, status: str, reason: str) -> None:
         now = self.clock()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +137,15 @@ class ModelRunner:
                                      sum(c.start for c in chunks), end - start, len(decodes),
                                      sum(c.start for c in decodes)))
         return logits
+
+
+def stop_reached(output_ids: list[int], sampling: SamplingParams, eos_ids: Collection[int]) -> bool:
+    """Whether a request is done: max_new_tokens generated, or (unless ignore_eos) its last token
+    is an EOS or stop token. One rule for every engine loop and for generate()."""
+    if len(output_ids) >= sampling.max_new_tokens:
+        return True
+    last = output_ids[-1] if output_ids else -1
+    return not sampling.ignore_eos and (last in eos_ids or last in sampling.stop_token_ids)
 
 
 def trace_row(**values: Any) -> dict[str, Any]:

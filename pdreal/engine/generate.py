@@ -7,7 +7,7 @@ at the end.
 
 from __future__ import annotations
 
-from pdreal.engine.common import ModelRunner
+from pdreal.engine.common import ModelRunner, stop_reached
 from pdreal.kv.allocator import pages_for_tokens
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import SamplingParams, sample
@@ -24,21 +24,15 @@ def generate(runner: ModelRunner, prompts: list[list[int]], sampling: list[Sampl
     try:
         logits = runner.forward([SeqChunk(list(p), 0, t) for p, t in zip(prompts, tables, strict=True)])
         outputs = [[tok] for tok in sample(logits, sampling, [0] * len(prompts))]
-        live = [i for i in range(len(prompts)) if not _done(outputs[i], sampling[i], eos)]
+        live = [i for i in range(len(prompts)) if not stop_reached(outputs[i], sampling[i], eos)]
         while live:
             chunks = [SeqChunk([outputs[i][-1]], len(prompts[i]) + len(outputs[i]) - 1, tables[i]) for i in live]
             logits = runner.forward(chunks)
             tokens = sample(logits, [sampling[i] for i in live], [len(outputs[i]) for i in live])
             for i, token in zip(live, tokens, strict=True):
                 outputs[i].append(token)
-            live = [i for i in live if not _done(outputs[i], sampling[i], eos)]
+            live = [i for i in live if not stop_reached(outputs[i], sampling[i], eos)]
         return outputs
     finally:
         for table in tables:
             allocator.free(table)
-
-
-def _done(output: list[int], sampling: SamplingParams, eos: set[int]) -> bool:
-    if len(output) >= sampling.max_new_tokens:
-        return True
-    return not sampling.ignore_eos and (output[-1] in eos or output[-1] in sampling.stop_token_ids)
