@@ -17,7 +17,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from pdsim.fidelity.compare import DEFINITIONS, format_scan, format_table, targets_met
+from pdsim.fidelity.compare import format_report, targets_met
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -107,13 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  served forwards / offline profile (trimmed ratio of sums): prefill {result.slowdown['prefill']:.2f}x, "
           f"decode {result.slowdown['decode']:.2f}x (from {result.slowdown_source})")
     print(f"  profile-only simulation: {result.offline_command}")
-    print("\nProfile only (offline `pdreal profile` table, no served slowdown):\n")
-    print(format_table(result.offline_table))
-    print(f"\nSLO: TTFT <= {result.slo.ttft_s:g} s, TPOT <= {result.slo.tpot_s:g} s.  {DEFINITIONS}.\n")
-    print("\nCalibrated goodput at tighter SLOs (both bounds scaled):\n")
-    print(format_scan(result.scan))
-    print("\nCalibrated (offline table x served slowdown; targets apply here):\n")
-    print(format_table(result.table))
+    print("\n" + format_report(result.offline_table, result.scan, result.table, result.slo))
     return 0 if targets_met(result.table) else 1
 
 

@@ -114,3 +114,13 @@ def format_table(table: pd.DataFrame) -> str:
 def targets_met(table: pd.DataFrame) -> bool:
     checked = table.dropna(subset=["target"])
     return bool(checked["ok"].all())
+
+
+def format_report(offline: pd.DataFrame, scan: pd.DataFrame, table: pd.DataFrame, slo: Slo) -> str:
+    """The profile-only table, the SLO scan and the calibrated table (last) as markdown: what
+    `pdsim fidelity` prints and writes to fidelity.md."""
+    return "\n".join([
+        "Profile only (offline `pdreal profile` table, no served slowdown):", "", format_table(offline), "",
+        f"SLO: TTFT <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s:g} s.  {DEFINITIONS}.", "",
+        "Calibrated goodput at tighter SLOs (both bounds scaled):", "", format_scan(scan), "",
+        "Calibrated (offline table x served slowdown; targets apply here):", "", format_table(table)])

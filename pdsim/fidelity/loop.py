@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from pdsim.config import Config
-from pdsim.fidelity.compare import DEFINITIONS, error_table, slo_scan
+from pdsim.fidelity.compare import DEFINITIONS, error_table, format_report, slo_scan
 from pdsim.fidelity.facts import EngineFacts, sim_overrides
 from pdsim.fidelity.real import RealCluster, ServeShape, merge_probe, requests_csv, run_profile
 from pdsim.fidelity.runs import Measured, load_measured, other_run_steps, recorded_options
@@ -202,7 +202,21 @@ def simulate_and_compare(options: FidelityOptions, measured: Measured, slo: Slo,
                             timings, facts, error_table(offline, real, slo), "pdsim run " + " ".join(offline_used),
                             scale, slo_scan(sim, real, slo), scale_source, options.shape.name)
     paths["fidelity_json"] = _write_result(out / "fidelity.json", result, options)
+    paths["fidelity_md"] = out / "fidelity.md"
+    paths["fidelity_md"].write_text(result_markdown(result))
     return result
+
+
+def result_markdown(result: FidelityResult) -> str:
+    """fidelity.md: what was compared, the commands, and the tables."""
+    real, scale = result.real, result.slowdown
+    head = [f"# pdsim fidelity: {result.shape_name}, {len(real)} requests "
+            f"({int((real['status'] == 'finished').sum())} finished)", "",
+            f"- served forwards / offline profile: prefill {scale['prefill']:.3f}x, decode {scale['decode']:.3f}x "
+            f"(from {result.slowdown_source})",
+            f"- calibrated simulation: `{result.sim_command}`", f"- profile-only simulation: `{result.offline_command}`",
+            "- timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()), ""]
+    return "\n".join(head) + "\n" + format_report(result.offline_table, result.scan, result.table, result.slo) + "\n"
 
 
 def _profile_csv(profile_dir: Path) -> Path:

@@ -67,6 +67,9 @@ def test_from_run_resimulates_without_measuring(tmp_path: Path) -> None:
     assert (result.slo.ttft_s, result.slo.tpot_s) == (0.5, 0.2)  # the recorded SLO
     assert (result.table.set_index(["metric", "stat"]).loc[("tpot_s", "p50"), "rel_err"]) > 0.3  # decode x 1.5
     assert list(result.scan["scale"]) == [0.3, 0.4, 0.5, 0.6, 0.75, 1.0]
+    md = result.paths["fidelity_md"].read_text()
+    assert md.startswith("# pdsim fidelity: 1P1D, 8 requests (8 finished)")
+    assert md.index("Profile only") < md.index("tighter SLOs") < md.index("Calibrated (offline")  # calibrated last
     saved = json.loads(result.paths["fidelity_json"].read_text())
     assert saved["options"]["from_run"] == str(run) and saved["paths"]["real_trace"] == str(run / "real" / "trace.parquet")
 
