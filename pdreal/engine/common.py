@@ -17,7 +17,7 @@ from pdreal.kv.pool import KVLayout, KVPool
 from pdreal.model.batch import ForwardBatch, SeqChunk
 from pdreal.model.llama import LlamaModel
 from pdreal.model.sampling import SamplingParams
-from pdsim.trace import FIELD_NAMES
+from pdsim.trace import FIELD_NAMES, STATUS_FINISHED
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,18 @@ def trace_row(**values: Any) -> dict[str, Any]:
     if unknown:
         raise KeyError(f"unknown trace fields {unknown}")
     return values
+
+
+def generation_row(req: EngineRequest, output_ids: list[int], token_times_s: list[float], status: str,
+                   reason: str, finish_s: float, num_retractions: int, **fields: Any) -> dict[str, Any]:
+    """The trace half-row of a request that generates tokens (decode or colocated side), with the
+    engine-specific `fields` (mode, instances, transfer bytes, stage times)."""
+    return trace_row(
+        request_id=req.request_id, input_tokens=len(req.input_ids),
+        output_tokens=len(output_ids) if status == STATUS_FINISHED else req.sampling.max_new_tokens,
+        bootstrap_room=req.bootstrap_room, arrival_s=req.arrival_s, status=status, failure_reason=reason,
+        num_retractions=num_retractions, finish_s=finish_s, token_times_s=list(token_times_s),
+        last_token_s=token_times_s[-1] if token_times_s else math.nan, **fields)
 
 
 def merge_halves(prefill_row: dict[str, Any], decode_row: dict[str, Any]) -> dict[str, Any]:

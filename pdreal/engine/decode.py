@@ -30,8 +30,8 @@ from pdreal.engine.common import (
     RequestOutput,
     check_engine_invariants,
     engine_stats,
+    generation_row,
     stop_reached,
-    trace_row,
 )
 from pdreal.kv.allocator import PageAllocator, pages_for_tokens
 from pdreal.model.batch import SeqChunk
@@ -256,14 +256,9 @@ class DecodeEngine:
         self.num_failed += status != STATUS_FINISHED
         req, times = state.req, dict(state.times)
         transfer_bytes = int(times.pop("transfer_bytes", 0))
-        row = trace_row(
-            request_id=req.request_id, input_tokens=len(req.input_ids),
-            output_tokens=len(state.output_ids) if status == STATUS_FINISHED else req.sampling.max_new_tokens,
-            mode="disaggregated", decode_instance=self.config.instance_id, bootstrap_room=req.bootstrap_room,
-            arrival_s=req.arrival_s, transfer_bytes=transfer_bytes, status=status, failure_reason=reason,
-            num_retractions=state.num_retractions, finish_s=now, token_times_s=list(state.token_times_s),
-            last_token_s=state.token_times_s[-1] if state.token_times_s else float("nan"), **times,
-        )
+        row = generation_row(req, state.output_ids, state.token_times_s, status, reason, now, state.num_retractions,
+                             mode="disaggregated", decode_instance=self.config.instance_id,
+                             transfer_bytes=transfer_bytes, **times)
         self._outputs.append(RequestOutput(req.request_id, (), True, status, reason, row))
 
     def abort(self, request_id: int, reason: str) -> None:
