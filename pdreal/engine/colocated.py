@@ -44,6 +44,7 @@ from pdreal.engine.common import (
     check_engine_invariants,
     engine_stats,
     generation_row,
+    oversize_reason,
     stop_reached,
 )
 from pdreal.kv.allocator import PageAllocator, pages_for_tokens
@@ -143,10 +144,9 @@ class ColocatedEngine:
             raise ValueError(f"request_id {req.request_id} is already in this colocated engine")
         self.num_added += 1
         state = ColocatedState(req, req.input_ids, times={"prefill_waiting_enter_s": self.clock()})
-        total = len(req.input_ids) + req.sampling.max_new_tokens
-        if pages_for_tokens(total, self.config.page_size_tokens) > self.allocator.num_pages:
-            self._finish(state, STATUS_REJECTED, f"{total} tokens (prompt + max_new_tokens) exceed the "
-                         f"KV pool ({self.config.kv_capacity_tokens} tokens)")
+        reason = oversize_reason(req, self.config, self.allocator.num_pages)
+        if reason:
+            self._finish(state, STATUS_REJECTED, reason)
             return
         self.waiting.append(state)
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from pdreal.attention import AttentionBackend, make_backend
+from pdreal.kv.allocator import pages_for_tokens
 from pdreal.kv.pool import KVLayout, KVPool
 from pdreal.model.batch import ForwardBatch, SeqChunk
 from pdreal.model.llama import LlamaModel
@@ -137,6 +138,15 @@ class ModelRunner:
                                      sum(c.start for c in chunks), end - start, len(decodes),
                                      sum(c.start for c in decodes)))
         return logits
+
+
+def oversize_reason(req: EngineRequest, config: EngineConfig, num_pages: int) -> str:
+    """Why a generating engine must reject `req` at once (prompt + max_new_tokens need more pages
+    than its pool of `num_pages` holds), or '' if it fits."""
+    total = len(req.input_ids) + req.sampling.max_new_tokens
+    if pages_for_tokens(total, config.page_size_tokens) <= num_pages:
+        return ""
+    return f"{total} tokens (prompt + max_new_tokens) exceed the KV pool ({config.kv_capacity_tokens} tokens)"
 
 
 def stop_reached(output_ids: list[int], sampling: SamplingParams, eos_ids: Collection[int]) -> bool:

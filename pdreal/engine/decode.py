@@ -31,6 +31,7 @@ from pdreal.engine.common import (
     check_engine_invariants,
     engine_stats,
     generation_row,
+    oversize_reason,
     stop_reached,
 )
 from pdreal.kv.allocator import PageAllocator, pages_for_tokens
@@ -104,10 +105,9 @@ class DecodeEngine:
             raise ValueError(f"request_id {req.request_id} is already in this decode engine")
         self.num_added += 1
         state = DecodeState(req, None, times={"prealloc_enter_s": self.clock()})
-        total = len(req.input_ids) + req.sampling.max_new_tokens
-        if pages_for_tokens(total, self.config.page_size_tokens) > self.allocator.num_pages:
-            self._finish(state, STATUS_REJECTED, f"{total} tokens (prompt + max_new_tokens) exceed the "
-                         f"KV pool ({self.config.kv_capacity_tokens} tokens)")
+        reason = oversize_reason(req, self.config, self.allocator.num_pages)
+        if reason:
+            self._finish(state, STATUS_REJECTED, reason)
             return
         state.receiver = self.kv.create_receiver(req.bootstrap_addr, req.bootstrap_room)
         self.prealloc.append(state)
