@@ -6,22 +6,17 @@
                                     samples the first output token, emitted at once)
                 -> finish          (max_new_tokens, EOS or stop token; pages freed)
 
-Step for step what pdsim's ColocatedInstance (pdsim/sim/colocated.py) models, with the same
-pdsim.policy calls; `EngineConfig.colocated_schedule` picks the schedule (pdsim's
-`cluster.colocated_schedule`):
+Each step asks `pdsim.policy.plan_colocated_step` - the call pdsim's ColocatedInstance makes -
+for the iteration's plan under `EngineConfig.colocated_schedule` (pdsim's
+`cluster.colocated_schedule`): mixed (decodes' pages grow first, retracting when short, then
+prefill chunks fill the budget left after one token per decode, all in one `mixed` forward) or
+prefill_priority (a prefill batch alone whenever one can be formed, else a decode-only forward).
+This engine implements the planner's `ColocatedExecutor` reads and executes the plan.
 
-- mixed: every iteration first gives the running decodes their next token's page (retracting if
-  short), then the shared PrefillAdder picks prefill chunks from the token budget left after one
-  token per decode (`mixed_prefill_budget`), holding back KV for the decodes' future growth
-  (`decode_reservation_tokens` with `new_token_ratio`); one forward runs the chunks and every
-  decode together (a `mixed` step record).
-- prefill_priority: whenever a prefill batch can be formed it runs alone (with the decodes'
-  reservation still held back); otherwise the decodes' pages grow and a decode-only forward runs.
-
-Retraction (`choose_retraction_victims`): a victim frees its KV and goes back to the head of the
-waiting queue; its prompt becomes the prompt plus every generated token but the last (which the
-next decode step feeds), recomputed by chunked prefill without sampling. There is no KV transfer
-(`kv` is None). Each `step()` is schedule -> run -> postprocess.
+Retraction (victims from the shared rule): a victim frees its KV and goes back to the head of
+the waiting queue; its prompt becomes the prompt plus every generated token but the last (which
+the next decode step feeds), recomputed by chunked prefill without sampling (SGLang's
+non-disaggregated retraction). There is no KV transfer (`kv` is None).
 """
 
 from __future__ import annotations
@@ -47,22 +42,17 @@ from pdreal.engine.common import (
     oversize_reason,
     stop_reached,
 )
-from pdreal.kv.allocator import PageAllocator, pages_for_tokens
+from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import sample
 from pdreal.transfer.common import Clock
 from pdsim.policy import (
-    PrefillBudget,
+    GrowthPlan,
     PrefillChunk,
     RequestView,
-    choose_retraction_victims,
-    decode_reservation_tokens,
-    form_prefill_batch,
-    mixed_prefill_budget,
+    plan_colocated_step,
 )
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
-
-SCHEDULES = ("mixed", "prefill_priority")
 
 
 @dataclass
@@ -102,9 +92,8 @@ Plan = list[tuple[ColocatedState, PrefillChunk]]
 
 class ColocatedEngine:
     def __init__(self, runner: ModelRunner, config: EngineConfig, clock: Clock = time.monotonic) -> None:
-        if config.colocated_schedule not in SCHEDULES:
-            raise ValueError(f"colocated_schedule {config.colocated_schedule!r} unknown (choose from {SCHEDULES})")
         self.runner, self.config, self.clock = runner, config, clock
+        self.limits = config.limits  # checks the schedule name
         self.kv: Any = None  # no KV transfer on a colocated instance
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
         self.waiting: deque[ColocatedState] = deque()
@@ -152,15 +141,9 @@ class ColocatedEngine:
 
     def step(self) -> list[RequestOutput]:
         self._apply_aborts()
-        if self.config.colocated_schedule == "mixed":
-            self._grow_pages()
-            plan = self._schedule(len(self.running))
-            decodes = list(self.running)
-        else:
-            plan = self._schedule(0)
-            if not plan:
-                self._grow_pages()
-            decodes = [] if plan else list(self.running)
+        step = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
+        plan = self._start(step.prefill.chunks)
+        decodes = list(step.decodes)
         self._emit_early()
         if plan or decodes:
             chunks = [s.prefill_chunk(c) for s, c in plan] + [s.decode_chunk() for s in decodes]
@@ -174,27 +157,38 @@ class ColocatedEngine:
             outputs, self._outputs = self._outputs, []
             self.emit(outputs)
 
-    def _grow_pages(self) -> None:
-        """Every running decode's next token gets its page; retract (shared rule) when short."""
-        page = self.config.page_size_tokens
+    # -- pdsim.policy.ColocatedExecutor: what the shared step planner reads and applies ------
+    def running_requests(self) -> list[ColocatedState]:
+        return self.running
 
-        def growing() -> list[ColocatedState]:
-            return [s for s in self.running if pages_for_tokens(s.kv_tokens + 1, page) > len(s.pages)]
+    def free_pages(self) -> int:
+        return self.allocator.num_free
 
-        grow = growing()
-        short = len(grow) - self.allocator.num_free
-        if short > 0:
-            by_id = {s.req.request_id: s for s in self.running}
-            for request_id in choose_retraction_victims([s.running_view() for s in self.running], short, page):
-                self._retract(by_id[request_id])
-            grow = growing()
-        for state in grow:
-            if not self.allocator.can_allocate(1):
-                self.running.remove(state)
-                self._finish(state, STATUS_FAILED, f"KV exhausted on {self.name} "
-                             f"({self.config.kv_capacity_tokens} tokens)")
-                continue
+    def kv_tokens(self, state: ColocatedState) -> int:
+        return state.kv_tokens
+
+    def running_view(self, state: ColocatedState) -> RequestView:
+        return state.running_view()
+
+    def apply_growth(self, plan: GrowthPlan[ColocatedState]) -> None:
+        for state in plan.victims:
+            self._retract(state)
+        for state in plan.failed:
+            self.running.remove(state)
+            self._finish(state, STATUS_FAILED, f"KV exhausted on {self.name} ({self.config.kv_capacity_tokens} tokens)")
+        for state in plan.grow:
             state.pages.extend(self.allocator.allocate(1))
+
+    def prefill_candidates(self) -> Iterator[RequestView]:
+        """The chunked request first, then the waiting queue in order (consumed lazily)."""
+        for state in chain([self.chunked] if self.chunked else [], self.waiting):
+            yield state.prefill_view()
+
+    def free_kv_tokens(self) -> int:
+        return self.allocator.num_free * self.config.page_size_tokens
+
+    def remaining_outputs(self) -> Iterator[int]:
+        return (s.remaining_output_tokens for s in self.running)
 
     def _retract(self, state: ColocatedState) -> None:
         self.running.remove(state)
@@ -206,42 +200,20 @@ class ColocatedEngine:
         self.num_retractions += 1
         self.waiting.appendleft(state)
 
-    def _schedule(self, num_decodes: int) -> Plan:
-        """The policy seam: PrefillAdder picks the chunks (pdsim's ColocatedInstance._schedule)."""
-        if self.chunked is None and not self.waiting:
-            return []
-        c, page = self.config, self.config.page_size_tokens
-        tokens = min(c.max_prefill_tokens, c.chunk_size_tokens) if c.chunk_size_tokens > 0 else c.max_prefill_tokens
-        budget = PrefillBudget(
-            max_prefill_tokens=mixed_prefill_budget(tokens, num_decodes),
-            chunk_size_tokens=c.chunk_size_tokens,
-            page_size_tokens=page,
-            free_kv_tokens=self.allocator.num_free * page,
-            reserved_kv_tokens=decode_reservation_tokens((s.remaining_output_tokens for s in self.running),
-                                                         c.new_token_ratio),
-            new_token_ratio=c.new_token_ratio,
-            max_requests=max(0, c.max_running_requests - len(self.running)) or -1,
-        )
-        if budget.max_prefill_tokens <= 0 or budget.max_requests < 0:
-            return []
-        by_id: dict[int, ColocatedState] = {}
-        batch = form_prefill_batch(self._candidates(by_id), budget)
+    def _start(self, chunks: tuple[PrefillChunk, ...]) -> Plan:
+        """The planned chunks leave the waiting queue (FIFO) and get their pages."""
         plan: Plan = []
-        for chunk in batch.chunks:
-            state = by_id[chunk.request_id]
-            if state is not self.chunked:
-                if self.waiting.popleft() is not state:
+        for chunk in chunks:
+            if self.chunked is not None and chunk.request_id == self.chunked.req.request_id:
+                state = self.chunked
+            else:
+                state = self.waiting.popleft()
+                if state.req.request_id != chunk.request_id:
                     raise AssertionError(f"request {chunk.request_id} scheduled out of FIFO order")
                 state.times.setdefault("prefill_start_s", self.clock())
             state.pages.extend(self.allocator.allocate(chunk.new_pages))
             plan.append((state, chunk))
         return plan
-
-    def _candidates(self, by_id: dict[int, ColocatedState]) -> Iterator[RequestView]:
-        """The chunked request first, then the waiting queue in order (consumed lazily)."""
-        for state in chain([self.chunked] if self.chunked else [], self.waiting):
-            by_id[state.req.request_id] = state
-            yield state.prefill_view()
 
     def _postprocess(self, plan: Plan, decodes: list[ColocatedState], logits: torch.Tensor) -> None:
         """Decodes first, then prefill chunks (pdsim's order); a last chunk of a fresh prompt

@@ -18,6 +18,7 @@ from pdreal.kv.pool import KVLayout, KVPool
 from pdreal.model.batch import ForwardBatch, SeqChunk
 from pdreal.model.llama import LlamaModel
 from pdreal.model.sampling import SamplingParams
+from pdsim.policy import StepLimits
 from pdsim.trace import FIELD_NAMES, STATUS_FINISHED
 
 
@@ -42,6 +43,16 @@ class EngineConfig:
     @property
     def kv_capacity_tokens(self) -> int:
         return self.num_pages * self.page_size_tokens
+
+    @property
+    def limits(self) -> StepLimits:
+        """The scheduling limits pdsim.policy plans under (the same fields as pdsim's)."""
+        return StepLimits(
+            page_size_tokens=self.page_size_tokens, max_running_requests=self.max_running_requests,
+            max_prefill_tokens=self.max_prefill_tokens, chunk_size_tokens=self.chunk_size_tokens,
+            prealloc_slots=self.max_prealloc_requests, new_token_ratio=self.new_token_ratio,
+            decode_reserved_tokens=self.decode_reserved_tokens, schedule=self.colocated_schedule,
+        )
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,15 @@ class ModelRunner:
                                      sum(c.start for c in chunks), end - start, len(decodes),
                                      sum(c.start for c in decodes)))
         return logits
+
+
+    def offload_kv(self, pages: list[int]) -> torch.Tensor:
+        """Copy a retracted request's KV pages to host memory (SGLang decode's offload)."""
+        return self.pool.read_pages(pages)
+
+    def reload_kv(self, pages: list[int], host_kv: torch.Tensor) -> None:
+        """Copy an offloaded request's KV back into its newly allocated pages."""
+        self.pool.write_pages(pages, host_kv)
 
 
 def oversize_reason(req: EngineRequest, config: EngineConfig, num_pages: int) -> str:

@@ -3,14 +3,18 @@
     add_request -> prealloc queue  (KVReceiver created; pages pre-allocated when pdsim.policy's
                                     allocatable-tokens rule admits it; retracted requests first)
                 -> transfer queue  (poll the receiver until the KV and aux have arrived)
-                -> waiting queue   (prebuilt: no forward, the first token came with the aux and is
-                                    emitted as soon as the poll sees the KV, before this step's
-                                    forward, as SGLang streams a prebuilt batch's first tokens)
-                -> running batch   (continuous batching; retraction when pages run out)
+                -> waiting queue   (prebuilt: no forward; the first token came with the aux)
+                -> running batch   (joined in FIFO order while there is room; joining delivers the
+                                    first token, before this step's forward, as SGLang streams a
+                                    prebuilt batch; continuous batching; retraction when pages
+                                    run out)
                 -> finish          (max_new_tokens, EOS or stop token; pages freed)
 
-Retracted requests free their KV and recompute it locally (one extend chunk of prompt + output
-so far) when resumed. Each `step()` is schedule -> run -> postprocess.
+Every step: observe (aborts, failed receivers, arrived KV), then one call to
+`pdsim.policy.plan_decode_step` - the same call pdsim's DecodeInstance makes - decides resumes,
+pre-allocations, joins, retraction victims and the batch; this module executes the plan.
+Retracted requests offload their KV pages to host memory and reload them when resumed (SGLang's
+decode side, seed 001 section 7.4); they rejoin the waiting queue's tail.
 """
 
 from __future__ import annotations
@@ -34,17 +38,18 @@ from pdreal.engine.common import (
     oversize_reason,
     stop_reached,
 )
-from pdreal.kv.allocator import PageAllocator, pages_for_tokens
+from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import sample
 from pdreal.transfer.base import KVManager, KVPoll, KVReceiver
 from pdreal.transfer.common import Clock
 from pdsim.policy import (
+    DecodeAccess,
     DecodeMemoryView,
+    DecodeStepPlan,
     RequestView,
-    choose_retraction_victims,
     need_now_tokens,
-    plan_preallocation,
+    plan_decode_step,
 )
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
@@ -55,8 +60,8 @@ class DecodeState:
     receiver: KVReceiver | None
     pages: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
-    kv_tokens: int = 0
-    needs_extend: bool = False
+    kv_tokens: int = 0  # tokens whose KV is in the pages (prompt + outputs but the last)
+    host_kv: torch.Tensor | None = None  # the offloaded KV while retracted
     num_retractions: int = 0
     times: dict[str, float] = field(default_factory=dict)
     token_times_s: list[float] = field(default_factory=list)
@@ -67,18 +72,20 @@ class DecodeState:
                            generated_tokens=len(self.output_ids), kv_tokens=self.kv_tokens)
 
     def chunk(self) -> SeqChunk:
-        if self.needs_extend:
-            return SeqChunk(list(self.req.input_ids) + self.output_ids, 0, self.pages)
         return SeqChunk([self.output_ids[-1]], self.kv_tokens, self.pages)
 
-    def tokens_after_step(self) -> int:
-        return len(self.req.input_ids) + len(self.output_ids)
+    @property
+    def delivered(self) -> bool:
+        """Whether the first token has gone out (the request joined the running batch)."""
+        return "running_enter_s" in self.times
 
 
 class DecodeEngine:
     def __init__(self, runner: ModelRunner, kv_manager: KVManager, config: EngineConfig,
                  clock: Clock = time.monotonic) -> None:
         self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
+        self.limits = config.limits
+        self.access = DecodeAccess(DecodeState.view, _kv_tokens, self._done)
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
         self.prealloc: list[DecodeState] = []
         self.retracted: deque[DecodeState] = deque()
@@ -121,22 +128,22 @@ class DecodeEngine:
 
     def step(self) -> list[RequestOutput]:
         self._apply_aborts()
-        self._poll_prealloc()
+        handshaken = self._poll_prealloc()
         self._poll_transfer()
+        plan = plan_decode_step(self.limits, self._memory_view, list(self.retracted), handshaken,
+                                len(self.transfer), list(self.waiting), list(self.running),
+                                self.allocator.num_free, self.access)
+        self._apply(plan, self.clock())
         self._emit_early()
-        while self.waiting and len(self.running) < self.config.max_running_requests:
-            state = self.waiting.popleft()
-            state.times.setdefault("running_enter_s", self.clock())
-            self.running.append(state)
-        batch = self._schedule()
-        if batch:
+        if self.running:
+            batch = list(self.running)
             logits = self.runner.forward([s.chunk() for s in batch])
             self._postprocess(batch, logits)
         outputs, self._outputs = self._outputs, []
         return outputs
 
     def _emit_early(self) -> None:
-        """First tokens (made by prefill, arrived with the KV) leave now, not after the forward."""
+        """First tokens (made by prefill, delivered on joining) leave now, not after the forward."""
         if self.emit is not None and self._outputs:
             outputs, self._outputs = self._outputs, []
             self.emit(outputs)
@@ -153,8 +160,8 @@ class DecodeEngine:
             page_size_tokens=c.page_size_tokens,
         )
 
-    def _poll_prealloc(self) -> None:
-        """The policy seam for pre-allocation: plan_preallocation decides, pages follow."""
+    def _poll_prealloc(self) -> list[DecodeState]:
+        """Fail requests whose receiver failed; the handshaken ones, in queue order."""
         ready: list[DecodeState] = []
         for state in list(self.prealloc):
             poll = state.receiver.poll()
@@ -163,25 +170,10 @@ class DecodeEngine:
                 self._finish(state, STATUS_FAILED, state.receiver.failure_reason)
             elif poll >= KVPoll.WaitingForInput:
                 ready.append(state)
-        free_slots = self.config.max_prealloc_requests - len(self.transfer)
-        plan = plan_preallocation([s.view() for s in self.retracted], [s.view() for s in ready],
-                                  self._memory_view(), free_slots)
-        page = self.config.page_size_tokens
-        for _ in plan.resume_ids:
-            state = self.retracted.popleft()
-            state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
-            self.waiting.appendleft(state)
-        by_id = {s.req.request_id: s for s in ready}
-        for request_id in plan.admit_ids:
-            state = by_id[request_id]
-            self.prealloc.remove(state)
-            state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
-            now = self.clock()
-            state.times.update(prealloc_leave_s=now, transfer_queue_enter_s=now)
-            state.receiver.init(state.pages)
-            self.transfer.append(state)
+        return ready
 
     def _poll_transfer(self) -> None:
+        """Arrived KV: the request waits to join with its first token (from the aux)."""
         for state in list(self.transfer):
             poll = state.receiver.poll()
             if poll not in (KVPoll.Success, KVPoll.Failed):
@@ -191,38 +183,59 @@ class DecodeEngine:
                 self._finish(state, STATUS_FAILED, state.receiver.failure_reason)
                 continue
             aux, now = state.receiver.aux(), self.clock()
-            state.times.update(transfer_queue_leave_s=now, decode_waiting_enter_s=now, first_token_s=now)
+            state.times.update(transfer_queue_leave_s=now, decode_waiting_enter_s=now)
             if aux is not None:
                 state.times.update(transfer_start_s=aux.transfer_start_s, transfer_end_s=aux.transfer_end_s)
                 state.times["transfer_bytes"] = aux.transfer_bytes
             state.kv_tokens = len(state.req.input_ids)
-            self._append_token(state, aux.first_token_id if aux is not None else 0, now)
-            if not self._done(state):
-                self.waiting.append(state)
+            state.output_ids.append(aux.first_token_id if aux is not None else 0)
+            self.waiting.append(state)
 
-    def _schedule(self) -> list[DecodeState]:
-        """Make room for every running request's next token (retracting if short), allocate it."""
+    def _apply(self, plan: DecodeStepPlan[DecodeState], now: float) -> None:
+        """Execute the step plan (order as pdsim.policy.decode_step documents it)."""
         page = self.config.page_size_tokens
-        while self.running:
-            needs = [pages_for_tokens(s.tokens_after_step(), page) - len(s.pages) for s in self.running]
-            short = sum(needs) - self.allocator.num_free
-            if short <= 0:
-                for state, need in zip(self.running, needs, strict=True):
-                    state.pages.extend(self.allocator.allocate(max(0, need)))
-                return list(self.running)
-            victims = choose_retraction_victims([s.view() for s in self.running], short, page)
-            if not victims:
-                state = self.running.pop()
-                self._finish(state, STATUS_FAILED, f"KV pool of {self.config.kv_capacity_tokens} tokens "
-                             f"cannot hold request {state.req.request_id}")
-            for request_id in victims:
-                self._retract(next(s for s in self.running if s.req.request_id == request_id))
-        return []
+        for state in plan.resume:
+            self.retracted.remove(state)
+            state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
+            self.runner.reload_kv(state.pages, state.host_kv)
+            state.host_kv = None
+            self.waiting.append(state)
+        for state in plan.admit:
+            self.prealloc.remove(state)
+            state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
+            state.times.update(prealloc_leave_s=now, transfer_queue_enter_s=now)
+            state.receiver.init(state.pages)
+            self.transfer.append(state)
+        for state in plan.finish_at_join:
+            self.waiting.remove(state)
+            self._deliver_first_token(state, now)
+            self._finish(state, STATUS_FINISHED, "")
+        for state in plan.join:
+            self.waiting.remove(state)
+            self._deliver_first_token(state, now)
+            self.running.append(state)
+        for state in plan.growth.victims:
+            self._retract(state)
+        for state in plan.growth.failed:
+            self.running.remove(state)
+            self._finish(state, STATUS_FAILED, f"KV pool of {self.config.kv_capacity_tokens} tokens "
+                         f"cannot hold request {state.req.request_id}")
+        for state in plan.growth.grow:
+            state.pages.extend(self.allocator.allocate(1))
+
+    def _deliver_first_token(self, state: DecodeState, now: float) -> None:
+        if state.delivered:
+            return
+        state.times.update(running_enter_s=now, first_token_s=now)
+        state.token_times_s.append(now)
+        self._outputs.append(RequestOutput(state.req.request_id, (state.output_ids[0],)))
 
     def _retract(self, state: DecodeState) -> None:
+        """Offload the KV to host, free the pages; the request waits in `retracted`."""
         self.running.remove(state)
+        state.host_kv = self.runner.offload_kv(state.pages)
         self.allocator.free(state.pages)
-        state.pages, state.kv_tokens, state.needs_extend = [], 0, True
+        state.pages = []
         state.num_retractions += 1
         self.retracted.append(state)
 
@@ -230,13 +243,13 @@ class DecodeEngine:
         tokens = sample(logits, [s.req.sampling for s in batch], [len(s.output_ids) for s in batch])
         now = self.clock()
         for state, token in zip(batch, tokens, strict=True):
-            state.kv_tokens = state.tokens_after_step()
-            state.needs_extend = False
+            state.kv_tokens += 1
             self._append_token(state, token, now)
             if self._done(state):
                 self.running.remove(state)
 
     def _append_token(self, state: DecodeState, token: int, now: float) -> None:
+        """A decoded token: out at once; the request finishes when it stops."""
         state.output_ids.append(token)
         state.token_times_s.append(now)
         self._outputs.append(RequestOutput(state.req.request_id, (token,)))
@@ -271,6 +284,7 @@ class DecodeEngine:
         for queue in (self.prealloc, self.retracted, self.transfer, self.waiting, self.running):
             for state in [s for s in queue if s.req.request_id in self._aborts]:
                 queue.remove(state)
+                state.host_kv = None
                 if state.receiver is not None:
                     state.receiver.abort(self._aborts[state.req.request_id])
                 self._finish(state, STATUS_FAILED, self._aborts[state.req.request_id])
@@ -287,3 +301,7 @@ class DecodeEngine:
     def check_invariants(self) -> None:
         """No page leaked; every request accounted for; no transfer room left open when idle."""
         check_engine_invariants(self, "decode")
+
+
+def _kv_tokens(state: DecodeState) -> int:
+    return state.kv_tokens

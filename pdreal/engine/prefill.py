@@ -34,7 +34,7 @@ from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import sample
 from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
 from pdreal.transfer.common import Clock
-from pdsim.policy import PrefillBudget, PrefillChunk, RequestView, form_prefill_batch
+from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class PrefillEngine:
     def __init__(self, runner: ModelRunner, kv_manager: KVManager, config: EngineConfig,
                  clock: Clock = time.monotonic) -> None:
         self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
+        self.limits = config.limits
         self.bootstrap: list[PrefillState] = []
         self.waiting: deque[PrefillState] = deque()
         self.chunked: PrefillState | None = None
@@ -128,13 +129,10 @@ class PrefillEngine:
 
     def _schedule(self) -> list[tuple[PrefillState, PrefillChunk, SeqChunk]]:
         """The policy seam: PrefillAdder picks the chunks; pages are allocated for them here."""
-        c = self.config
-        budget = PrefillBudget(c.max_prefill_tokens, c.chunk_size_tokens, c.page_size_tokens,
-                               free_kv_tokens=self.allocator.num_free * c.page_size_tokens,
-                               new_token_ratio=c.new_token_ratio)
         candidates = ([self.chunked] if self.chunked else []) + list(self.waiting)
         by_id = {s.req.request_id: s for s in candidates}
-        batch = form_prefill_batch((s.view() for s in candidates), budget)
+        batch = plan_prefill_step(self.limits, (s.view() for s in candidates),
+                                  self.allocator.num_free * self.config.page_size_tokens)
         plan = []
         for chunk in batch.chunks:
             state = by_id[chunk.request_id]

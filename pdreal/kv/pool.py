@@ -104,6 +104,18 @@ class KVPool:
         self.buffer[layer, 0].view(flat)[slots] = k.to(self.buffer.dtype)
         self.buffer[layer, 1].view(flat)[slots] = v.to(self.buffer.dtype)
 
+    def read_pages(self, pages: list[int]) -> torch.Tensor:
+        """A host copy of `pages` (all layers, K and V): a retracted request's KV offload."""
+        index = torch.tensor(pages, dtype=torch.long, device=self.buffer.device)
+        return self.buffer.index_select(2, index).to("cpu", copy=True)
+
+    def write_pages(self, pages: list[int], data: torch.Tensor) -> None:
+        """Put a host copy made by `read_pages` back into (other) pages: the reload on resume."""
+        if data.shape[2] != len(pages):
+            raise ValueError(f"reload of {data.shape[2]} pages into {len(pages)} pages")
+        index = torch.tensor(pages, dtype=torch.long, device=self.buffer.device)
+        self.buffer.index_copy_(2, index, data.to(self.buffer.device))
+
     def copy_pages_from(self, src: KVPool, runs: list[PageRun]) -> None:
         """Copy pages from another pool (in-process transfer; all layers, K and V)."""
         for run in runs:

@@ -26,10 +26,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pdsim.config import ClusterConfig, FaultConfig, PolicyConfig, SloConfig
 from pdsim.paths import SCENARIOS_DIR
+from pdsim.policy.limits import check_schedule
 
 ROLES = ("all", "prefill", "decode", "colocated", "router")
 MODES = ("disaggregated", "colocated")
-COLOCATED_SCHEDULES = ("mixed", "prefill_priority")  # pdsim.sim.colocated.SCHEDULES
 KV_EVENTS_MODES = ("auto", "on", "off")
 CACHE_ROUTING = ("cache_aware", "kv_centric")  # the routing policies that read KV events
 SHARED_GROUPS = ("cluster", "policy", "slo")
@@ -101,9 +101,7 @@ class ServeConfig:
         c = self.cluster
         if c.mode not in MODES:
             raise ValueError(f"cluster.mode: unknown value {c.mode!r} (choose from {MODES})")
-        if c.colocated_schedule not in COLOCATED_SCHEDULES:
-            raise ValueError(f"cluster.colocated_schedule: unknown value {c.colocated_schedule!r} "
-                             f"(choose from {COLOCATED_SCHEDULES})")
+        check_schedule(c.colocated_schedule)
         if c.mode == "colocated" and c.colocated < 1:
             raise ValueError(f"cluster.colocated must be >= 1 in colocated mode, got {c.colocated}")
         if n.role in ("router", "all") and self.policy.admission == "early_reject" and not n.latency_profile:

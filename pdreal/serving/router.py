@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
 
 from pdreal.engine.common import EngineRequest, merge_halves
 from pdreal.kv_events import CacheSummary, block_hash_ids
@@ -36,17 +35,8 @@ from pdreal.serving.router_metrics import RouterMetrics
 from pdreal.serving.timebase import now_s
 from pdreal.serving.upstream import Upstream, post_abort, stream_half
 from pdreal.serving.wire import request_to_json
-from pdsim.policy import (
-    AdmissionParams,
-    AdmissionState,
-    RequestView,
-    RouterState,
-    RoutingParams,
-    SloPredictor,
-    admit,
-    route,
-)
-from pdsim.policy.admission import ACCEPT_ALL, ADMISSION_POLICIES
+from pdsim.policy import RequestView, SloPredictor
+from pdsim.policy.router import REJECTED, RouterPolicy
 from pdsim.rng import stream
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
@@ -101,24 +91,14 @@ def slo_predictor(cfg: ServeConfig) -> SloPredictor | None:
     return SloPredictor(table, table, cfg.cluster.max_prefill_tokens, cfg.cluster.max_running_requests)
 
 
-def routing_params(cfg: ServeConfig) -> RoutingParams:
-    """As pdsim's router: policy weights, and prefix blocks of one KV page (the engines' block hashes)."""
-    p = cfg.policy
-    return RoutingParams(p.cache_weight, tuple(p.length_buckets), cfg.cluster.page_size_tokens)
-
-
 class Router:
     def __init__(self, cfg: ServeConfig, prefill: list[Upstream], decode: list[Upstream]) -> None:
-        if cfg.policy.admission not in ADMISSION_POLICIES:
-            raise ValueError(f"policy: field 'admission' has unknown value {cfg.policy.admission!r} "
-                             f"(choose from {ADMISSION_POLICIES})")
         self.cfg, self.prefill, self.decode = cfg, prefill, decode
         self.colocated = not decode  # prefill holds the colocated instances
-        self.state = RouterState(params=routing_params(cfg))
-        self.admission_state = AdmissionState()
-        self.route_rng = stream(cfg.seed, "router.route")
-        self.room_rng = stream(cfg.seed, "router.bootstrap_room")
-        self.predictor = slo_predictor(cfg)
+        # KV events hash one page per block: that is the block size cache-aware routing sees
+        self.policy = RouterPolicy.create(cfg.policy, cfg.slo, cfg.cluster.page_size_tokens,
+                                          stream(cfg.seed, "router.route"), stream(cfg.seed, "router.bootstrap_room"),
+                                          slo_predictor(cfg))
         self.metrics = RouterMetrics()
         self.session: aiohttp.ClientSession | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -126,13 +106,6 @@ class Router:
         # pdreal.kv_events: block summaries fed by the prefill instances' KV events (None = off);
         # cache_aware / kv_centric then see them as InstanceView.cached_blocks
         self.kv_summary: CacheSummary | None = CacheSummary() if cfg.kv_events_enabled else None
-
-    def admission_params(self) -> AdmissionParams:
-        p, slo = self.cfg.policy, self.cfg.slo
-        return AdmissionParams(max_queued_requests=p.max_queued_requests, max_queued_tokens=p.max_queued_tokens,
-                               token_bucket_rps=p.token_bucket_rps, token_bucket_burst=p.token_bucket_burst,
-                               ttft_slo_s=slo.ttft_s, tbt_slo_s=slo.tpot_s, ttft_margin=p.admission_ttft_margin,
-                               tbt_margin=p.admission_tbt_margin)
 
     def new_request_id(self) -> int:
         self._next_id += 1
@@ -143,22 +116,17 @@ class Router:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _choose(self, view: RequestView, now: float) -> tuple[tuple[Upstream, Upstream] | None, str, str]:
-        """((prefill, decode), '', '') or (None, status, reason)."""
+    def _choose(self, view: RequestView, now: float) -> tuple[tuple[Upstream, Upstream] | None, int, str, str]:
+        """((prefill, decode), room, '', '') or (None, 0, status, reason): pdsim.policy.router decides."""
         p_views, d_views = [u.view() for u in self.prefill], [u.view() for u in self.decode]
         if self.kv_summary is not None:
             p_views = [replace(v, cached_blocks=self.kv_summary.cached_blocks(v.instance_id)) for v in p_views]
-        name = self.cfg.policy.admission
-        if name != ACCEPT_ALL:
-            verdict = admit(name, view, p_views, d_views, self.admission_params(), self.admission_state, now,
-                            self.predictor)
-            if not verdict.admitted:
-                return None, STATUS_REJECTED, verdict.reason
-        decision = route(self.cfg.policy.routing, view, p_views, d_views, self.state, self.route_rng)
-        if decision is None:
-            return None, STATUS_FAILED, "no healthy instance to route to"
+        decision = self.policy.decide(view, p_views, d_views, now)
+        if not decision.routed:
+            return None, 0, STATUS_REJECTED if decision.outcome == REJECTED else STATUS_FAILED, decision.reason
         first = self.prefill[decision.prefill_id]
-        return (first, first if self.colocated else self.decode[decision.decode_id]), "", ""
+        pair = (first, first if self.colocated else self.decode[decision.decode_id])
+        return pair, decision.bootstrap_room, "", ""
 
     async def generate(self, input_ids: tuple[int, ...], sampling: SamplingParams, request_id: int,
                        stop: asyncio.Event | None = None) -> AsyncIterator[TokenEvent | FinalEvent]:
@@ -166,15 +134,14 @@ class Router:
         arrival = now_s()
         base = {"request_id": request_id, "input_tokens": len(input_ids), "output_tokens": sampling.max_new_tokens,
                 "mode": "colocated" if self.colocated else "disaggregated", "arrival_s": arrival}
-        hashes = block_hash_ids(input_ids, self.state.params.block_tokens) if self.kv_summary is not None else ()
-        pair, status, reason = self._choose(RequestView(request_id, len(input_ids), sampling.max_new_tokens,
+        hashes = block_hash_ids(input_ids, self.policy.state.params.block_tokens) if self.kv_summary is not None else ()
+        pair, room, status, reason = self._choose(RequestView(request_id, len(input_ids), sampling.max_new_tokens,
                                                         arrival_s=arrival, hash_ids=hashes), arrival)
         if pair is None:
             row = {**base, "status": status, "failure_reason": reason, "finish_s": now_s()}
             self.metrics.observe(row, 0)
             yield FinalEvent(status, reason, (), row)
             return
-        room = int(self.room_rng.integers(0, 2**63, dtype=np.int64))
         flight = _Flight(pair[0], pair[1], engine_id=room, stop=stop or asyncio.Event(),
                          prefill_line=dict(NO_PREFILL_HALF) if self.colocated else None)
         req = EngineRequest(room, input_ids, sampling, bootstrap_room=room, arrival_s=arrival)

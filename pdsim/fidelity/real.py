@@ -19,12 +19,12 @@ from typing import Any
 
 import pandas as pd
 
+from pdsim.policy.limits import check_schedule
 from pdsim.workload import Workload
 
 log = logging.getLogger(__name__)
 
 
-COLOCATED_SCHEDULES = ("mixed", "prefill_priority")  # pdsim.sim.colocated.SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,7 @@ class ServeShape:
     def __post_init__(self) -> None:
         if self.colocated < 0:
             raise ValueError(f"colocated instances must be >= 0, got {self.colocated}")
-        if self.colocated_schedule not in COLOCATED_SCHEDULES:
-            raise ValueError(f"colocated schedule {self.colocated_schedule!r} unknown (choose from "
-                             f"{COLOCATED_SCHEDULES})")
+        check_schedule(self.colocated_schedule, "fidelity")
         if self.colocated:
             mode = ("cluster.mode=colocated", f"cluster.colocated={self.colocated}",
                     f"cluster.colocated_schedule={self.colocated_schedule}")

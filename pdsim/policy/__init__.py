@@ -9,6 +9,12 @@ deterministic given a seeded numpy Generator argument. Modules:
 - request_aware.py: cache-aware and length-bucket routing (registered in routing.py).
 - admission.py: accept_all, threshold, token_bucket, early_reject (predicted TTFT/TBT vs SLO).
 - scaling.py: P:D rebalancer proposing role moves (hysteresis, warm-up delay).
+
+The step planners (what pdsim's simulated instances and pdreal's engines both call, then only
+execute): limits.py (StepLimits, the colocated schedule names), router.py (RouterPolicy:
+admission + pair + bootstrap room), prefill_step.py (the one prefill budget, the prefill step,
+the colocated step under both schedules), decode_step.py (resume / admit / join / grow-or-retract
+of one decode iteration).
 """
 
 from pdsim.policy.admission import (
@@ -28,17 +34,35 @@ from pdsim.policy.batching import (
     form_prefill_batch,
     mixed_prefill_budget,
 )
+from pdsim.policy.decode_step import (
+    DecodeAccess,
+    DecodeStepPlan,
+    plan_decode_step,
+    prealloc_free_slots,
+)
+from pdsim.policy.limits import MIXED, PREFILL_PRIORITY, SCHEDULES, StepLimits, check_schedule
 from pdsim.policy.memory import (
     DecodeMemoryView,
+    GrowthPlan,
     PreallocPlan,
     allocatable_tokens,
     choose_retraction_victims,
     need_now_tokens,
     next_new_token_ratio,
+    plan_page_growth,
     plan_preallocation,
     reserve_tokens,
 )
+from pdsim.policy.prefill_step import (
+    ColocatedExecutor,
+    ColocatedStepPlan,
+    plan_colocated_decodes,
+    plan_colocated_step,
+    plan_prefill_step,
+    prefill_budget,
+)
 from pdsim.policy.request_aware import RoutingParams
+from pdsim.policy.router import RouterDecision, RouterPolicy
 from pdsim.policy.routing import RouteDecision, RouterState, route, routing_policy_names
 from pdsim.policy.scaling import (
     ScalingDecision,
@@ -57,6 +81,25 @@ from pdsim.policy.views import (
 )
 
 __all__ = [
+    "MIXED",
+    "PREFILL_PRIORITY",
+    "SCHEDULES",
+    "ColocatedExecutor",
+    "ColocatedStepPlan",
+    "DecodeAccess",
+    "DecodeStepPlan",
+    "GrowthPlan",
+    "RouterDecision",
+    "RouterPolicy",
+    "StepLimits",
+    "check_schedule",
+    "plan_colocated_decodes",
+    "plan_colocated_step",
+    "plan_decode_step",
+    "plan_page_growth",
+    "plan_prefill_step",
+    "prealloc_free_slots",
+    "prefill_budget",
     "ADMISSION_POLICIES",
     "AdmissionDecision",
     "AdmissionParams",

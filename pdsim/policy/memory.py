@@ -21,10 +21,13 @@ prompt, then the highest request_id; never the last running request.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from pdsim.policy.views import RequestView, pages_for
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,51 @@ def choose_retraction_victims(
         victims.append(req.request_id)
         freed += pages_for(req.kv_tokens, page_size_tokens)
     return tuple(victims)
+
+
+@dataclass(frozen=True, slots=True)
+class GrowthPlan(Generic[T]):
+    """Before a decode iteration: who is retracted, who fails, who gets a new page.
+
+    victims: retracted (in order); failed: requests that cannot continue even after retracting
+    every other one; grow: requests that get one page for their next token (after the victims
+    and failed ones are gone, so it always fits).
+    """
+
+    victims: tuple[T, ...]
+    failed: tuple[T, ...]
+    grow: tuple[T, ...]
+
+
+def plan_page_growth(
+    batch: Sequence[T], free_pages: int, page_size_tokens: int,
+    kv_tokens: Callable[[T], int], view: Callable[[T], RequestView],
+) -> GrowthPlan[T]:
+    """Give every request of `batch` room for its next token, retracting when pages run short.
+
+    A request whose KV length is a page multiple needs a new page. When more need one than
+    `free_pages`, victims come from `choose_retraction_victims` (never the last request); if
+    the pages are still short, the one request left fails. Works on the executor's own request
+    objects through `kv_tokens` and `view` (views are built only when pages are short).
+    """
+    page = page_size_tokens
+    grow = [r for r in batch if kv_tokens(r) % page == 0]
+    if len(grow) <= free_pages:
+        return GrowthPlan((), (), tuple(grow))
+    by_id = {}
+    views = []
+    for r in batch:
+        v = view(r)
+        by_id[v.request_id] = r
+        views.append(v)
+    victims = tuple(by_id[i] for i in choose_retraction_victims(views, len(grow) - free_pages, page))
+    gone = {id(r) for r in victims}
+    free = free_pages + sum(pages_for(kv_tokens(r), page) for r in victims)
+    left = [r for r in batch if id(r) not in gone]
+    grow = [r for r in left if kv_tokens(r) % page == 0]
+    if len(grow) <= free:
+        return GrowthPlan(victims, (), tuple(grow))
+    return GrowthPlan(victims, tuple(left), ())
 
 
 def next_new_token_ratio(current: float, decay: float, minimum: float) -> float:

@@ -20,12 +20,11 @@ from typing import Any
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
-    PrefillBudget,
+    GrowthPlan,
     RequestView,
-    choose_retraction_victims,
-    decode_reservation_tokens,
-    form_prefill_batch,
-    mixed_prefill_budget,
+    check_schedule,
+    plan_colocated_decodes,
+    plan_colocated_step,
 )
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
 from pdsim.sim.instance import InstanceBase, InstanceContext
@@ -35,18 +34,13 @@ from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.span import BatchClock, Span, add_steps
 from pdsim.sim.state import SimRequest
 
-SCHEDULES = ("mixed", "prefill_priority")
-
 
 class ColocatedInstance(InstanceBase):
     role = ROLE_COLOCATED
 
     def __init__(self, index: int, ctx: InstanceContext, latency: LatencyModel, kv: PromptKV) -> None:
         super().__init__(index, ctx, latency)
-        if self.cfg.cluster.colocated_schedule not in SCHEDULES:
-            raise ValueError(
-                f"cluster: field 'colocated_schedule' has unknown value {self.cfg.cluster.colocated_schedule!r} (choose from {SCHEDULES})"
-            )
+        check_schedule(self.cfg.cluster.colocated_schedule)
         self.kv = kv
         self.page = kv.page
         self.waiting: dict[int, SimRequest] = {}
@@ -54,6 +48,7 @@ class ColocatedInstance(InstanceBase):
         self.running: dict[int, SimRequest] = {}
         self.ctx_tokens = 0
         self.retractions = 0
+        self._matches: dict[int, list[BlockNode]] = {}
         self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
         self.clock.process = self.env.process(self.run())
 
@@ -81,17 +76,12 @@ class ColocatedInstance(InstanceBase):
 
     # -- scheduler loop -------------------------------------------------------------------
     def run(self) -> Iterator:
-        mixed = self.cfg.cluster.colocated_schedule == "mixed"
         while self.alive:
-            if mixed:
-                self._grow_pages()
-                planned = self._schedule(len(self.running))
-                decodes = list(self.running.values())
-            else:
-                planned = self._schedule(0)
-                if not planned:
-                    self._grow_pages()
-                decodes = [] if planned else list(self.running.values())
+            plan = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
+            planned = start_chunks(self, plan.prefill.chunks, self._matches) if plan.prefill.chunks else []
+            decodes = list(plan.decodes)
+            if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all
+                decodes = list(plan_colocated_decodes(self.limits, self))
             if not planned and not decodes:
                 self.batch_size = 0
                 self.view_stale = True
@@ -135,7 +125,31 @@ class ColocatedInstance(InstanceBase):
         self.busy_s = add_steps(self.busy_s, steps)
         self.iterations += iterations
 
-    def _candidates(self, matches: dict[int, list[BlockNode]]) -> Iterator[RequestView]:
+    # -- pdsim.policy.ColocatedExecutor: what the shared step planner reads and applies ------
+    def running_requests(self) -> list[SimRequest]:
+        return list(self.running.values())
+
+    def free_pages(self) -> int:
+        return self.kv.pool.free_pages + self.kv.evictable_pages
+
+    def kv_tokens(self, sr: SimRequest) -> int:
+        return sr.kv_tokens
+
+    def running_view(self, sr: SimRequest) -> RequestView:
+        return RequestView(sr.rid, sr.req.input_tokens, sr.req.output_tokens, generated_tokens=sr.generated,
+                           kv_tokens=sr.kv_tokens)
+
+    def apply_growth(self, plan: GrowthPlan[SimRequest]) -> None:
+        for sr in plan.victims:
+            self._retract(sr)
+        for sr in plan.failed:
+            self.hooks.abort(sr, f"KV exhausted on {self.name}")
+        for sr in plan.grow:
+            if not self.kv.allocate(sr, 1):
+                raise RuntimeError(f"{self.name}: planned page growth of request {sr.rid} did not fit")
+
+    def prefill_candidates(self) -> Iterator[RequestView]:
+        self._matches = matches = {}
         chunked = self.chunked
         if chunked is not None:
             yield RequestView(chunked.rid, chunked.prompt_tokens, chunked.req.output_tokens,
@@ -148,43 +162,11 @@ class ColocatedInstance(InstanceBase):
             yield RequestView(sr.rid, sr.prompt_tokens, sr.req.output_tokens, prefilled_tokens=cached,
                               cached_tokens=cached, generated_tokens=sr.generated)
 
-    def _schedule(self, num_decodes: int) -> Planned:
-        if self.chunked is None and not self.waiting:
-            return []
-        c = self.cfg.cluster
-        ratio = self.cfg.policy.new_token_ratio
-        token_budget = min(c.max_prefill_tokens, c.chunk_size_tokens) if c.chunk_size_tokens > 0 else c.max_prefill_tokens
-        budget = PrefillBudget(
-            max_prefill_tokens=mixed_prefill_budget(token_budget, num_decodes),
-            chunk_size_tokens=c.chunk_size_tokens,
-            page_size_tokens=self.page,
-            free_kv_tokens=self.kv.available_tokens,
-            reserved_kv_tokens=decode_reservation_tokens(
-                (sr.req.output_tokens - sr.generated for sr in self.running.values()), ratio
-            ),
-            new_token_ratio=ratio,
-            max_requests=max(0, c.max_running_requests - len(self.running)) or -1,
-        )
-        if budget.max_prefill_tokens <= 0 or budget.max_requests < 0:
-            return []
-        matches: dict[int, list[BlockNode]] = {}
-        batch = form_prefill_batch(self._candidates(matches), budget)
-        return start_chunks(self, batch.chunks, matches)
+    def free_kv_tokens(self) -> int:
+        return self.kv.available_tokens
 
-    def _grow_pages(self) -> None:
-        page = self.page
-        growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
-        short = len(growing) - self.kv.pool.free_pages - self.kv.evictable_pages
-        if short > 0:
-            views = [RequestView(sr.rid, sr.req.input_tokens, sr.req.output_tokens,
-                                 generated_tokens=sr.generated, kv_tokens=sr.kv_tokens)
-                     for sr in self.running.values()]
-            for rid in choose_retraction_victims(views, short, page):
-                self._retract(self.running[rid])
-            growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
-        for sr in growing:
-            if not self.kv.allocate(sr, 1):
-                self.hooks.abort(sr, f"KV exhausted on {self.name}")
+    def remaining_outputs(self) -> Iterator[int]:
+        return (sr.req.output_tokens - sr.generated for sr in self.running.values())
 
     def _retract(self, sr: SimRequest) -> None:
         del self.running[sr.rid]

@@ -11,7 +11,10 @@
   batch cannot change, several iterations run as one span with one simpy event (span.py; the
   `skip_ahead=false` path takes one event per iteration, with identical results). When the next
   token's pages do not fit, victims are retracted (KV offloaded to host) and later resumed
-  through the prealloc rule, reloading over PCIe.
+  through the prealloc rule; the reload over PCIe delays the iteration it happens in.
+
+Every boundary's decisions come from one call, `pdsim.policy.plan_decode_step` (the same call
+pdreal's DecodeEngine makes); this module only executes them in simulated time.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from typing import Any
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
+    DecodeAccess,
     DecodeMemoryView,
+    DecodeStepPlan,
     RequestView,
-    choose_retraction_victims,
+    plan_decode_step,
     plan_preallocation,
+    prealloc_free_slots,
 )
 from pdsim.policy.memory import need_now_tokens
 from pdsim.policy.views import ROLE_DECODE, InstanceView
@@ -48,15 +54,13 @@ class DecodeInstance(InstanceBase):
         self.pool = pool
         self.page = pool.page_size_tokens
         self.reload_s_per_token = reload_s_per_token
-        c = self.cfg.cluster
-        self.max_running = c.max_running_requests
-        self.prealloc_slots = c.prealloc_slots or c.max_running_requests
+        self.max_running = self.limits.max_running_requests
+        self.access = DecodeAccess(self._view, _kv_tokens, _done_at_join)
         self.prealloc: dict[int, SimRequest] = {}
         self.retracted: dict[int, SimRequest] = {}
         self.transfer: dict[int, SimRequest] = {}
         self.waiting: dict[int, SimRequest] = {}
         self.running: dict[int, SimRequest] = {}
-        self.reloading: dict[int, SimRequest] = {}
         self.connected_at: dict[str, float] = {}
         self.ctx_tokens = 0
         self.remaining_output_tokens = 0  # over running + transfer + waiting (memory_view)
@@ -100,19 +104,13 @@ class DecodeInstance(InstanceBase):
         self.waiting[sr.rid] = sr
         self.notify()
 
-    def _reloaded(self, sr: SimRequest, attempt: int) -> None:
-        if not sr.done and sr.attempt == attempt and self.reloading.pop(sr.rid, None) is sr:
-            self.waiting[sr.rid] = sr
-            self.remaining_output_tokens += _remaining(sr)
-            self.notify()
-
     def release(self, sr: SimRequest) -> None:
         rid = sr.rid
         self.clock.settle_now(self)
         for queue in (self.transfer, self.waiting, self.running):
             if rid in queue:
                 self.remaining_output_tokens -= _remaining(sr)
-        for queue in (self.prealloc, self.retracted, self.transfer, self.waiting, self.reloading):
+        for queue in (self.prealloc, self.retracted, self.transfer, self.waiting):
             queue.pop(rid, None)
         if self.running.pop(rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
@@ -126,26 +124,33 @@ class DecodeInstance(InstanceBase):
     # -- scheduler loop -------------------------------------------------------------------
     def run(self) -> Iterator:
         while self.alive:
-            self._prealloc()
-            self._admit()
+            reload_s = self._apply(self._plan())
             if not self.running:
                 self.batch_size = 0
                 self.view_stale = True
                 yield self.sleep()
                 continue
-            self._grow_pages()
-            if (yield from self.clock.run_span(self, self._begin_span())):
+            if (yield from self.clock.run_span(self, self._begin_span(reload_s))):
                 self._complete_step()
 
-    def _begin_span(self) -> Span:
-        """Start the next iterations: as many as the batch provably runs unchanged (span.py)."""
+    def _plan(self) -> DecodeStepPlan[SimRequest]:
+        """The shared decision of this boundary (pdsim.policy.decode_step)."""
+        return plan_decode_step(
+            self.limits, self.memory_view, list(self.retracted.values()),
+            (sr for sr in self.prealloc.values() if sr.handshaken), len(self.transfer),
+            list(self.waiting.values()), list(self.running.values()), self.pool.free_pages, self.access,
+        )
+
+    def _begin_span(self, reload_s: float) -> Span:
+        """Start the next iterations: as many as the batch provably runs unchanged (span.py);
+        the first one starts late by this boundary's KV reload time."""
         n, clock = len(self.running), self.clock
         k, growth = 1, None
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
             k, growth = clock.limit(self.running.values(), self.pool.free_pages)
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
             k = self._prealloc_limit(min(k, PREALLOC_LOOKAHEAD), n, growth)
-        span = clock.begin(n, self.ctx_tokens, k, growth)
+        span = clock.begin(n, self.ctx_tokens, k, growth, reload_s)
         self.busy_s += float(span.steps[0])
         self.iterations += 1
         self.batch_size = n
@@ -155,7 +160,7 @@ class DecodeInstance(InstanceBase):
         """The first boundary 1..k-1 at which the shared pre-allocation plan would admit or
         resume a request, given the memory those boundaries free up (k if none)."""
         base = self.memory_view()
-        free_slots = self.prealloc_slots - len(self.transfer) - len(self.waiting)
+        free_slots = prealloc_free_slots(self.limits, len(self.transfer), len(self.waiting))
         retracted = [self._view(sr) for sr in self.retracted.values()]
         for j in range(1, k):
             mem = DecodeMemoryView(
@@ -200,28 +205,47 @@ class DecodeInstance(InstanceBase):
             page_size_tokens=self.page,
         )
 
-    def _prealloc(self) -> None:
-        if not self.retracted and not self.prealloc:
-            return
-        free_slots = self.prealloc_slots - len(self.transfer) - len(self.waiting)
-        handshaken = (self._view(sr) for sr in self.prealloc.values() if sr.handshaken)
-        plan = plan_preallocation(
-            [self._view(sr) for sr in self.retracted.values()], handshaken, self.memory_view(), free_slots
-        )
+    def _apply(self, plan: DecodeStepPlan[SimRequest]) -> float:
+        """Execute a step plan now; returns the KV reload time of the resumed requests."""
+        if not plan.changes:
+            for sr in plan.growth.grow:
+                self.pool.allocate(sr.rid, 1)
+                sr.d_pages += 1
+            return 0.0
         now = self.env.now
-        for rid in plan.resume_ids:
-            sr = self.retracted.pop(rid)
+        reload_tokens = 0
+        for sr in plan.resume:
+            del self.retracted[sr.rid]
             self._allocate_now(sr)
-            self.reloading[rid] = sr
-            self.hooks.after(sr.kv_tokens * self.reload_s_per_token, self._reloaded, sr, sr.attempt)
-        for rid in plan.admit_ids:
-            sr = self.prealloc.pop(rid)
+            reload_tokens += sr.kv_tokens
+            self.waiting[sr.rid] = sr
+            self.remaining_output_tokens += _remaining(sr)
+        for sr in plan.admit:
+            del self.prealloc[sr.rid]
             self._allocate_now(sr)
             sr.mark("prealloc_leave_s", now)
             sr.mark("transfer_queue_enter_s", now)
-            self.transfer[rid] = sr
+            self.transfer[sr.rid] = sr
             self.remaining_output_tokens += _remaining(sr)
             self.hooks.after(self.cfg.cluster.control_plane_latency_s, sr.prefill.on_transfer_info, sr, sr.attempt)
+        for sr in plan.finish_at_join:
+            del self.waiting[sr.rid]
+            self._deliver_first_token(sr, now)
+            self.remaining_output_tokens -= _remaining(sr)
+            self._finish(sr)
+        for sr in plan.join:
+            del self.waiting[sr.rid]
+            self._deliver_first_token(sr, now)
+            self.running[sr.rid] = sr
+            self.ctx_tokens += sr.kv_tokens
+        for sr in plan.growth.victims:
+            self._retract(sr)
+        for sr in plan.growth.failed:
+            self.hooks.abort(sr, f"decode KV exhausted on {self.name}")
+        for sr in plan.growth.grow:
+            self.pool.allocate(sr.rid, 1)
+            sr.d_pages += 1
+        return reload_tokens * self.reload_s_per_token
 
     def _allocate_now(self, sr: SimRequest) -> None:
         pages = need_now_tokens(self._view(sr), self.page) // self.page
@@ -229,40 +253,15 @@ class DecodeInstance(InstanceBase):
         sr.d_pages = pages
         sr.kv_tokens = sr.req.input_tokens + max(0, sr.generated - 1)
 
-    def _admit(self) -> None:
-        now = self.env.now
-        while self.waiting and len(self.running) < self.max_running:
-            sr = self.waiting.pop(next(iter(self.waiting)))
-            if "running_enter_s" not in sr.times:
-                sr.times["running_enter_s"] = sr.times["first_token_s"] = now
-                self.queued_requests -= 1
-                self.queued_tokens -= sr.req.input_tokens
-                if sr.token_times is not None:
-                    sr.token_times.append(now)
-            if sr.generated >= sr.req.output_tokens:
-                self.remaining_output_tokens -= _remaining(sr)
-                self._finish(sr)
-                continue
-            self.running[sr.rid] = sr
-            self.ctx_tokens += sr.kv_tokens
-
-    def _grow_pages(self) -> None:
-        """Give every running request room for its next token, retracting if KV runs out."""
-        page = self.page
-        growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
-        short = len(growing) - self.pool.free_pages
-        if short > 0:
-            views = [self._view(sr) for sr in self.running.values()]
-            for rid in choose_retraction_victims(views, short, page):
-                self._retract(self.running[rid])
-            growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
-            if len(growing) > self.pool.free_pages:
-                last = next(iter(self.running.values()))
-                self.hooks.abort(last, f"decode KV exhausted on {self.name}")
-                growing = [sr for sr in self.running.values() if sr.kv_tokens % page == 0]
-        for sr in growing:
-            self.pool.allocate(sr.rid, 1)
-            sr.d_pages += 1
+    def _deliver_first_token(self, sr: SimRequest, now: float) -> None:
+        """Joining the running batch delivers the first token (made by prefill) - once."""
+        if "running_enter_s" in sr.times:
+            return
+        sr.times["running_enter_s"] = sr.times["first_token_s"] = now
+        self.queued_requests -= 1
+        self.queued_tokens -= sr.req.input_tokens
+        if sr.token_times is not None:
+            sr.token_times.append(now)
 
     def _retract(self, sr: SimRequest) -> None:
         del self.running[sr.rid]
@@ -306,8 +305,16 @@ class DecodeInstance(InstanceBase):
     def queue_lengths(self) -> dict[str, int]:
         return {
             "prealloc": len(self.prealloc), "transfer": len(self.transfer), "waiting": len(self.waiting),
-            "running": len(self.running), "retracted": len(self.retracted) + len(self.reloading),
+            "running": len(self.running), "retracted": len(self.retracted),
         }
+
+
+def _kv_tokens(sr: SimRequest) -> int:
+    return sr.kv_tokens
+
+
+def _done_at_join(sr: SimRequest) -> bool:
+    return sr.generated >= sr.req.output_tokens
 
 
 def _remaining(sr: SimRequest) -> int:

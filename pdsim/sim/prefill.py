@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import simpy
 
 from pdsim.perf import LatencyModel
-from pdsim.policy import PrefillBudget, PrefillChunk, RequestView, form_prefill_batch
+from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prefix_cache import BlockNode
@@ -158,14 +158,8 @@ class PrefillInstance(InstanceBase):
     def _schedule(self) -> Planned:
         if self.chunked is None and not self.waiting:
             return []
-        c = self.cfg.cluster
-        budget = PrefillBudget(
-            max_prefill_tokens=c.max_prefill_tokens, chunk_size_tokens=c.chunk_size_tokens,
-            page_size_tokens=c.page_size_tokens, free_kv_tokens=self.kv.available_tokens,
-            max_requests=c.max_running_requests,
-        )
         matches: dict[int, list[BlockNode]] = {}
-        batch = form_prefill_batch(self._candidates(matches), budget)
+        batch = plan_prefill_step(self.limits, self._candidates(matches), self.kv.available_tokens)
         return start_chunks(self, batch.chunks, matches)
 
     def _send_chunks(self, planned: Planned) -> None:

@@ -19,18 +19,8 @@ import numpy as np
 import simpy
 
 from pdsim.config import Config
-from pdsim.policy import (
-    AdmissionParams,
-    AdmissionState,
-    InstanceView,
-    RequestView,
-    RouterState,
-    RoutingParams,
-    SloPredictor,
-    admit,
-    route,
-)
-from pdsim.policy.admission import ACCEPT_ALL, ADMISSION_POLICIES
+from pdsim.policy import InstanceView, RequestView, SloPredictor
+from pdsim.policy.router import REJECTED, RouterPolicy
 from pdsim.sim.state import SimHooks, SimRequest
 
 
@@ -39,23 +29,16 @@ class Router:
         self, env: simpy.Environment, cfg: Config, hooks: SimHooks, prefill: Sequence[Any],
         decode: Sequence[Any], route_rng: np.random.Generator, room_rng: np.random.Generator,
     ) -> None:
-        if cfg.policy.admission not in ADMISSION_POLICIES:
-            raise ValueError(
-                f"policy: field 'admission' has unknown value {cfg.policy.admission!r} (choose from {ADMISSION_POLICIES})"
-            )
         self.env = env
-        self.policy_name = cfg.policy.routing
         self.hooks = hooks
         self.prefill = list(prefill)
         self.decode = list(decode)
-        self.state = RouterState(params=routing_params(cfg, self.prefill))
-        self.admission = cfg.policy.admission
-        self.admission_params = admission_params(cfg)
-        self.admission_state = AdmissionState()
-        self.predictor = SloPredictor(self.prefill[0].latency, (self.decode or self.prefill)[0].latency,
-                                      cfg.cluster.max_prefill_tokens, cfg.cluster.max_running_requests)
-        self.route_rng = route_rng
-        self.room_rng = room_rng
+        cache = self.prefill[0].kv.cache if self.prefill else None
+        block_tokens = cache.block_tokens if cache is not None else cfg.scenario.prefix.block_tokens
+        predictor = SloPredictor(self.prefill[0].latency, (self.decode or self.prefill)[0].latency,
+                                 cfg.cluster.max_prefill_tokens, cfg.cluster.max_running_requests)
+        self.policy = RouterPolicy.create(cfg.policy, cfg.slo, block_tokens, route_rng, room_rng, predictor)
+        self.policy_name = cfg.policy.routing
         self.dispatched = 0
 
     def dispatch(self, sr: SimRequest) -> None:
@@ -64,19 +47,16 @@ class Router:
         view = RequestView(req.request_id, req.input_tokens, req.output_tokens, arrival_s=req.arrival_s,
                            hash_ids=req.hash_ids)
         prefill, decode = self._prefill_views(sr), [d.view() for d in self.decode]
-        if self.admission != ACCEPT_ALL and sr.attempt == 0:
-            verdict = admit(self.admission, view, prefill, decode, self.admission_params,
-                            self.admission_state, self.env.now, self.predictor)
-            if not verdict.admitted:
-                self.hooks.reject(sr, verdict.reason)
-                return
-        decision = route(self.policy_name, view, prefill, decode, self.state, self.route_rng)
-        if decision is None:
-            self.hooks.abort(sr, "no healthy instance to route to")
+        decision = self.policy.decide(view, prefill, decode, self.env.now, first_attempt=sr.attempt == 0)
+        if not decision.routed:
+            if decision.outcome == REJECTED:
+                self.hooks.reject(sr, decision.reason)
+            else:
+                self.hooks.abort(sr, decision.reason)
             return
         sr.prefill = self.prefill[decision.prefill_id]
         sr.decode = self.decode[decision.decode_id] if self.decode else None
-        sr.bootstrap_room = int(self.room_rng.integers(0, 2**63, dtype=np.int64))
+        sr.bootstrap_room = decision.bootstrap_room
         sr.times["route_s"] = self.env.now
         self.dispatched += 1
         sr.prefill.dispatch(sr)
@@ -91,22 +71,6 @@ class Router:
             return views
         return [replace(v, cached_blocks=frozenset(n.block_hash for n in p.peek_match(sr)))
                 for v, p in zip(views, self.prefill, strict=True)]
-
-
-def routing_params(cfg: Config, prefill: Sequence[Any]) -> RoutingParams:
-    cache = prefill[0].kv.cache if prefill else None
-    block_tokens = cache.block_tokens if cache is not None else cfg.scenario.prefix.block_tokens
-    return RoutingParams(cfg.policy.cache_weight, tuple(cfg.policy.length_buckets), block_tokens)
-
-
-def admission_params(cfg: Config) -> AdmissionParams:
-    p = cfg.policy
-    return AdmissionParams(
-        max_queued_requests=p.max_queued_requests, max_queued_tokens=p.max_queued_tokens,
-        token_bucket_rps=p.token_bucket_rps, token_bucket_burst=p.token_bucket_burst,
-        ttft_slo_s=cfg.slo.ttft_s, tbt_slo_s=cfg.slo.tpot_s,
-        ttft_margin=p.admission_ttft_margin, tbt_margin=p.admission_tbt_margin,
-    )
 
 
 def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Iterator:

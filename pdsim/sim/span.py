@@ -157,8 +157,12 @@ class BatchClock:
             k = growth.first_over(free_pages, k)
         return k, growth
 
-    def begin(self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None) -> Span:
+    def begin(self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None, first_extra_s: float = 0.0) -> Span:
+        """Plan k iterations; the first takes first_extra_s longer (a KV reload before it)."""
         steps = self.series.steps(n, ctx_tokens, k)
+        if first_extra_s > 0.0:
+            steps = steps.copy()
+            steps[0] += first_extra_s
         span = Span(boundaries(self.env.now, steps), steps, growth if k > 1 else None, k)
         self.span = span
         return span

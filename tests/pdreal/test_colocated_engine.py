@@ -10,11 +10,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pdreal.engine.colocated import SCHEDULES, ColocatedEngine  # noqa: E402
+from pdreal.engine.colocated import ColocatedEngine  # noqa: E402
 from pdreal.engine.common import EngineConfig, EngineRequest, ModelRunner  # noqa: E402
 from pdreal.engine.driver import run_colocated  # noqa: E402
 from pdreal.engine.generate import generate  # noqa: E402
 from pdreal.model.sampling import SamplingParams  # noqa: E402
+from pdsim.policy import SCHEDULES  # noqa: E402
 from pdsim.trace import TraceRecorder  # noqa: E402
 
 CONFIG = EngineConfig(num_pages=64, page_size_tokens=4, chunk_size_tokens=8, max_prefill_tokens=8)
@@ -36,12 +37,6 @@ def reference(model, reqs: list[EngineRequest]) -> list[list[int]]:  # noqa: ANN
 def engine(model, schedule: str, clock=None, **config) -> ColocatedEngine:  # noqa: ANN001
     cfg = replace(CONFIG, colocated_schedule=schedule, **config)
     return ColocatedEngine(ModelRunner(model, cfg), cfg, **({"clock": clock} if clock else {}))
-
-
-def test_schedules_are_pdsims() -> None:
-    from pdsim.sim.colocated import SCHEDULES as SIM_SCHEDULES
-
-    assert SCHEDULES == SIM_SCHEDULES
 
 
 @pytest.mark.parametrize("add_every_steps", [0, 2], ids=["together", "staggered"])

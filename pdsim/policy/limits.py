@@ -1,0 +1,85 @@
+"""The limits a scheduler plans under, and the names of the colocated schedules.
+
+One frozen `StepLimits` per instance, built once from the configuration (pdsim: `cluster` +
+`policy` groups; pdreal: `EngineConfig.limits`). Field names are pdsim's ClusterConfig /
+PolicyConfig names, so one YAML drives both executors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+MIXED = "mixed"  # Sarathi-Serve / vLLM v1 / SGLang: prefill chunks and decodes share one budget
+PREFILL_PRIORITY = "prefill_priority"  # vLLM v0 (DistServe/Splitwise baseline): never mixed
+SCHEDULES = (MIXED, PREFILL_PRIORITY)
+
+
+def check_schedule(name: str, where: str = "cluster") -> str:
+    """`name` if it is a colocated schedule, else ValueError naming the field and the choices."""
+    if name not in SCHEDULES:
+        raise ValueError(f"{where}: field 'colocated_schedule' has unknown value {name!r} (choose from {SCHEDULES})")
+    return name
+
+
+class ClusterLike(Protocol):
+    """The fields of pdsim's ClusterConfig that scheduling reads."""
+
+    page_size_tokens: int
+    max_running_requests: int
+    max_prefill_tokens: int
+    chunk_size_tokens: int
+    prealloc_slots: int
+    colocated_schedule: str
+
+
+class PolicyLike(Protocol):
+    """The fields of pdsim's PolicyConfig that scheduling reads."""
+
+    new_token_ratio: float
+    decode_reserved_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepLimits:
+    """Per-instance scheduling limits.
+
+    max_running_requests: the running batch (decode / colocated) and the prefill batch's request
+    count; prealloc_slots: decode pre-allocation slots beyond the running batch
+    (SGLang's DecodeReqToTokenPool); new_token_ratio: the share of a request's remaining output
+    held back when it is admitted to a prefill forward; decode_reserved_tokens: the decode side's
+    per-request reserve (0 = each request's remaining output).
+    """
+
+    page_size_tokens: int = 16
+    max_running_requests: int = 256
+    max_prefill_tokens: int = 8192
+    chunk_size_tokens: int = 8192
+    prealloc_slots: int = 256
+    new_token_ratio: float = 0.0
+    decode_reserved_tokens: int = 0
+    schedule: str = MIXED
+
+    def __post_init__(self) -> None:
+        for name in ("page_size_tokens", "max_running_requests", "max_prefill_tokens", "prealloc_slots"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"limits: field {name!r} must be >= 1, got {getattr(self, name)}")
+        check_schedule(self.schedule)
+
+    @property
+    def prefill_token_budget(self) -> int:
+        """New tokens per prefill forward: min(max_prefill_tokens, chunk_size_tokens) when chunking."""
+        if self.chunk_size_tokens > 0:
+            return min(self.max_prefill_tokens, self.chunk_size_tokens)
+        return self.max_prefill_tokens
+
+    @classmethod
+    def from_config(cls, cluster: ClusterLike, policy: PolicyLike) -> StepLimits:
+        """pdsim's cluster + policy groups (prealloc_slots 0 = max_running_requests)."""
+        return cls(
+            page_size_tokens=cluster.page_size_tokens, max_running_requests=cluster.max_running_requests,
+            max_prefill_tokens=cluster.max_prefill_tokens, chunk_size_tokens=cluster.chunk_size_tokens,
+            prealloc_slots=cluster.prealloc_slots or cluster.max_running_requests,
+            new_token_ratio=policy.new_token_ratio, decode_reserved_tokens=policy.decode_reserved_tokens,
+            schedule=cluster.colocated_schedule,
+        )

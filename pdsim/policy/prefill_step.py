@@ -1,0 +1,127 @@
+"""Prefill and colocated step plans: which chunks run, which decodes run with them.
+
+- `prefill_budget`: the one budget formula (token budget left after the running decodes, KV free
+  minus the decodes' reservation, requests left under max_running_requests).
+- `plan_prefill_step`: a prefill instance's forward (the chunked request first, then the
+  waiting queue; prefix-cache hits arrive in the candidates' `prefilled_tokens`).
+- `plan_colocated_step`: one colocated iteration under either schedule -
+  mixed (Sarathi-Serve / vLLM v1 / SGLang): first the running decodes get their next pages
+  (retracting when short), then the PrefillAdder fills the budget left after one token per
+  decode, and every decode runs in the same forward;
+  prefill_priority (vLLM v0): a prefill batch runs alone whenever one can be formed; otherwise
+  the decodes' pages grow and a decode-only iteration runs.
+
+The colocated planner reads its executor through `ColocatedExecutor` and tells it when to apply
+the page growth, because what the PrefillAdder sees afterwards (free KV, the prefix cache's
+answer for a retracted request) is the executor's own state. No simpy, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from pdsim.policy.batching import (
+    PrefillBatch,
+    PrefillBudget,
+    decode_reservation_tokens,
+    form_prefill_batch,
+)
+from pdsim.policy.limits import MIXED, StepLimits
+from pdsim.policy.memory import GrowthPlan, plan_page_growth
+from pdsim.policy.views import RequestView
+
+T = TypeVar("T")
+EMPTY = PrefillBatch((), "empty")
+
+
+def prefill_budget(
+    limits: StepLimits, free_kv_tokens: int, num_decodes: int = 0, reserved_kv_tokens: int = 0,
+    num_running: int = 0,
+) -> PrefillBudget | None:
+    """The PrefillAdder's budget for one forward, or None when nothing can be added.
+
+    Token budget: limits.prefill_token_budget minus one token per running decode; memory: free KV
+    minus the decodes' reservation; requests: max_running_requests minus those running.
+    """
+    tokens = max(0, limits.prefill_token_budget - num_decodes)
+    requests = limits.max_running_requests - num_running
+    if tokens <= 0 or requests <= 0:
+        return None
+    return PrefillBudget(
+        max_prefill_tokens=tokens, chunk_size_tokens=limits.chunk_size_tokens,
+        page_size_tokens=limits.page_size_tokens, free_kv_tokens=free_kv_tokens,
+        reserved_kv_tokens=reserved_kv_tokens, new_token_ratio=limits.new_token_ratio, max_requests=requests,
+    )
+
+
+def plan_prefill_step(limits: StepLimits, candidates: Iterable[RequestView], free_kv_tokens: int) -> PrefillBatch:
+    """A prefill instance's next forward over `candidates` (chunked request first, then FIFO)."""
+    budget = prefill_budget(limits, free_kv_tokens)
+    return form_prefill_batch(candidates, budget) if budget is not None else EMPTY
+
+
+class ColocatedExecutor(Protocol[T]):
+    """What the colocated planner reads from (and asks of) its executor."""
+
+    def running_requests(self) -> Sequence[T]:
+        """The running batch in order."""
+
+    def free_pages(self) -> int:
+        """Pages the running batch may grow into (pdsim: free plus evictable prefix-cache pages)."""
+
+    def kv_tokens(self, req: T) -> int: ...
+
+    def running_view(self, req: T) -> RequestView: ...
+
+    def apply_growth(self, plan: GrowthPlan[T]) -> None:
+        """Retract the victims (KV freed, back to the waiting queue's head to recompute), fail
+        the failed ones, give the growing ones their page."""
+
+    def prefill_candidates(self) -> Iterable[RequestView]:
+        """The chunked request, then the waiting queue, as views (consumed lazily)."""
+
+    def free_kv_tokens(self) -> int:
+        """KV tokens a prefill chunk may take now."""
+
+    def remaining_outputs(self) -> Iterable[int]:
+        """Remaining output tokens of every running request (their future growth)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColocatedStepPlan(Generic[T]):
+    prefill: PrefillBatch
+    decodes: tuple[T, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefill.chunks and not self.decodes
+
+
+def plan_colocated_decodes(limits: StepLimits, ex: ColocatedExecutor[T]) -> tuple[T, ...]:
+    """Grow the running decodes' pages (retracting when short) and return the decode batch; the
+    decode half of `plan_colocated_step`, also what an executor runs when a planned prefill
+    batch could not start after all."""
+    plan = plan_page_growth(ex.running_requests(), ex.free_pages(), limits.page_size_tokens,
+                            ex.kv_tokens, ex.running_view)
+    ex.apply_growth(plan)
+    return tuple(ex.running_requests())
+
+
+def _prefill(limits: StepLimits, ex: ColocatedExecutor[T], num_decodes: int) -> PrefillBatch:
+    running = len(ex.running_requests())
+    reserved = decode_reservation_tokens(ex.remaining_outputs(), limits.new_token_ratio)
+    budget = prefill_budget(limits, ex.free_kv_tokens(), num_decodes, reserved, running)
+    return form_prefill_batch(ex.prefill_candidates(), budget) if budget is not None else EMPTY
+
+
+def plan_colocated_step(limits: StepLimits, ex: ColocatedExecutor[T]) -> ColocatedStepPlan[T]:
+    """One colocated iteration under `limits.schedule` (see the module docstring)."""
+    if limits.schedule == MIXED:
+        decodes = plan_colocated_decodes(limits, ex)
+        return ColocatedStepPlan(_prefill(limits, ex, len(decodes)), decodes)
+    batch = _prefill(limits, ex, 0)
+    if batch.chunks:
+        return ColocatedStepPlan(batch, ())
+    return ColocatedStepPlan(batch, plan_colocated_decodes(limits, ex))
