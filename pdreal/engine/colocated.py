@@ -52,6 +52,7 @@ from pdsim.policy import (
     RequestView,
     plan_colocated_step,
 )
+from pdsim.policy.decisions import DecisionLog
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
 
@@ -94,6 +95,8 @@ class ColocatedEngine:
     def __init__(self, runner: ModelRunner, config: EngineConfig, clock: Clock = time.monotonic) -> None:
         self.runner, self.config, self.clock = runner, config, clock
         self.limits = config.limits  # checks the schedule name
+        self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
+        self._victims: list[int] = []  # retracted by this step's plan (decision log)
         self.kv: Any = None  # no KV transfer on a colocated instance
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
         self.waiting: deque[ColocatedState] = deque()
@@ -141,9 +144,14 @@ class ColocatedEngine:
 
     def step(self) -> list[RequestOutput]:
         self._apply_aborts()
+        self._victims = []
+        now = self.clock()
         step = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
         plan = self._start(step.prefill.chunks)
         decodes = list(step.decodes)
+        if self.decisions is not None:
+            self.decisions.colocated(now, self.name, [c for _, c in plan], [s.req.request_id for s in decodes],
+                                     self._victims)
         self._emit_early()
         if plan or decodes:
             chunks = [s.prefill_chunk(c) for s, c in plan] + [s.decode_chunk() for s in decodes]
@@ -172,6 +180,7 @@ class ColocatedEngine:
 
     def apply_growth(self, plan: GrowthPlan[ColocatedState]) -> None:
         for state in plan.victims:
+            self._victims.append(state.req.request_id)
             self._retract(state)
         for state in plan.failed:
             self.running.remove(state)

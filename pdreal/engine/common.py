@@ -151,8 +151,9 @@ class ModelRunner:
         return logits
 
 
-    def offload_kv(self, pages: list[int]) -> torch.Tensor:
-        """Copy a retracted request's KV pages to host memory (SGLang decode's offload)."""
+    def offload_kv(self, pages: list[int], num_tokens: int) -> torch.Tensor:
+        """Copy a retracted request's KV pages (holding num_tokens tokens) to host memory
+        (SGLang decode's offload)."""
         return self.pool.read_pages(pages)
 
     def reload_kv(self, pages: list[int], host_kv: torch.Tensor) -> None:

@@ -51,6 +51,7 @@ from pdsim.policy import (
     need_now_tokens,
     plan_decode_step,
 )
+from pdsim.policy.decisions import DecisionLog
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
 
@@ -85,6 +86,7 @@ class DecodeEngine:
                  clock: Clock = time.monotonic) -> None:
         self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
         self.limits = config.limits
+        self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
         self.access = DecodeAccess(DecodeState.view, _kv_tokens, self._done)
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
         self.prealloc: list[DecodeState] = []
@@ -192,20 +194,23 @@ class DecodeEngine:
             self.waiting.append(state)
 
     def _apply(self, plan: DecodeStepPlan[DecodeState], now: float) -> None:
-        """Execute the step plan (order as pdsim.policy.decode_step documents it)."""
+        """Execute the step plan (pdsim.policy.decode_step's order; the transfer info of admitted
+        requests goes out before the resumed requests' KV reload, which delays only the forward)."""
+        if self.decisions is not None:
+            self.decisions.decode(now, f"decode:{self.config.instance_id}", plan, _request_id)
         page = self.config.page_size_tokens
-        for state in plan.resume:
-            self.retracted.remove(state)
-            state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
-            self.runner.reload_kv(state.pages, state.host_kv)
-            state.host_kv = None
-            self.waiting.append(state)
         for state in plan.admit:
             self.prealloc.remove(state)
             state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
             state.times.update(prealloc_leave_s=now, transfer_queue_enter_s=now)
             state.receiver.init(state.pages)
             self.transfer.append(state)
+        for state in plan.resume:
+            self.retracted.remove(state)
+            state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
+            self.runner.reload_kv(state.pages, state.host_kv)
+            state.host_kv = None
+            self.waiting.append(state)
         for state in plan.finish_at_join:
             self.waiting.remove(state)
             self._deliver_first_token(state, now)
@@ -233,7 +238,7 @@ class DecodeEngine:
     def _retract(self, state: DecodeState) -> None:
         """Offload the KV to host, free the pages; the request waits in `retracted`."""
         self.running.remove(state)
-        state.host_kv = self.runner.offload_kv(state.pages)
+        state.host_kv = self.runner.offload_kv(state.pages, state.kv_tokens)
         self.allocator.free(state.pages)
         state.pages = []
         state.num_retractions += 1
@@ -301,6 +306,10 @@ class DecodeEngine:
     def check_invariants(self) -> None:
         """No page leaked; every request accounted for; no transfer room left open when idle."""
         check_engine_invariants(self, "decode")
+
+
+def _request_id(state: DecodeState) -> int:
+    return state.req.request_id
 
 
 def _kv_tokens(state: DecodeState) -> int:

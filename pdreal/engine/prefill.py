@@ -35,6 +35,7 @@ from pdreal.model.sampling import sample
 from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
 from pdreal.transfer.common import Clock
 from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
+from pdsim.policy.decisions import DecisionLog
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class PrefillEngine:
                  clock: Clock = time.monotonic) -> None:
         self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
         self.limits = config.limits
+        self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
         self.bootstrap: list[PrefillState] = []
         self.waiting: deque[PrefillState] = deque()
         self.chunked: PrefillState | None = None
@@ -133,6 +135,8 @@ class PrefillEngine:
         by_id = {s.req.request_id: s for s in candidates}
         batch = plan_prefill_step(self.limits, (s.view() for s in candidates),
                                   self.allocator.num_free * self.config.page_size_tokens)
+        if self.decisions is not None and batch.chunks:
+            self.decisions.prefill(self.clock(), f"prefill:{self.config.instance_id}", batch.chunks)
         plan = []
         for chunk in batch.chunks:
             state = by_id[chunk.request_id]

@@ -49,6 +49,7 @@ class ColocatedInstance(InstanceBase):
         self.ctx_tokens = 0
         self.retractions = 0
         self._matches: dict[int, list[BlockNode]] = {}
+        self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
         self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
         self.clock.process = self.env.process(self.run())
 
@@ -77,11 +78,15 @@ class ColocatedInstance(InstanceBase):
     # -- scheduler loop -------------------------------------------------------------------
     def run(self) -> Iterator:
         while self.alive:
+            self._victims = []
             plan = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
             planned = start_chunks(self, plan.prefill.chunks, self._matches) if plan.prefill.chunks else []
             decodes = list(plan.decodes)
             if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all
                 decodes = list(plan_colocated_decodes(self.limits, self))
+            if self.decisions is not None:
+                self.decisions.colocated(self.env.now, self.name, [c for _, _, c in planned],
+                                         [sr.rid for sr in decodes], self._victims)
             if not planned and not decodes:
                 self.batch_size = 0
                 self.view_stale = True
@@ -141,6 +146,7 @@ class ColocatedInstance(InstanceBase):
 
     def apply_growth(self, plan: GrowthPlan[SimRequest]) -> None:
         for sr in plan.victims:
+            self._victims.append(sr.rid)
             self._retract(sr)
         for sr in plan.failed:
             self.hooks.abort(sr, f"KV exhausted on {self.name}")

@@ -207,6 +207,8 @@ class DecodeInstance(InstanceBase):
 
     def _apply(self, plan: DecodeStepPlan[SimRequest]) -> float:
         """Execute a step plan now; returns the KV reload time of the resumed requests."""
+        if self.decisions is not None:
+            self.decisions.decode(self.env.now, self.name, plan, _rid)
         if not plan.changes:
             for sr in plan.growth.grow:
                 self.pool.allocate(sr.rid, 1)
@@ -307,6 +309,10 @@ class DecodeInstance(InstanceBase):
             "prealloc": len(self.prealloc), "transfer": len(self.transfer), "waiting": len(self.waiting),
             "running": len(self.running), "retracted": len(self.retracted),
         }
+
+
+def _rid(sr: SimRequest) -> int:
+    return sr.rid
 
 
 def _kv_tokens(sr: SimRequest) -> int:

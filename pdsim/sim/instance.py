@@ -16,6 +16,7 @@ import simpy
 
 from pdsim.config import Config
 from pdsim.perf import LatencyModel
+from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
 from pdsim.sim.span import BatchClock
@@ -42,6 +43,7 @@ class InstanceBase:
         self.hooks = ctx.hooks
         self.latency = latency
         self.limits = StepLimits.from_config(ctx.cfg.cluster, ctx.cfg.policy)
+        self.decisions: DecisionLog | None = None  # filled when a caller asks (lockstep test)
         self.alive = True  # false from the crash on
         self._healthy = True
         self.draining = False  # scaling: not routable while its work drains (pdsim.sim.scaling)

@@ -160,7 +160,10 @@ class PrefillInstance(InstanceBase):
             return []
         matches: dict[int, list[BlockNode]] = {}
         batch = plan_prefill_step(self.limits, self._candidates(matches), self.kv.available_tokens)
-        return start_chunks(self, batch.chunks, matches)
+        planned = start_chunks(self, batch.chunks, matches)
+        if self.decisions is not None and planned:
+            self.decisions.prefill(self.env.now, self.name, [c for _, _, c in planned])
+        return planned
 
     def _send_chunks(self, planned: Planned) -> None:
         """Layer-wise overlap: each chunk's pages go on the wire as its forward starts (the

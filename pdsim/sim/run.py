@@ -22,6 +22,7 @@ import simpy
 from tqdm import tqdm
 
 from pdsim.config import Config
+from pdsim.policy.decisions import DecisionLog
 from pdsim.sim.engine import Simulation
 from pdsim.sim.records import delivered
 from pdsim.trace import STATUSES
@@ -50,10 +51,15 @@ class SimResult:
     scaling_events: list[dict[str, Any]] = field(default_factory=list)  # role moves (sim/scaling.py)
 
 
-def simulate(cfg: Config, workload: Workload, progress: bool = False) -> SimResult:
-    """Simulate `workload` on the cluster `cfg` describes; deterministic for a given cfg.seed."""
+def simulate(
+    cfg: Config, workload: Workload, progress: bool = False, decisions: DecisionLog | None = None
+) -> SimResult:
+    """Simulate `workload` on the cluster `cfg` describes; deterministic for a given cfg.seed.
+    `decisions`: a log every instance writes its scheduling decisions into (None = off)."""
     t0 = time.perf_counter()
     sim = Simulation(cfg, workload)
+    for inst in sim.instances:
+        inst.decisions = decisions
     with tqdm(total=len(workload), disable=not progress, unit="req", desc="pdsim") as bar, _rare_gc():
         sim.on_terminal = bar.update if progress else None
         _run(sim)
