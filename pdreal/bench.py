@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from pdreal.engine.common import ModelRunner
-from pdreal.kv.allocator import pages_for_tokens
 from pdreal.kv.pool import KVLayout, KVPool
 from pdreal.model.batch import SeqChunk
 from pdreal.transfer import KVPoll, TransferAux, TransferConfig, make_kv_manager
 from pdreal.transfer.local import LocalHub
+from pdsim.policy.views import pages_for
 
 
 def _sync(device: torch.device) -> None:
@@ -41,7 +41,7 @@ def _median_ms(fn, repeats: int, device: torch.device) -> float:  # noqa: ANN001
 
 
 def prefill_ms(runner: ModelRunner, tokens: int, repeats: int = 3) -> float:
-    pages = runner.pool.allocator.allocate(pages_for_tokens(tokens, runner.page_size_tokens))
+    pages = runner.pool.allocator.allocate(pages_for(tokens, runner.page_size_tokens))
     ids = [(7 * i) % runner.model.spec.vocab_size for i in range(tokens)]
     try:
         return _median_ms(lambda: runner.forward([SeqChunk(ids, 0, pages)]), repeats, runner.model.device)
@@ -50,7 +50,7 @@ def prefill_ms(runner: ModelRunner, tokens: int, repeats: int = 3) -> float:
 
 
 def decode_ms(runner: ModelRunner, batch: int, context_tokens: int, repeats: int = 5) -> float:
-    per_seq = pages_for_tokens(context_tokens + 1, runner.page_size_tokens)
+    per_seq = pages_for(context_tokens + 1, runner.page_size_tokens)
     tables = [runner.pool.allocator.allocate(per_seq) for _ in range(batch)]
     chunks = [SeqChunk([i + 1], context_tokens, t) for i, t in enumerate(tables)]
     try:

@@ -93,8 +93,8 @@ def profile_runner(runner: Any, grid: ProfileGrid, on_point: Callable[[ProfilePo
     """Time every grid cell on `runner` (a ModelRunner whose pool holds grid.pages_needed pages)."""
     import torch
 
-    from pdreal.kv.allocator import pages_for_tokens
     from pdreal.model.batch import SeqChunk
+    from pdsim.policy.views import pages_for
 
     device, page = runner.model.device, runner.page_size_tokens
     vocab = runner.model.spec.vocab_size
@@ -105,7 +105,7 @@ def profile_runner(runner: Any, grid: ProfileGrid, on_point: Callable[[ProfilePo
 
     def measure(kind: str, seqs: int, new_per_seq: int, context: int) -> ProfilePoint:
         contexts = grid.decode_contexts(context, seqs) if kind == "decode" else [context] * seqs
-        tables = [runner.pool.allocator.allocate(pages_for_tokens(c + new_per_seq, page)) for c in contexts]
+        tables = [runner.pool.allocator.allocate(pages_for(c + new_per_seq, page)) for c in contexts]
         chunks = [SeqChunk([(7 * (i + j) + 11) % vocab for j in range(new_per_seq)], c, t)
                   for i, (c, t) in enumerate(zip(contexts, tables, strict=True))]
         try:

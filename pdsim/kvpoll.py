@@ -26,18 +26,26 @@ class KVPollError(RuntimeError):
     """An illegal KVPoll transition."""
 
 
-def advance_poll(current: KVPoll, new: KVPoll, request_id: int) -> KVPoll:
-    """The state after moving `current` to `new`: monotone, terminal states sticky.
-
-    Failing an already-terminal transfer keeps its state (a late failure report after Success
-    is ignored); any other illegal move raises KVPollError naming the request.
-    """
+def poll_transition(current: KVPoll, new: KVPoll) -> tuple[KVPoll, bool]:
+    """The one transition rule: (the state after moving `current` to `new`, whether the move is
+    legal). Legal: forward moves, staying put, Failed from a non-terminal state, and failing a
+    terminal state (a late failure report after Success: kept as it was). Illegal moves
+    (backwards, or leaving a terminal state) leave the state unchanged."""
     if current in TERMINAL:
-        if new == KVPoll.Failed or new == current:
-            return current
-        raise KVPollError(f"request {request_id}: KVPoll {current.name} is terminal, cannot go to {new.name}")
+        return current, new == KVPoll.Failed or new == current
     if new == KVPoll.Failed or new >= current:
-        return new
+        return new, True
+    return current, False
+
+
+def advance_poll(current: KVPoll, new: KVPoll, request_id: int) -> KVPoll:
+    """`poll_transition` for a single-threaded owner (pdsim): an illegal move is a bug and
+    raises KVPollError naming the request."""
+    state, legal = poll_transition(current, new)
+    if legal:
+        return state
+    if current in TERMINAL:
+        raise KVPollError(f"request {request_id}: KVPoll {current.name} is terminal, cannot go to {new.name}")
     raise KVPollError(f"request {request_id}: KVPoll cannot go back from {current.name} to {new.name}")
 
 

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from pdreal.attention import AttentionBackend, make_backend
-from pdreal.kv.allocator import pages_for_tokens
 from pdreal.kv.pool import KVLayout, KVPool
 from pdreal.model.batch import ForwardBatch, SeqChunk
 from pdreal.model.llama import LlamaModel
 from pdreal.model.sampling import SamplingParams
 from pdsim.policy import StepLimits
+from pdsim.policy.views import pages_for
 from pdsim.trace import FIELD_NAMES, STATUS_FINISHED
 
 
@@ -165,7 +165,7 @@ def oversize_reason(req: EngineRequest, config: EngineConfig, num_pages: int) ->
     """Why a generating engine must reject `req` at once (prompt + max_new_tokens need more pages
     than its pool of `num_pages` holds), or '' if it fits."""
     total = len(req.input_ids) + req.sampling.max_new_tokens
-    if pages_for_tokens(total, config.page_size_tokens) <= num_pages:
+    if pages_for(total, config.page_size_tokens) <= num_pages:
         return ""
     return f"{total} tokens (prompt + max_new_tokens) exceed the KV pool ({config.kv_capacity_tokens} tokens)"
 

@@ -8,9 +8,9 @@ at the end.
 from __future__ import annotations
 
 from pdreal.engine.common import ModelRunner, stop_reached
-from pdreal.kv.allocator import pages_for_tokens
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import SamplingParams, sample
+from pdsim.policy.views import pages_for
 
 
 def generate(runner: ModelRunner, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[list[int]]:
@@ -19,7 +19,7 @@ def generate(runner: ModelRunner, prompts: list[list[int]], sampling: list[Sampl
         raise ValueError(f"{len(prompts)} prompts but {len(sampling)} sampling params")
     page, allocator = runner.page_size_tokens, runner.pool.allocator
     eos = set(runner.model.spec.eos_token_ids)
-    tables = [allocator.allocate(pages_for_tokens(len(p) + s.max_new_tokens, page))
+    tables = [allocator.allocate(pages_for(len(p) + s.max_new_tokens, page))
               for p, s in zip(prompts, sampling, strict=True)]
     try:
         logits = runner.forward([SeqChunk(list(p), 0, t) for p, t in zip(prompts, tables, strict=True)])

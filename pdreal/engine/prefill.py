@@ -29,13 +29,14 @@ from pdreal.engine.common import (
     engine_stats,
     trace_row,
 )
-from pdreal.kv.allocator import PageAllocator, pages_for_tokens
+from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import sample
 from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
 from pdreal.transfer.common import Clock
 from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
 from pdsim.policy.decisions import DecisionLog
+from pdsim.policy.views import pages_for
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class PrefillEngine:
         now = self.clock()
         self.num_added += 1
         state = PrefillState(req, None, times={"bootstrap_enter_s": now})
-        need = pages_for_tokens(len(req.input_ids), self.config.page_size_tokens)
+        need = pages_for(len(req.input_ids), self.config.page_size_tokens)
         if need > self.allocator.num_pages:
             self._finish(state, STATUS_REJECTED, f"prompt of {len(req.input_ids)} tokens exceeds the KV pool "
                          f"({self.config.kv_capacity_tokens} tokens)")

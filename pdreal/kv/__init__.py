@@ -5,7 +5,6 @@ from pdreal.kv.allocator import (
     PageAllocator,
     PageRun,
     coalesce_runs,
-    pages_for_tokens,
 )
 
-__all__ = ["OutOfPagesError", "PageAllocator", "PageRun", "coalesce_runs", "pages_for_tokens"]
+__all__ = ["OutOfPagesError", "PageAllocator", "PageRun", "coalesce_runs"]

@@ -27,13 +27,6 @@ class PageRun:
     num_pages: int
 
 
-def pages_for_tokens(num_tokens: int, page_size_tokens: int) -> int:
-    """Pages needed to hold `num_tokens` tokens (ceiling division)."""
-    if num_tokens < 0:
-        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-    return -(-num_tokens // page_size_tokens)
-
-
 class PageAllocator:
     """Free-run list over `num_pages` pages; deterministic for a given call sequence."""
 

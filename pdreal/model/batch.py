@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pdreal.kv.allocator import pages_for_tokens
 from pdreal.kv.pool import slots_for
+from pdsim.policy.views import pages_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class ForwardBatch:
             q_len, kv_len = len(chunk.token_ids), chunk.start + len(chunk.token_ids)
             if q_len < 1:
                 raise ValueError("a chunk needs at least one new token")
-            used = pages_for_tokens(kv_len, page_size_tokens)
+            used = pages_for(kv_len, page_size_tokens)
             if used > len(chunk.page_table):
                 raise ValueError(f"{kv_len} tokens need {used} pages, page table has {len(chunk.page_table)}")
             ids.extend(chunk.token_ids)

@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pdsim.kvpoll import TERMINAL, KVPoll
+from pdsim.kvpoll import KVPoll, poll_transition
 
 
 class KVTransferError(RuntimeError):
@@ -29,7 +29,9 @@ class KVTransferError(RuntimeError):
 
 
 class PollState:
-    """A thread-safe monotone KVPoll value with a failure reason."""
+    """A thread-safe monotone KVPoll value with a failure reason, moved by pdsim.kvpoll's one
+    transition rule. Transfer threads race (a late Transferring after Success), so an illegal
+    move is ignored here instead of raising as in the single-threaded simulator."""
 
     def __init__(self, start: KVPoll = KVPoll.Bootstrapping) -> None:
         self._state = start
@@ -40,21 +42,23 @@ class PollState:
         return self._state
 
     def advance(self, to: KVPoll) -> bool:
-        """Move forward to `to`; ignored (False) if terminal already or `to` is not higher."""
+        """Move forward to `to`; False (ignored) unless the state changed."""
         if to == KVPoll.Failed:
             raise ValueError("use fail(reason) to fail a transfer")
-        with self._lock:
-            if self._state in TERMINAL or to <= self._state:
-                return False
-            self._state = to
-            return True
+        return self._move(to, "")
 
     def fail(self, reason: str) -> bool:
         """Mark Failed unless terminal already; the first reason wins."""
+        return self._move(KVPoll.Failed, reason)
+
+    def _move(self, to: KVPoll, reason: str) -> bool:
         with self._lock:
-            if self._state in TERMINAL:
+            state, legal = poll_transition(self._state, to)
+            if not legal or state == self._state:
                 return False
-            self._state, self.reason = KVPoll.Failed, reason
+            self._state = state
+            if state == KVPoll.Failed:
+                self.reason = reason
             return True
 
 

@@ -23,7 +23,6 @@ from typing import Any
 from pdreal.kv.allocator import PageRun, coalesce_runs
 from pdreal.kv.pool import KVLayout, KVPool
 from pdreal.transfer.base import (
-    TERMINAL,
     KVManager,
     KVPoll,
     KVReceiver,
@@ -32,6 +31,7 @@ from pdreal.transfer.base import (
     PollState,
     TransferAux,
 )
+from pdsim.kvpoll import TERMINAL
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]

@@ -32,7 +32,7 @@ from pdsim.policy.batching import (
     PrefillChunk,
     decode_reservation_tokens,
     form_prefill_batch,
-    mixed_prefill_budget,
+    prefill_token_budget,
 )
 from pdsim.policy.decode_step import (
     DecodeAccess,
@@ -129,7 +129,7 @@ __all__ = [
     "choose_retraction_victims",
     "decode_reservation_tokens",
     "form_prefill_batch",
-    "mixed_prefill_budget",
+    "prefill_token_budget",
     "need_now_tokens",
     "next_new_token_ratio",
     "pages_for",

@@ -5,7 +5,8 @@ the waiting queue in FIFO order). The adder consumes them lazily and stops at th
 does not fit, so a caller may compute prefix matches on the fly. A batch is bounded by
 
 - a token budget: min(max_prefill_tokens, chunk_size_tokens) new tokens per forward (the
-  colocated mixed batch first subtracts one token per running decode, see `mixed_prefill_budget`);
+  colocated mixed batch first subtracts one token per running decode, see
+  `pdsim.policy.prefill_step.prefill_budget`);
 - chunking: when chunk_size_tokens > 0, the request that overflows the budget is truncated to a
   page multiple and becomes the batch's (only) chunked request; without chunking a whole request
   is added as long as some budget is left (the last one may overshoot, as in SGLang);
@@ -38,9 +39,15 @@ class PrefillBudget:
 
     @property
     def token_budget(self) -> int:
-        if self.chunk_size_tokens > 0:
-            return min(self.max_prefill_tokens, self.chunk_size_tokens)
-        return self.max_prefill_tokens
+        return prefill_token_budget(self.max_prefill_tokens, self.chunk_size_tokens)
+
+
+def prefill_token_budget(max_prefill_tokens: int, chunk_size_tokens: int) -> int:
+    """New tokens one prefill forward may compute: min(max_prefill_tokens, chunk_size_tokens)
+    when chunking (chunk_size_tokens > 0), else max_prefill_tokens. The one copy of the rule."""
+    if chunk_size_tokens > 0:
+        return min(max_prefill_tokens, chunk_size_tokens)
+    return max_prefill_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +133,6 @@ def form_prefill_batch(candidates: Iterable[RequestView], budget: PrefillBudget)
         if not adder.add(req):
             break
     return adder.batch()
-
-
-def mixed_prefill_budget(budget_tokens: int, num_decode_seqs: int) -> int:
-    """Colocated mixed batch: prefill tokens left after each running decode takes one token."""
-    return max(0, budget_tokens - num_decode_seqs)
 
 
 def decode_reservation_tokens(remaining_output_tokens: Iterable[int], new_token_ratio: float) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from pdsim.policy.batching import prefill_token_budget
+
 MIXED = "mixed"  # Sarathi-Serve / vLLM v1 / SGLang: prefill chunks and decodes share one budget
 PREFILL_PRIORITY = "prefill_priority"  # vLLM v0 (DistServe/Splitwise baseline): never mixed
 SCHEDULES = (MIXED, PREFILL_PRIORITY)
@@ -68,10 +70,8 @@ class StepLimits:
 
     @property
     def prefill_token_budget(self) -> int:
-        """New tokens per prefill forward: min(max_prefill_tokens, chunk_size_tokens) when chunking."""
-        if self.chunk_size_tokens > 0:
-            return min(self.max_prefill_tokens, self.chunk_size_tokens)
-        return self.max_prefill_tokens
+        """New tokens per prefill forward (batching.prefill_token_budget)."""
+        return prefill_token_budget(self.max_prefill_tokens, self.chunk_size_tokens)
 
     @classmethod
     def from_config(cls, cluster: ClusterLike, policy: PolicyLike) -> StepLimits:

@@ -101,4 +101,6 @@ def pages_for(tokens: int, page_size_tokens: int) -> int:
     """Pages needed to hold `tokens` tokens (ceil division)."""
     if page_size_tokens < 1:
         raise ValueError(f"page_size_tokens must be >= 1, got {page_size_tokens}")
+    if tokens < 0:
+        raise ValueError(f"tokens must be >= 0, got {tokens}")
     return -(-tokens // page_size_tokens)

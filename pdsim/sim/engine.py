@@ -17,6 +17,7 @@ import simpy
 from pdsim import rng
 from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
+from pdsim.policy.batching import prefill_token_budget
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.decode import DecodeInstance
 from pdsim.sim.faults import FaultInjector
@@ -234,7 +235,7 @@ def validate_config(cfg: Config) -> None:
             raise ValueError(f"cluster: field {name!r} must be >= 1 in {c.mode} mode, got {value}")
     if c.page_size_tokens < 1:
         raise ValueError(f"cluster: field 'page_size_tokens' must be >= 1, got {c.page_size_tokens}")
-    budget = min(c.max_prefill_tokens, c.chunk_size_tokens) if c.chunk_size_tokens > 0 else c.max_prefill_tokens
+    budget = prefill_token_budget(c.max_prefill_tokens, c.chunk_size_tokens)
     if budget < c.page_size_tokens:
         raise ValueError(f"cluster: prefill token budget {budget} is smaller than page_size_tokens {c.page_size_tokens}")
     if c.max_running_requests < 1:

@@ -10,8 +10,8 @@ from pdreal.kv.allocator import (
     PageAllocator,
     PageRun,
     coalesce_runs,
-    pages_for_tokens,
 )
+from pdsim.policy.views import pages_for
 
 
 def test_allocate_prefers_one_contiguous_run() -> None:
@@ -68,4 +68,4 @@ def test_coalesce_runs_needs_contiguity_on_both_sides() -> None:
     assert coalesce_runs([], []) == []
     with pytest.raises(ValueError, match="2 source pages but 1"):
         coalesce_runs([1, 2], [1])
-    assert pages_for_tokens(0, 16) == 0 and pages_for_tokens(17, 16) == 2
+    assert pages_for(0, 16) == 0 and pages_for(17, 16) == 2

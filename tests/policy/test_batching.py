@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdsim.policy import PrefillBudget, RequestView, form_prefill_batch, mixed_prefill_budget
+from pdsim.policy import PrefillBudget, RequestView, StepLimits, form_prefill_batch, prefill_budget
 
 
 def req(rid: int, inp: int, prefilled: int = 0, out: int = 10) -> RequestView:
@@ -76,6 +76,11 @@ def test_nothing_left_to_prefill_is_an_error() -> None:
         form_prefill_batch([req(3, 10, prefilled=10)], budget())
 
 
-def test_mixed_budget() -> None:
-    assert mixed_prefill_budget(512, 100) == 412
-    assert mixed_prefill_budget(512, 600) == 0
+def test_one_prefill_budget_rule() -> None:
+    limits = StepLimits(max_prefill_tokens=512, chunk_size_tokens=1024, max_running_requests=8, prealloc_slots=8)
+    mixed = prefill_budget(limits, free_kv_tokens=4000, num_decodes=100, reserved_kv_tokens=30, num_running=3)
+    assert (mixed.max_prefill_tokens, mixed.max_requests, mixed.reserved_kv_tokens) == (412, 5, 30)
+    assert prefill_budget(limits, 4000, num_decodes=600) is None  # every token taken by decodes
+    assert prefill_budget(limits, 4000, num_running=8) is None  # no request slot left
+    chunked = StepLimits(max_prefill_tokens=512, chunk_size_tokens=256, max_running_requests=8, prealloc_slots=8)
+    assert prefill_budget(chunked, 4000).max_prefill_tokens == 256 == chunked.prefill_token_budget
