@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from pdsim.trace import (
     FIELDS,
+    FLOAT,
+    INTEGER_TYPES,
     TraceError,
     fill_optional_fields,
     read_parquet_frame,
@@ -69,7 +70,7 @@ def check_types(df: pd.DataFrame, source: str) -> None:
     """Raise TraceError when a schema field holds values of the wrong kind."""
     for field in FIELDS:
         column = df[field.name]
-        numeric = pa.types.is_floating(field.type) or pa.types.is_integer(field.type)
+        numeric = field.type == FLOAT or field.type in INTEGER_TYPES
         if numeric and not pd.api.types.is_numeric_dtype(column):
             bad = next((v for v in column if not _is_number(v)), column.iloc[0])
             raise TraceError(f"{source}: field {field.name!r} has non-numeric value {bad!r}")

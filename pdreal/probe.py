@@ -27,7 +27,7 @@ half; its hops are
                                                                 (first token) -> client
 
 These are the constant costs a simulator has to add to the engine's step times; `pdsim
-fidelity` maps them onto pdsim's cluster parameters (pdsim/fidelity/facts.py).
+fidelity` maps them onto pdsim's cluster parameters (analysis/fidelity/facts.py).
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ def compose_pdsim(overrides: list[str]) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from pdsim.cli import _one_line
     from pdsim.config import register_configs, to_config
+    from pdsim.errors import one_line
     from pdsim.paths import SCENARIOS_DIR
 
     if not any(o.startswith("scenario=") for o in overrides):
@@ -60,7 +60,7 @@ def compose_pdsim(overrides: list[str]) -> Any:
         with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
             return to_config(compose("config", overrides=overrides))
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ValueError(_one_line(exc)) from None
+        raise ValueError(one_line(exc)) from None
 
 
 def load_workload(args: argparse.Namespace, cfg: Any) -> Any:

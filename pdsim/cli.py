@@ -16,6 +16,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from pdsim.errors import one_line
+from pdsim.plugins import plugin_commands
+
 USAGE = """usage: pdsim <command> [args]
 
 commands:
@@ -26,11 +29,12 @@ commands:
               add hydra/launcher=joblib for local parallelism (or +sweep=<file> from scenarios/sweep/)
   plan        recommend the P:D split and TP per side for a GPU budget, vs the best colocated fleet:
               pdsim plan scenario=rag model=llama3_70b hardware=a800 perf=roofline plan.gpus=16
-  report      pdsim report TRACE.parquet [OTHER.parquet] -o report/   (run or comparison report)
+  report      pdsim report TRACE.parquet [OTHER.parquet] -o report/   (run or comparison report;
+              provided by the analysis package)
   calibrate   fit roofline efficiencies / fitted coefficients to a profiled latency table
   fidelity    sim vs real on this machine: pdreal profile -> serve -> replay; pdsim on the same
               requests with the measured engine facts; comparison report + error table
-              (pdsim fidelity --help; docs/FIDELITY.md)
+              (pdsim fidelity --help; docs/FIDELITY.md; provided by the analysis package)
 
 Outputs go to outputs/<scenario>/<time>/ (trace.parquet, trace.summary.json, timeseries.parquet).
 """
@@ -51,14 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         "goodput": _goodput,
         "sweep": _sweep,
         "plan": _plan,
-        "report": _report,
         "calibrate": _calibrate,
-        "fidelity": _fidelity,
     }
-    if command not in handlers:
-        print(f"pdsim: error: unknown command {command!r} (choose from {', '.join(handlers)})", file=sys.stderr)
-        return 2
-    return handlers[command](rest)
+    if command in handlers:
+        return handlers[command](rest)
+    plugins = plugin_commands()  # report, fidelity: provided by the analysis package
+    if command in plugins:
+        return int(plugins[command].load()(rest) or 0)
+    names = ", ".join([*handlers, *sorted(plugins)])
+    print(f"pdsim: error: unknown command {command!r} (choose from {names})", file=sys.stderr)
+    return 2
 
 
 def _run(rest: list[str]) -> int:
@@ -113,44 +119,14 @@ def check_overrides(overrides: list[str]) -> str | None:
         with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
             to_config(compose("config", overrides=user))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        return _one_line(exc)
+        return one_line(exc)
     return None
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    message = lines[0] if lines else type(exc).__name__
-    for i, line in enumerate(lines):
-        if line.startswith("Available options"):
-            options = []
-            for option in lines[i + 1 :]:
-                if option.startswith("Config search path"):
-                    break
-                if not option.startswith("base_"):
-                    options.append(option)
-            message += " (available: " + ", ".join(options) + ")"
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        message += ": " + str(cause).strip().splitlines()[0]
-    return message
-
-
-def _report(rest: list[str]) -> int:
-    from analysis.report import main as report_main
-
-    return report_main(rest)
 
 
 def _calibrate(rest: list[str]) -> int:
     from pdsim.perf.calibrate import main as calibrate_main
 
     return calibrate_main(rest)
-
-
-def _fidelity(rest: list[str]) -> int:
-    from pdsim.fidelity.cli import main as fidelity_main
-
-    return fidelity_main(rest)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from pdsim.config import Config, register_configs, to_config
 from pdsim.metrics import Slo, summarize
 from pdsim.paths import SCENARIOS_DIR
+from pdsim.plugins import run_report_writer
 from pdsim.search.rows import RESULT_FILE, result_row
 from pdsim.summary import format_summary
 from pdsim.trace import write_trace
@@ -76,10 +77,9 @@ def write_outputs(
         ts_path = out_dir / TIMESERIES_FILE
         out.timeseries.to_parquet(ts_path, index=False)
         paths.append(ts_path)
-    if report:
-        from analysis.report import write_run_report
-
-        paths.append(write_run_report(out.trace, out.summary, out.timeseries, out_dir / "report"))
+    if report:  # the HTML report comes from the analysis package (pdsim.plugins)
+        writer = run_report_writer()
+        paths.append(writer(out.trace, out.summary, out.timeseries, out_dir / "report"))
     return paths
 
 

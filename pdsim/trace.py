@@ -10,7 +10,9 @@ in pdsim, pdreal and analysis:
     colocated:     waiting -> running (prefill chunks and decodes share the batch)
 
 `TraceRecorder` collects rows column-wise (cheap appends, no per-request objects kept) and
-`write_trace` writes the parquet file plus a JSON summary beside it.
+`write_trace` writes the parquet file plus a JSON summary beside it. Importing this module
+costs no pandas or pyarrow (the engines import it for the schema and status names); the I/O
+functions import them when called.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 SCHEMA_VERSION = 1
 
@@ -34,35 +36,39 @@ STATUS_REJECTED = "rejected"
 STATUSES = (STATUS_FINISHED, STATUS_FAILED, STATUS_REJECTED)
 
 
+FLOAT, INT64, INT32, STRING, FLOAT_LIST = "float64", "int64", "int32", "string", "list<float64>"
+INTEGER_TYPES = (INT64, INT32)
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
     name: str
-    type: pa.DataType
+    type: str  # arrow type name: float64, int64, int32, string, list<float64>
     unit: str
     doc: str
 
 
 def _t(name: str, doc: str) -> Field:
-    return Field(name, pa.float64(), "s", doc)
+    return Field(name, FLOAT, "s", doc)
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("request_id", pa.int64(), "-", "request id, unique within a run (trace row order)"),
-    Field("session_id", pa.int64(), "-", "conversation/session id, -1 when unknown"),
+    Field("request_id", INT64, "-", "request id, unique within a run (trace row order)"),
+    Field("session_id", INT64, "-", "conversation/session id, -1 when unknown"),
     _t("arrival_s", "time the request reached the router"),
-    Field("input_tokens", pa.int64(), "tokens", "prompt length"),
-    Field("output_tokens", pa.int64(), "tokens", "tokens generated (requested count if unfinished)"),
-    Field("cached_prefix_tokens", pa.int64(), "tokens", "prompt tokens served from the prefix cache"),
-    Field("cached_tokens_gpu", pa.int64(), "tokens", "part of cached_prefix_tokens already in GPU pages"),
-    Field("cached_tokens_host", pa.int64(), "tokens", "part of cached_prefix_tokens loaded from host DRAM"),
-    Field("cached_tokens_ssd", pa.int64(), "tokens", "part of cached_prefix_tokens loaded from local SSD"),
-    Field("cached_tokens_store", pa.int64(), "tokens", "part of cached_prefix_tokens read from the global KV store"),
-    Field("kv_load_s", pa.float64(), "s", "modelled time to load the host/ssd/store part (alone on the links)"),
-    Field("kv_load_skipped_tokens", pa.int64(), "tokens", "tier hits recomputed because loading was slower"),
-    Field("mode", pa.string(), "-", "'disaggregated' or 'colocated'"),
-    Field("prefill_instance", pa.int32(), "-", "prefill (or colocated) instance id, -1 if none"),
-    Field("decode_instance", pa.int32(), "-", "decode instance id, -1 if none (colocated: same as prefill)"),
-    Field("bootstrap_room", pa.int64(), "-", "random 63-bit id pairing the prefill and decode halves"),
+    Field("input_tokens", INT64, "tokens", "prompt length"),
+    Field("output_tokens", INT64, "tokens", "tokens generated (requested count if unfinished)"),
+    Field("cached_prefix_tokens", INT64, "tokens", "prompt tokens served from the prefix cache"),
+    Field("cached_tokens_gpu", INT64, "tokens", "part of cached_prefix_tokens already in GPU pages"),
+    Field("cached_tokens_host", INT64, "tokens", "part of cached_prefix_tokens loaded from host DRAM"),
+    Field("cached_tokens_ssd", INT64, "tokens", "part of cached_prefix_tokens loaded from local SSD"),
+    Field("cached_tokens_store", INT64, "tokens", "part of cached_prefix_tokens read from the global KV store"),
+    Field("kv_load_s", FLOAT, "s", "modelled time to load the host/ssd/store part (alone on the links)"),
+    Field("kv_load_skipped_tokens", INT64, "tokens", "tier hits recomputed because loading was slower"),
+    Field("mode", STRING, "-", "'disaggregated' or 'colocated'"),
+    Field("prefill_instance", INT32, "-", "prefill (or colocated) instance id, -1 if none"),
+    Field("decode_instance", INT32, "-", "decode instance id, -1 if none (colocated: same as prefill)"),
+    Field("bootstrap_room", INT64, "-", "random 63-bit id pairing the prefill and decode halves"),
     _t("route_s", "time the router dispatched the request (after admission)"),
     _t("bootstrap_enter_s", "entered the prefill bootstrap queue"),
     _t("bootstrap_leave_s", "left the bootstrap queue (decode side handshaken and pre-allocated)"),
@@ -77,33 +83,34 @@ FIELDS: tuple[Field, ...] = (
     _t("transfer_queue_leave_s", "KV arrival polled on the decode side"),
     _t("transfer_start_s", "first KV byte started moving"),
     _t("transfer_end_s", "last KV byte (and aux data) arrived"),
-    Field("transfer_bytes", pa.int64(), "bytes", "KV bytes moved prefill -> decode"),
+    Field("transfer_bytes", INT64, "bytes", "KV bytes moved prefill -> decode"),
     _t("decode_waiting_enter_s", "entered the decode waiting queue (prebuilt batch)"),
     _t("running_enter_s", "joined a running decode batch (first time)"),
     _t("first_token_s", "first output token available to the client"),
     _t("last_token_s", "last output token available to the client"),
     _t("finish_s", "request left the system (finished, failed or rejected)"),
-    Field("status", pa.string(), "-", "'finished', 'failed' or 'rejected'"),
-    Field("failure_reason", pa.string(), "-", "why it failed or was rejected; empty when finished"),
-    Field("num_retractions", pa.int32(), "-", "times the decode side retracted the request"),
-    Field("token_times_s", pa.list_(pa.float64()), "s", "per-token times when recorded (ITL), else null"),
+    Field("status", STRING, "-", "'finished', 'failed' or 'rejected'"),
+    Field("failure_reason", STRING, "-", "why it failed or was rejected; empty when finished"),
+    Field("num_retractions", INT32, "-", "times the decode side retracted the request"),
+    Field("token_times_s", FLOAT_LIST, "s", "per-token times when recorded (ITL), else null"),
 )
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
-ARROW_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in FIELDS]).with_metadata(
-    {"pdsim.schema_version": str(SCHEMA_VERSION)}
-)
 _DEFAULTS: dict[str, Any] = {
-    f.name: (
-        math.nan
-        if f.type == pa.float64()
-        else -1
-        if pa.types.is_integer(f.type)
-        else ""
-        if f.type == pa.string()
-        else None
-    )
+    f.name: math.nan if f.type == FLOAT else -1 if f.type in INTEGER_TYPES else "" if f.type == STRING else None
     for f in FIELDS
 }
+
+
+@cache
+def arrow_schema() -> pa.Schema:
+    """The schema as a pyarrow Schema (with the schema version in its metadata)."""
+    import pyarrow as pa
+
+    types = {FLOAT: pa.float64(), INT64: pa.int64(), INT32: pa.int32(), STRING: pa.string(),
+             FLOAT_LIST: pa.list_(pa.float64())}
+    return pa.schema([pa.field(f.name, types[f.type]) for f in FIELDS]).with_metadata(
+        {"pdsim.schema_version": str(SCHEMA_VERSION)}
+    )
 _DEFAULTS.update(cached_prefix_tokens=0, num_retractions=0, transfer_bytes=0)
 # fields added after schema version 1 first shipped: older traces lack them, read_trace fills these
 OPTIONAL_DEFAULTS: dict[str, Any] = {
@@ -145,7 +152,9 @@ class TraceRecorder:
             column.append(row.get(name, _DEFAULTS[name]))
 
     def to_frame(self) -> pd.DataFrame:
-        table = pa.table(self._columns, schema=ARROW_SCHEMA)
+        import pyarrow as pa
+
+        table = pa.table(self._columns, schema=arrow_schema())
         return table.to_pandas().sort_values("request_id", kind="stable").reset_index(drop=True)
 
 
@@ -175,10 +184,13 @@ def write_trace(df: pd.DataFrame, path: Path, summary: dict[str, Any] | None = N
 
     Files are written to a temporary name then renamed, so a failure leaves nothing half-written.
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     df = fill_optional_fields(df)
     validate_frame(df, str(path))
     path = Path(path)
-    table = pa.Table.from_pandas(df[list(FIELD_NAMES)], schema=ARROW_SCHEMA, preserve_index=False)
+    table = pa.Table.from_pandas(df[list(FIELD_NAMES)], schema=arrow_schema(), preserve_index=False)
     tmp = path.with_suffix(".parquet.tmp")
     pq.write_table(table, tmp)
     tmp.replace(path)
@@ -192,6 +204,9 @@ def write_trace(df: pd.DataFrame, path: Path, summary: dict[str, Any] | None = N
 
 def read_parquet_frame(path: Path | str, what: str = "trace") -> pd.DataFrame:
     """Read a parquet file into pandas; TraceError naming the file if absent or unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: {what} file not found")
@@ -226,6 +241,8 @@ def fill_optional_fields(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _json_default(value: Any) -> Any:
+    import numpy as np
+
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, Path):

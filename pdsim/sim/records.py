@@ -17,10 +17,10 @@ import pandas as pd
 import pyarrow as pa
 
 from pdsim.trace import _DEFAULTS as TRACE_DEFAULTS
-from pdsim.trace import ARROW_SCHEMA, FIELD_NAMES, FIELDS, STATUSES
+from pdsim.trace import FIELD_NAMES, FIELDS, FLOAT, INTEGER_TYPES, STATUSES, arrow_schema
 
-_FLOATS = tuple(f.name for f in FIELDS if f.type == pa.float64())
-_INTS = tuple(f.name for f in FIELDS if pa.types.is_integer(f.type))
+_FLOATS = tuple(f.name for f in FIELDS if f.type == FLOAT)
+_INTS = tuple(f.name for f in FIELDS if f.type in INTEGER_TYPES)
 _OBJECTS = tuple(f.name for f in FIELDS if f.name not in _FLOATS and f.name not in _INTS)
 _KNOWN = frozenset(FIELD_NAMES)
 
@@ -59,16 +59,17 @@ class SimRecorder:
 
     def to_frame(self) -> pd.DataFrame:
         columns: dict[str, Any] = {}
+        schema = arrow_schema()
         for f in FIELDS:
             if f.name in self._objects:
-                columns[f.name] = pa.array(self._objects[f.name], type=f.type)
+                columns[f.name] = pa.array(self._objects[f.name], type=schema.field(f.name).type)
             else:
                 is_float = f.name in self._floats
                 values = self._floats[f.name] if is_float else self._ints[f.name]
                 dtype = np.float64 if is_float else np.int64
                 data = np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype)
-                columns[f.name] = pa.array(data, type=f.type)
-        table = pa.table(columns, schema=ARROW_SCHEMA)
+                columns[f.name] = pa.array(data, type=schema.field(f.name).type)
+        table = pa.table(columns, schema=schema)
         return table.to_pandas().sort_values("request_id", kind="stable").reset_index(drop=True)
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.fidelity.cli import build_parser
+from analysis.fidelity.facts import EngineFacts, sim_overrides
+from analysis.fidelity.loop import compose
+from analysis.fidelity.real import ServeShape
+from analysis.fidelity.served import slowdown, steps_frame
 from pdreal.probe import hop_medians
-from pdsim.fidelity.cli import build_parser
-from pdsim.fidelity.facts import EngineFacts, sim_overrides
-from pdsim.fidelity.loop import compose
-from pdsim.fidelity.real import ServeShape
-from pdsim.fidelity.served import slowdown, steps_frame
 from pdsim.perf import LinearModel
 
 ENGINE = {

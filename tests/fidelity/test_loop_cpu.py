@@ -19,10 +19,10 @@ pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
 pytest.importorskip("mooncake.engine")
 
+from analysis.fidelity.cli import build_parser, workload_overrides  # noqa: E402
+from analysis.fidelity.loop import FidelityOptions, run_fidelity  # noqa: E402
+from analysis.fidelity.real import ServeShape  # noqa: E402
 from pdreal.model.gguf_loader import smollm2_path  # noqa: E402
-from pdsim.fidelity.cli import build_parser, workload_overrides  # noqa: E402
-from pdsim.fidelity.loop import FidelityOptions, run_fidelity  # noqa: E402
-from pdsim.fidelity.real import ServeShape  # noqa: E402
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.fidelity]
 BOUND = 0.30

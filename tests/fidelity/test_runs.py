@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pdsim.fidelity.facts import EngineFacts
-from pdsim.fidelity.loop import FidelityOptions, run_fidelity, simulate_requests
-from pdsim.fidelity.real import ServeShape
+from analysis.fidelity.facts import EngineFacts
+from analysis.fidelity.loop import FidelityOptions, run_fidelity, simulate_requests
+from analysis.fidelity.real import ServeShape
 from pdsim.trace import write_trace
 
 ENGINE = {

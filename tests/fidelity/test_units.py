@@ -9,12 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.fidelity.cli import build_parser, workload_overrides
+from analysis.fidelity.compare import error_table, format_scan, format_table, slo_scan, targets_met
+from analysis.fidelity.facts import EngineFacts, sim_overrides
+from analysis.fidelity.loop import compose
+from analysis.fidelity.served import slowdown, steps_frame
 from pdsim.config import PerfConfig
-from pdsim.fidelity.cli import build_parser, workload_overrides
-from pdsim.fidelity.compare import error_table, format_scan, format_table, slo_scan, targets_met
-from pdsim.fidelity.facts import EngineFacts, sim_overrides
-from pdsim.fidelity.loop import compose
-from pdsim.fidelity.served import slowdown, steps_frame
 from pdsim.metrics import Slo
 from pdsim.perf import LinearModel, StepOverheadModel, build_latency_model
 

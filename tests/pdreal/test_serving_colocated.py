@@ -126,8 +126,8 @@ def test_stats_steps_metrics_and_bad_requests(cluster) -> None:  # noqa: ANN001
 def test_profile_reports_the_colocated_engine(tmp_path) -> None:  # noqa: ANN001
     import argparse
 
+    from analysis.fidelity.facts import EngineFacts, sim_overrides
     from pdreal.profile import run_profile_command
-    from pdsim.fidelity.facts import EngineFacts, sim_overrides
 
     args = argparse.Namespace(out=tmp_path / "profile", quick=True, repeats=1, config=None,
                               overrides=[f"node.model={tiny_model_file(tmp_path)}", "cluster.page_size_tokens=8",

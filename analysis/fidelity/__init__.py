@@ -6,7 +6,7 @@ serve, probe, replay), loop.py (the whole loop), compare.py (the error table and
 definitions), cli.py (the command). pdreal and torch are imported only when the loop runs.
 """
 
-from pdsim.fidelity.compare import DEFINITIONS, TARGETS, error_table, format_table
-from pdsim.fidelity.facts import EngineFacts, sim_overrides
+from analysis.fidelity.compare import DEFINITIONS, TARGETS, error_table, format_table
+from analysis.fidelity.facts import EngineFacts, sim_overrides
 
 __all__ = ["DEFINITIONS", "TARGETS", "EngineFacts", "error_table", "format_table", "sim_overrides"]

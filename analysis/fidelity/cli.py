@@ -17,7 +17,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from pdsim.fidelity.compare import format_report, targets_met
+from analysis.fidelity.compare import format_report, targets_met
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -79,8 +79,8 @@ def workload_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pdsim.fidelity.loop import FidelityOptions, run_fidelity
-    from pdsim.fidelity.real import ServeShape
+    from analysis.fidelity.loop import FidelityOptions, run_fidelity
+    from analysis.fidelity.real import ServeShape
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

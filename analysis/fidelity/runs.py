@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from pdsim.fidelity.real import ServeShape
+from analysis.fidelity.real import ServeShape
 
 if TYPE_CHECKING:
-    from pdsim.fidelity.loop import FidelityOptions
+    from analysis.fidelity.loop import FidelityOptions
 
 MEASURED_FILES = ("engine_json", "profile_csv", "requests_csv", "served_steps_csv", "real_trace")
 

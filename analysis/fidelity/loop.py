@@ -31,12 +31,12 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.fidelity.compare import DEFINITIONS, error_table, format_report, slo_scan
+from analysis.fidelity.facts import EngineFacts, sim_overrides
+from analysis.fidelity.real import RealCluster, ServeShape, merge_probe, requests_csv, run_profile
+from analysis.fidelity.runs import Measured, load_measured, other_run_steps, recorded_options
+from analysis.fidelity.served import slowdown, steps_frame
 from pdsim.config import Config
-from pdsim.fidelity.compare import DEFINITIONS, error_table, format_report, slo_scan
-from pdsim.fidelity.facts import EngineFacts, sim_overrides
-from pdsim.fidelity.real import RealCluster, ServeShape, merge_probe, requests_csv, run_profile
-from pdsim.fidelity.runs import Measured, load_measured, other_run_steps, recorded_options
-from pdsim.fidelity.served import slowdown, steps_frame
 from pdsim.metrics import Slo, summarize
 
 log = logging.getLogger(__name__)
