@@ -105,7 +105,7 @@ def test_follower_summary_steers_cache_aware_to_the_instance_holding_the_prefix(
         assert blocks == {0: frozenset(), 1: frozenset(hashes)}
         router.kv_summary = CacheSummary(dict(blocks))
         view = RequestView(7, len(PREFIX) + 1, 4, hash_ids=block_hash_ids(PREFIX + [4], PAGE))
-        pair, _, _ = router._choose(view, 0.0)
+        pair, _, _, _ = router._choose(view, 0.0)
         assert pair is not None and pair[0].index == 1
         publishers[1].publish(REMOVED, hashes)
         for _ in range(50):

@@ -39,7 +39,7 @@ def test_serve_colocated_flags_become_cluster_overrides() -> None:
 
 @pytest.mark.parametrize(("overrides", "needle"), [
     (["cluster.mode=shared"], "cluster.mode"),
-    (["cluster.colocated_schedule=fifo"], "cluster.colocated_schedule"),
+    (["cluster.colocated_schedule=fifo"], "colocated_schedule.*fifo"),
     (["node.role=router", "node.colocated_urls=[http://a]", "node.prefill_urls=[http://b]"], "excludes"),
     (["node.role=router"], "node.colocated_urls"),
 ])

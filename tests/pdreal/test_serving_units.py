@@ -171,7 +171,7 @@ def test_router_decides_with_the_shared_policy() -> None:
     picks = [router._choose(view, 0.0)[0][0].index for _ in range(3)]
     assert picks == [0, 1, 0]  # round_robin over the prefill instances
     prefill[0].queued[1] = prefill[1].queued[2] = 10  # each holds one queued request: the limit
-    pair, status, reason = router._choose(view, 0.0)
+    pair, _, status, reason = router._choose(view, 0.0)
     assert pair is None and status == "rejected" and reason.startswith("threshold:")
     prefill[1].healthy = False
     prefill[0].queued.clear()
