@@ -190,13 +190,14 @@ def trace_row(**values: Any) -> dict[str, Any]:
 def generation_row(req: EngineRequest, output_ids: list[int], token_times_s: list[float], status: str,
                    reason: str, finish_s: float, num_retractions: int, **fields: Any) -> dict[str, Any]:
     """The trace half-row of a request that generates tokens (decode or colocated side), with the
-    engine-specific `fields` (mode, instances, transfer bytes, stage times)."""
+    engine-specific `fields` (mode, instances, transfer bytes, stage times). As in pdsim, a
+    request has a last token only once it finished (token_times_s keeps what it emitted)."""
     return trace_row(
         request_id=req.request_id, input_tokens=len(req.input_ids),
         output_tokens=len(output_ids) if status == STATUS_FINISHED else req.sampling.max_new_tokens,
         bootstrap_room=req.bootstrap_room, arrival_s=req.arrival_s, status=status, failure_reason=reason,
         num_retractions=num_retractions, finish_s=finish_s, token_times_s=list(token_times_s),
-        last_token_s=token_times_s[-1] if token_times_s else math.nan, **fields)
+        last_token_s=token_times_s[-1] if token_times_s and status == STATUS_FINISHED else math.nan, **fields)
 
 
 def merge_halves(prefill_row: dict[str, Any], decode_row: dict[str, Any]) -> dict[str, Any]:

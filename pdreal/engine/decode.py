@@ -132,10 +132,15 @@ class DecodeEngine:
         self._apply_aborts()
         handshaken = self._poll_prealloc()
         self._poll_transfer()
-        plan = plan_decode_step(self.limits, self._memory_view, list(self.retracted), handshaken,
-                                len(self.transfer), list(self.waiting), list(self.running),
-                                self.allocator.num_free, self.access)
-        self._apply(plan, self.clock())
+        while True:
+            plan = plan_decode_step(self.limits, self._memory_view, list(self.retracted), handshaken,
+                                    len(self.transfer), list(self.waiting), list(self.running),
+                                    self.allocator.num_free, self.access)
+            self._apply(plan, self.clock())
+            if not plan.replan:
+                break
+            waiting_ids = {id(s) for s in self.prealloc}
+            handshaken = [s for s in handshaken if id(s) in waiting_ids]
         self._emit_early()
         if self.running:
             batch = list(self.running)

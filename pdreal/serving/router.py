@@ -227,7 +227,8 @@ class Router:
             row["failure_reason"] = ""
         if row["status"] == STATUS_FINISHED:
             row["output_tokens"] = len(flight.output_ids)
-        else:
+        else:  # as in pdsim: only a finished request has a last token (token_times_s keeps them)
             row["failure_reason"] = flight.first_failure or row["failure_reason"]
+            row["last_token_s"] = math.nan
         self.metrics.observe(row, len(flight.output_ids))
         return FinalEvent(row["status"], row["failure_reason"], tuple(flight.output_ids), row)

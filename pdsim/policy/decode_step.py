@@ -17,7 +17,8 @@ the plan in this order:
 4. grow: every running request gets the page its next token needs; when pages run short,
    victims are retracted (their KV offloaded to host, `retracted` queue) or, if even that cannot
    help, the last request fails (pdsim.policy.memory.plan_page_growth).
-5. the batch: the running requests that remain run one forward.
+5. the batch: the running requests that remain run one forward. If it is empty because of a
+   failure, the executor plans again at once (`replan`: the freed KV may admit a request).
 
 Executors keep their own request objects (pdsim's SimRequest, pdreal's DecodeState); the plan
 refers to them, read through a `DecodeAccess`. Pure: no simpy, no clock, no I/O.
@@ -60,6 +61,12 @@ class DecodeStepPlan(Generic[T]):
     finish_at_join: tuple[T, ...]  # waiting -> finished (complete already)
     growth: GrowthPlan[T]  # retraction victims, failures, page growth of the batch
     batch: tuple[T, ...]  # the forward's requests, in running order
+
+    @property
+    def replan(self) -> bool:
+        """True when the executor must plan again before it waits: a failure freed KV after the
+        pre-allocation decision, and nothing runs that would bring it back to plan."""
+        return bool(self.growth.failed) and not self.batch
 
     @property
     def changes(self) -> bool:

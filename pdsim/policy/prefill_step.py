@@ -9,7 +9,8 @@
   (retracting when short), then the PrefillAdder fills the budget left after one token per
   decode, and every decode runs in the same forward;
   prefill_priority (vLLM v0): a prefill batch runs alone whenever one can be formed; otherwise
-  the decodes' pages grow and a decode-only iteration runs.
+  the decodes' pages grow and a decode-only iteration runs (if the growth failed every decode,
+  the KV it freed goes to a prefill batch in the same iteration).
 
 The colocated planner reads its executor through `ColocatedExecutor` and tells it when to apply
 the page growth, because what the PrefillAdder sees afterwards (free KV, the prefix cache's
@@ -124,4 +125,7 @@ def plan_colocated_step(limits: StepLimits, ex: ColocatedExecutor[T]) -> Colocat
     batch = _prefill(limits, ex, 0)
     if batch.chunks:
         return ColocatedStepPlan(batch, ())
-    return ColocatedStepPlan(batch, plan_colocated_decodes(limits, ex))
+    decodes = plan_colocated_decodes(limits, ex)
+    if not decodes:  # the growth failed the last decodes: their KV is free for a prefill now
+        return ColocatedStepPlan(_prefill(limits, ex, 0), ())
+    return ColocatedStepPlan(batch, decodes)

@@ -124,7 +124,10 @@ class DecodeInstance(InstanceBase):
     # -- scheduler loop -------------------------------------------------------------------
     def run(self) -> Iterator:
         while self.alive:
-            reload_s = self._apply(self._plan())
+            plan = self._plan()
+            reload_s = self._apply(plan)
+            if plan.replan:
+                continue
             if not self.running:
                 self.batch_size = 0
                 self.view_stale = True

