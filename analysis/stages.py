@@ -41,7 +41,7 @@ def _stage(name: str, label: str, start: str, end: str) -> Metric:
 
 def latency_metrics(tpot_definition: str = "standard") -> tuple[Metric, ...]:
     """TTFT, TPOT (in the chosen definition) and E2E, as `pdsim.metrics` defines them."""
-    tpot_key = "tpot" if tpot_definition == "standard" else f"tpot_{tpot_definition}"
+    tpot_key = {"standard": "tpot", "distserve": "tpot_distserve"}.get(tpot_definition, tpot_definition)
     return (
         Metric("ttft_s", "TTFT", metrics.DEFINITIONS["ttft"], "latency", metrics.ttft_s),
         Metric(

@@ -128,7 +128,7 @@ class ClusterConfig:
     chunk_size_tokens: int = 8192  # chunked prefill; 0 = no chunking
     prefix_cache: bool = True
     prefix_cache_tokens: int = 0  # 0 = whatever the KV pool holds
-    transfer_backend: str = "rdma"  # rdma | tcp | nvlink
+    transfer_backend: str = "rdma"  # rdma | tcp | nvlink | none (KV moves instantly, no bytes)
     link_latency_s: float = 5e-6
     tcp_gbps: float = 25.0
     layerwise_transfer: bool = False
@@ -142,6 +142,13 @@ class ClusterConfig:
     prealloc_slots: int = 0  # decode pre-allocation slots beyond max_running_requests (0 = same)
     transfer_aux_bytes: int = 4096  # aux metadata sent with the last KV chunk
     colocated_schedule: str = "mixed"  # mixed (chunked-prefill mixed batches) | prefill_priority
+    # prefill makes the first output token (SGLang, vLLM); false: it makes none and decode runs
+    # output_tokens iterations (DistServe's simulator)
+    prefill_emits_token: bool = True
+    # when decode takes a request: prealloc (SGLang: decode handshakes and pre-allocates its pages
+    # before the prefill forward; the prefill waits in its bootstrap queue) | prefill_end (the
+    # request is handed to decode when its prefill ends, pages are allocated then; DistServe)
+    kv_handoff: str = "prealloc"
 
     @property
     def dispatch_delay_s(self) -> float:
@@ -214,7 +221,11 @@ class SloConfig:
     ttft_s: float = 2.0
     tpot_s: float = 0.1
     attainment_target: float = 0.9
-    tpot_definition: str = "standard"  # standard | distserve
+    tpot_definition: str = "standard"  # standard | distserve | tbt_mooncake (see pdsim.metrics)
+    ttft_definition: str = "standard"  # standard (first token) | prefill_end (DistServe's simulator)
+    # joint: a request counts when it meets both SLOs, goodput needs attainment >= target;
+    # percentiles: the target-quantile TTFT and TPOT must each be below their SLO (simdistserve)
+    criterion: str = "joint"
 
 
 @dataclass
@@ -243,6 +254,15 @@ class PerfConfig:
     # forward-time multipliers: served step latency / profiled latency (CPU shared; overhead.py)
     prefill_step_scale: float = 1.0
     decode_step_scale: float = 1.0
+    # per-step cost proportional to the batch's context tokens (prefill: prompt tokens incl.
+    # cached; decode: KV tokens read), any kind; DistServe's simulator adds 1e-7 s per token
+    step_overhead_per_context_token_s: float = 0.0
+    # tokens added to each sequence's context in the decode term (1: the token being generated
+    # counts, as DistServe's simulator evaluates its fit over ctx + 1)
+    decode_context_offset_tokens: int = 0
+    # fitted: a batch at or above the large-batch threshold is never faster than the last
+    # small-batch size (true) or uses the large-batch fit as is (false, DistServe's simulator)
+    fitted_batch_floor: bool = True
 
 
 @dataclass

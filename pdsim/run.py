@@ -42,7 +42,8 @@ class RunOutput:
 
 
 def slo_of(cfg: Config) -> Slo:
-    return Slo(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.attainment_target)
+    s = cfg.slo
+    return Slo(s.ttft_s, s.tpot_s, s.attainment_target, s.ttft_definition, s.criterion)
 
 
 def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:

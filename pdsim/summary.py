@@ -20,7 +20,8 @@ def format_summary(summary: dict[str, Any], title: str) -> str:
     )
     lines.append("")
     lines.append(f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
-    for key, label in (("ttft_s", "TTFT s"), ("tpot_s", "TPOT s"), ("e2e_s", "E2E s"), ("itl_s", "ITL s")):
+    rows = (("ttft_s", "TTFT s"), ("tpot_s", "TPOT s"), ("e2e_s", "E2E s"), ("itl_s", "ITL s"), ("tbt_mooncake_s", "TBT s"))
+    for key, label in rows:
         row = summary.get(key)
         if row is None:
             continue
@@ -39,7 +40,15 @@ def format_summary(summary: dict[str, Any], title: str) -> str:
         f"TTFT {_pct(att['ttft'])}, TPOT {_pct(att['tpot'])}, both {_pct(att['both'])} "
         f"(target {_pct(slo['target'])}: {'met' if summary['meets_slo_target'] else 'MISSED'})"
     )
-    lines.append(f"TPOT = {summary['definitions']['tpot' if summary['tpot_definition'] == 'standard' else 'tpot_distserve']}")
+    defs = summary["definitions"]
+    if summary.get("criterion", "joint") != "joint":
+        lines.append(f"goodput criterion: {defs['criterion_' + summary['criterion']]}")
+    ttft_key = summary.get("ttft_definition", "standard")
+    lines.append(f"TTFT = {defs['ttft' if ttft_key == 'standard' else 'ttft_' + ttft_key]}")
+    tpot_key = summary["tpot_definition"]
+    lines.append(f"TPOT = {defs[{'standard': 'tpot', 'distserve': 'tpot_distserve'}.get(tpot_key, tpot_key)]}")
+    if summary.get("tbt_mooncake_s") is not None:
+        lines.append(f"TBT = {defs['tbt_mooncake']}")
     return "\n".join(lines)
 
 

@@ -42,10 +42,12 @@ def build_latency_model(
     plus the engine's per-step overhead when perf.*_step_overhead_s are set (overhead.py)."""
     inner = _step_model(perf, model, hardware, tp, data_dir)
     if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) == (0, 0) and (
-        perf.prefill_step_scale, perf.decode_step_scale) == (1, 1):
+        perf.prefill_step_scale, perf.decode_step_scale) == (1, 1) and (
+            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens) == (0, 0):
         return inner
     return StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
-                             perf.prefill_step_scale, perf.decode_step_scale)
+                             perf.prefill_step_scale, perf.decode_step_scale,
+                             perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens)
 
 
 def _step_model(
@@ -72,7 +74,8 @@ def _step_model(
         )
     if perf.kind == "fitted":
         _require_path(perf)
-        return load_fitted(resolve_data_path(perf.path, data_dir), model.hf_name or model.name, tp)
+        return load_fitted(resolve_data_path(perf.path, data_dir), model.hf_name or model.name, tp,
+                           batch_floor=perf.fitted_batch_floor)
     if perf.kind == "table":
         _require_path(perf)
         path = resolve_data_path(perf.path, data_dir)

@@ -11,7 +11,8 @@ The JSON maps `hf_name -> str(tp) -> {"prefill": [a, b, c], "decoding_smallbs": 
 
 The two decode fits disagree by a few ms at the threshold; at and above it the time is at least
 the small-batch formula's at threshold - 1 (same Σctx), so a step never gets faster as the batch
-grows. A prefill chunk of n new tokens after c cached ones uses (n + c)² - c² = n² + 2nc as its squared
+grows (`batch_floor`; perf.fitted_batch_floor=false uses the large-batch fit as is, as
+DistServe's simulator does). A prefill chunk of n new tokens after c cached ones uses (n + c)² - c² = n² + 2nc as its squared
 length: the attention pairs it adds, and DistServe's Σlen² when nothing is cached. A colocated
 mixed step is the prefill time plus the decode time above its intercept (one launch, not two).
 """
@@ -38,6 +39,7 @@ class FittedModel:
     decode_large_ms: Coefficients
     batch_threshold: int = 95
     name: str = "fitted"
+    batch_floor: bool = True
 
     def decode_coefficients(self, num_seqs: int) -> Coefficients:
         return self.decode_small_ms if num_seqs < self.batch_threshold else self.decode_large_ms
@@ -54,7 +56,7 @@ class FittedModel:
         if num_seqs <= 0:
             return 0.0
         time_ms = _evaluate(self.decode_coefficients(num_seqs), context_tokens, num_seqs)
-        if num_seqs >= self.batch_threshold:  # never faster than the last small-batch size
+        if self.batch_floor and num_seqs >= self.batch_threshold:  # never faster than the last small-batch size
             floor_ms = _evaluate(self.decode_small_ms, context_tokens, self.batch_threshold - 1)
             time_ms = max(time_ms, floor_ms)
         return time_ms / 1e3
@@ -97,7 +99,7 @@ def _triple(entry: dict[str, Any], key: str, where: str) -> Coefficients:
     return a, b, c
 
 
-def load_fitted(path: Path, hf_name: str, tp: int) -> FittedModel:
+def load_fitted(path: Path, hf_name: str, tp: int, batch_floor: bool = True) -> FittedModel:
     """Read the coefficients of `hf_name` at `tp` from a DistServe profile JSON."""
     try:
         data = json.loads(Path(path).read_text())
@@ -114,4 +116,5 @@ def load_fitted(path: Path, hf_name: str, tp: int) -> FittedModel:
         decode_small_ms=_triple(entry, "decoding_smallbs", where),
         decode_large_ms=_triple(entry, "decoding_largebs", where),
         batch_threshold=int(entry.get("decoding_large_small_bs_threshold", 95)),
+        batch_floor=batch_floor,
     )

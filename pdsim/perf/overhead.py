@@ -12,6 +12,12 @@ the slowdown of forwards as served relative to the offline profile, when the ins
 CPU cores (with each other, the router, the client and anything else on the machine).
 `pdsim fidelity` measures it as the median ratio of the served steps (`GET /steps`) to the
 profiled table at the same batch shapes. Both default to 1.
+
+`perf.step_overhead_per_context_token_s` adds a cost per context token of the batch (a prefill
+item's cached + new tokens, a decode batch's KV tokens) and `perf.decode_context_offset_tokens`
+counts that many more tokens per sequence in the wrapped model's decode term: DistServe's
+simulator adds 2 ms + 1e-4 ms per context token to every iteration and evaluates its decode fit
+over each request's context + 1 (the compat=distserve preset).
 """
 
 from __future__ import annotations
@@ -31,9 +37,11 @@ class StepOverheadModel:
     decode_overhead_s: float = 0.0
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
+    per_context_token_s: float = 0.0
+    decode_context_offset_tokens: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("prefill_overhead_s", "decode_overhead_s"):
+        for name in ("prefill_overhead_s", "decode_overhead_s", "per_context_token_s", "decode_context_offset_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"perf: step overhead {name} must be >= 0, got {getattr(self, name)}")
         for name in ("prefill_scale", "decode_scale"):
@@ -47,15 +55,26 @@ class StepOverheadModel:
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
         if not items:
             return 0.0
-        return self.prefill_scale * self.inner.prefill_time_s(items) + self.prefill_overhead_s
+        return (self.prefill_scale * self.inner.prefill_time_s(items) + self.prefill_overhead_s
+                + self.per_context_token_s * _prompt_tokens(items))
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         if num_seqs <= 0:
             return 0.0
-        return self.decode_scale * self.inner.decode_time_s(num_seqs, context_tokens) + self.decode_overhead_s
+        inner_ctx = context_tokens + self.decode_context_offset_tokens * num_seqs
+        return (self.decode_scale * self.inner.decode_time_s(num_seqs, inner_ctx) + self.decode_overhead_s
+                + self.per_context_token_s * context_tokens)
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
         if not items:
             return self.decode_time_s(num_seqs, context_tokens)
         overhead = max(self.prefill_overhead_s, self.decode_overhead_s if num_seqs > 0 else 0.0)
-        return self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, context_tokens) + overhead
+        inner_ctx = context_tokens + self.decode_context_offset_tokens * max(0, num_seqs)
+        tokens = _prompt_tokens(items) + context_tokens
+        return (self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, inner_ctx) + overhead
+                + self.per_context_token_s * tokens)
+
+
+def _prompt_tokens(items: Sequence[PrefillItem]) -> int:
+    """Context tokens of prefill items: each one's new plus already-cached tokens."""
+    return sum(n + ctx for n, ctx in items)

@@ -20,6 +20,7 @@ import numpy as np
 
 from pdsim.policy.kv_centric import choose_kv_centric
 from pdsim.policy.request_aware import RoutingParams, choose_cache_aware, choose_length_bucket
+from pdsim.policy.request_count import choose_least_requests
 from pdsim.policy.views import InstanceView, RequestView
 
 
@@ -98,6 +99,7 @@ def choose_power_of_two(
 SIDE_CHOOSERS: dict[str, SideChooser] = {
     "round_robin": choose_round_robin,
     "least_loaded": choose_least_loaded,
+    "least_requests": choose_least_requests,
     "random": choose_random,
     "power_of_two": choose_power_of_two,
     "cache_aware": choose_cache_aware,

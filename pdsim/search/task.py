@@ -8,6 +8,7 @@ rows of a multirun into one table.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -36,9 +37,9 @@ def with_rate(cfg: Config, rate_rps: float) -> Config:
 def goodput_search(cfg: Config) -> GoodputResult:
     """Bisection on the arrival rate with the config's seed fixed."""
 
-    def attainment_at(rate_rps: float) -> float:
+    def attainment_at(rate_rps: float) -> tuple[float, bool]:
         out = run_simulation(with_rate(cfg, rate_rps), progress=False)
-        return out.summary["attainment"]["both"]
+        return out.summary["attainment"]["both"], bool(out.summary["meets_slo_target"])
 
     s = cfg.search
     return find_goodput(
@@ -55,12 +56,22 @@ def goodput_search(cfg: Config) -> GoodputResult:
 def format_goodput(result: GoodputResult, gpus: int) -> str:
     lines = [f"{'rate req/s':>12}{'attainment':>12}  verdict"]
     for p in result.probes:
-        lines.append(f"{p.rate_rps:>12.4g}{100 * p.attainment:>11.1f}%  {'pass' if p.passed else 'fail'}")
+        lines.append(f"{p.rate_rps:>12.4g}{floor_pct(p.attainment):>11}%  {'pass' if p.passed else 'fail'}")
     lines.append(
         f"\ngoodput {result.goodput_rps:.4g} req/s ({result.per_gpu(gpus):.4g} req/s per GPU, {gpus} GPUs); "
         f"first failing rate {result.upper_rps:.4g} req/s; target {100 * result.target:.0f}% meeting both SLOs"
     )
+    if not result.converged:
+        lines.append(f"WARNING: search.max_probes={len(result.probes)} ran out before the bracket reached "
+                     f"search.rel_tol; the edge lies in [{result.goodput_rps:.4g}, {result.upper_rps:.4g}) req/s")
     return "\n".join(lines)
+
+
+def floor_pct(fraction: float) -> str:
+    """A fraction as a percentage with one decimal, rounded down (89.95% is 89.9%, never 90.0%)."""
+    if fraction != fraction:
+        return "-"
+    return f"{math.floor(1000 * fraction + 1e-9) / 10:.1f}"
 
 
 @hydra.main(config_path=str(SCENARIOS_DIR), config_name="config", version_base="1.3")

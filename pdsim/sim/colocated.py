@@ -27,6 +27,7 @@ from pdsim.policy import (
     plan_colocated_step,
 )
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
+from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prefill import Planned, start_chunks
 from pdsim.sim.prefix_cache import BlockNode
@@ -180,7 +181,7 @@ class ColocatedInstance(InstanceBase):
         self.kv.release(sr, self.env.now)
         sr.num_retractions += 1
         self.retractions += 1
-        sr.prompt_tokens = sr.req.input_tokens + sr.generated - 1
+        sr.prompt_tokens = sr.kv_tokens  # prompt + generated tokens in the KV: recomputed
         sr.prefilled = sr.kv_tokens = 0
         self.waiting = {sr.rid: sr, **self.waiting}
 
@@ -191,6 +192,7 @@ class ColocatedInstance(InstanceBase):
                 continue
             sr.kv_tokens += 1
             sr.generated += 1
+            sr.mark("first_token_s", now)
             self.ctx_tokens += 1
             if sr.token_times is not None:
                 sr.token_times.append(now)
@@ -210,12 +212,14 @@ class ColocatedInstance(InstanceBase):
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
         sr.kv_tokens = sr.prefilled
         if "prefill_end_s" not in sr.times:
-            sr.times["prefill_end_s"] = sr.times["first_token_s"] = sr.times["running_enter_s"] = now
+            sr.times["prefill_end_s"] = sr.times["running_enter_s"] = now
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
-            sr.generated = 1
-            if sr.token_times is not None:
-                sr.token_times.append(now)
+            sr.generated = tokens_after_prefill(self.cfg.cluster)
+            if sr.generated:
+                sr.times["first_token_s"] = now
+                if sr.token_times is not None:
+                    sr.token_times.append(now)
         if sr.generated >= sr.req.output_tokens:
             self._finish(sr)
             return

@@ -34,6 +34,7 @@ from pdsim.policy import (
 )
 from pdsim.policy.memory import need_now_tokens
 from pdsim.policy.views import ROLE_DECODE, InstanceView
+from pdsim.sim.handoff import handoff_at_prefill_end, tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.span import BatchClock, PageGrowth, Span, add_steps
@@ -79,6 +80,8 @@ class DecodeInstance(InstanceBase):
         if need > self.pool.capacity_tokens:
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.pool.capacity_tokens}")
             return
+        if handoff_at_prefill_end(self.cfg.cluster):  # pre-allocated when the KV arrives
+            return
         self.prealloc[sr.rid] = sr
         ready_s = self.connected_at.setdefault(sr.prefill.name, now + self.cfg.cluster.control_plane_latency_s)
         if ready_s <= now:
@@ -93,13 +96,22 @@ class DecodeInstance(InstanceBase):
             self.notify()
 
     def on_kv_arrived(self, sr: SimRequest) -> None:
-        """Transfer queue poll returned Success: the prebuilt request waits to join the batch."""
+        """Transfer queue poll returned Success: the prebuilt request waits to join the batch.
+        (prefill_end hand-off: the request first goes through pre-allocation, already handshaken.)"""
         now = self.env.now
-        del self.transfer[sr.rid]
+        if self.transfer.pop(sr.rid, None) is None:
+            sr.mark("prealloc_enter_s", now)
+            sr.handshaken = True
+            self.prealloc[sr.rid] = sr
+            self.notify()
+            return
         sr.mark("transfer_queue_leave_s", now)
-        sr.mark("decode_waiting_enter_s", now)
+        self._prebuilt(sr)
+
+    def _prebuilt(self, sr: SimRequest) -> None:
+        sr.mark("decode_waiting_enter_s", self.env.now)
         self.remaining_output_tokens -= _remaining(sr)
-        sr.generated = 1
+        sr.generated = tokens_after_prefill(self.cfg.cluster)
         self.remaining_output_tokens += _remaining(sr)
         self.waiting[sr.rid] = sr
         self.notify()
@@ -138,11 +150,29 @@ class DecodeInstance(InstanceBase):
 
     def _plan(self) -> DecodeStepPlan[SimRequest]:
         """The shared decision of this boundary (pdsim.policy.decode_step)."""
+        if handoff_at_prefill_end(self.cfg.cluster):
+            self._admit_handed_off()
         return plan_decode_step(
             self.limits, self.memory_view, list(self.retracted.values()),
             (sr for sr in self.prealloc.values() if sr.handshaken), len(self.transfer),
             list(self.waiting.values()), list(self.running.values()), self.pool.free_pages, self.access,
         )
+
+    def _admit_handed_off(self) -> None:
+        """prefill_end hand-off: requests whose KV is here take their pages by the shared
+        pre-allocation rule (retracted requests keep their priority) and wait to join, so the
+        step plan below joins them at this very boundary."""
+        if not self.prealloc:
+            return
+        free_slots = prealloc_free_slots(self.limits, len(self.transfer), len(self.waiting))
+        retracted = [self._view(sr) for sr in self.retracted.values()]
+        arrived = (self._view(sr) for sr in self.prealloc.values())
+        for rid in plan_preallocation(retracted, arrived, self.memory_view(), free_slots).admit_ids:
+            sr = self.prealloc.pop(rid)
+            self._allocate_now(sr)
+            sr.mark("prealloc_leave_s", self.env.now)
+            self.remaining_output_tokens += _remaining(sr)
+            self._prebuilt(sr)
 
     def _begin_span(self, reload_s: float) -> Span:
         """Start the next iterations: as many as the batch provably runs unchanged (span.py);
@@ -229,9 +259,13 @@ class DecodeInstance(InstanceBase):
             del self.prealloc[sr.rid]
             self._allocate_now(sr)
             sr.mark("prealloc_leave_s", now)
+            self.remaining_output_tokens += _remaining(sr)
+            if handoff_at_prefill_end(self.cfg.cluster):  # the KV is already here: join next
+                self._prebuilt(sr)
+                self.hooks.after(0.0, self.notify)
+                continue
             sr.mark("transfer_queue_enter_s", now)
             self.transfer[sr.rid] = sr
-            self.remaining_output_tokens += _remaining(sr)
             self.hooks.after(self.cfg.cluster.control_plane_latency_s, sr.prefill.on_transfer_info, sr, sr.attempt)
         for sr in plan.finish_at_join:
             del self.waiting[sr.rid]
@@ -259,14 +293,17 @@ class DecodeInstance(InstanceBase):
         sr.kv_tokens = sr.req.input_tokens + max(0, sr.generated - 1)
 
     def _deliver_first_token(self, sr: SimRequest, now: float) -> None:
-        """Joining the running batch delivers the first token (made by prefill) - once."""
+        """Joining the running batch delivers the first token (made by prefill) - once; a prefill
+        that made none (cluster.prefill_emits_token=false) delivers it at the first iteration."""
         if "running_enter_s" in sr.times:
             return
-        sr.times["running_enter_s"] = sr.times["first_token_s"] = now
+        sr.times["running_enter_s"] = now
         self.queued_requests -= 1
         self.queued_tokens -= sr.req.input_tokens
-        if sr.token_times is not None:
-            sr.token_times.append(now)
+        if sr.generated > 0:
+            sr.times["first_token_s"] = now
+            if sr.token_times is not None:
+                sr.token_times.append(now)
 
     def _retract(self, sr: SimRequest) -> None:
         del self.running[sr.rid]
@@ -284,6 +321,7 @@ class DecodeInstance(InstanceBase):
         for sr in self.running.values():
             sr.kv_tokens += 1
             sr.generated += 1
+            sr.mark("first_token_s", now)
             if sr.token_times is not None:
                 sr.token_times.append(now)
             if sr.generated >= sr.req.output_tokens:

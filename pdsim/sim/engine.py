@@ -21,6 +21,7 @@ from pdsim.policy.batching import prefill_token_budget
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.decode import DecodeInstance
 from pdsim.sim.faults import FaultInjector
+from pdsim.sim.handoff import validate_handoff
 from pdsim.sim.instance import InstanceContext
 from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.kv_tiers_setup import attach_kv_tiers
@@ -178,6 +179,13 @@ class Simulation:
             sr.fail_transfer = prob > 0 and bool(self.fault_rng.random() < prob)
         if pages == 0 and not is_last:
             return
+        if self.cfg.cluster.transfer_backend == "none":  # no wire: the KV is at decode at once
+            sr.mark("transfer_start_s", self.env.now)
+            sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
+            sr.pages_sent += pages
+            if is_last:
+                self.transfer_ready(sr)
+            return
         if not sr.decode.alive:
             self.abort(sr, f"transfer_failed: {sr.decode.name} is down (write to a dead peer)", True)
             return
@@ -242,4 +250,5 @@ def validate_config(cfg: Config) -> None:
         raise ValueError(f"cluster: field 'max_running_requests' must be >= 1, got {c.max_running_requests}")
     if not 0.0 <= cfg.faults.transfer_failure_prob <= 1.0:
         raise ValueError(f"faults: field 'transfer_failure_prob' must be in [0, 1], got {cfg.faults.transfer_failure_prob}")
+    validate_handoff(c)
     validate_scaling(cfg)

@@ -18,6 +18,7 @@ import simpy
 from pdsim.perf import LatencyModel
 from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
+from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prefix_cache import BlockNode
 from pdsim.sim.prompt_kv import PromptKV
@@ -52,7 +53,8 @@ class PrefillInstance(InstanceBase):
         timeout_s = self.cfg.faults.bootstrap_timeout_s
         if timeout_s > 0:
             self.hooks.after(timeout_s, self._bootstrap_timeout, sr, sr.attempt)
-        if sr.p_ready:
+        if sr.p_ready or handoff_at_prefill_end(self.cfg.cluster):  # prefill_end: no decode to wait for
+            sr.p_ready = True
             self.ready.append(sr)
             self.notify()
 

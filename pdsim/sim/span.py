@@ -222,6 +222,8 @@ class BatchClock:
             kv = sr.kv_tokens
             grow = (kv + d) // page - kv // page
             sr.kv_tokens = kv + d
+            if sr.generated == 0:  # a prefill that made no token: the first comes from decode
+                sr.mark("first_token_s", float(span.bounds[first]))
             sr.generated += d
             if grow:
                 owner.add_pages(sr, grow)

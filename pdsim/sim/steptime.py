@@ -61,7 +61,9 @@ def _vector_for(latency: LatencyModel) -> VectorFn | None:
         inner = _vector_for(latency.inner)
         if inner is not None:
             overhead_s, scale = latency.decode_overhead_s, latency.decode_scale
-            return lambda n, ctx: scale * inner(n, ctx) + overhead_s  # as the scalar call
+            per_token_s, offset = latency.per_context_token_s, latency.decode_context_offset_tokens
+            # as the scalar call, in the same order
+            return lambda n, ctx: scale * inner(n, ctx + offset * n) + overhead_s + per_token_s * ctx
     return None
 
 

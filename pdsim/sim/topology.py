@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pdsim.config import ClusterConfig, HardwareConfig
 from pdsim.sim.network import Network, Resource
 
-BACKENDS = ("rdma", "tcp", "nvlink")
+BACKENDS = ("rdma", "tcp", "nvlink", "none")  # none: KV moves instantly (engine.send_kv)
 
 
 @dataclass(frozen=True, slots=True)
