@@ -117,18 +117,25 @@ def find_timeseries(trace_path: Path) -> Path | None:
 
 
 def load_traces(paths: list[Path | str], labels: list[str] | None = None) -> list[LoadedTrace]:
-    """Load any number of traces; labels default to the file stems (made unique)."""
+    """Load any number of traces; labels default to labels_from_paths."""
     if labels is not None and len(labels) != len(paths):
         raise ValueError(f"{len(labels)} labels for {len(paths)} traces")
-    names = labels or _unique_stems([Path(p) for p in paths])
+    names = labels or labels_from_paths([Path(p) for p in paths])
     return [load_trace(p, name) for p, name in zip(paths, names, strict=True)]
 
 
-def _unique_stems(paths: list[Path]) -> list[str]:
-    stems = [p.stem for p in paths]
-    if len(set(stems)) == len(stems):
-        return stems
-    return [f"{i}:{s}" for i, s in enumerate(stems)]
+def labels_from_paths(paths: list[Path]) -> list[str]:
+    """Short distinct labels: the fewest trailing path parts (file stem last) that tell the paths
+    apart, less the parts they all end with (a/trace.parquet, b/trace.parquet -> a, b)."""
+    parts = [(*p.parent.parts, p.stem) for p in paths]
+    for k in range(1, max((len(x) for x in parts), default=1) + 1):
+        tails = [x[-k:] for x in parts]
+        if len(set(tails)) == len(tails):
+            common = 0
+            while common < k - 1 and len({t[len(t) - 1 - common] for t in tails}) == 1:
+                common += 1
+            return ["/".join(t[: len(t) - common]) for t in tails]
+    return [f"{i}:{p.stem}" for i, p in enumerate(paths)]
 
 
 def read_summary(path: Path) -> dict[str, Any]:

@@ -20,7 +20,13 @@ import pandas as pd
 
 from analysis.compare import compare
 from analysis.html import write_document
-from analysis.load import LoadedTrace, checked_frame, checked_timeseries, load_trace
+from analysis.load import (
+    LoadedTrace,
+    checked_frame,
+    checked_timeseries,
+    labels_from_paths,
+    load_trace,
+)
 from analysis.run_doc import run_document
 from analysis.sections import comparison_document
 from analysis.sweep import write_sweep_report
@@ -150,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _load_all(args: argparse.Namespace) -> list[LoadedTrace]:
     if len(args.traces) > 2:
         raise TraceError(f"{len(args.traces)} traces given; `pdsim report` takes one or two")
-    labels = args.labels or [p.stem for p in args.traces]
+    labels = args.labels or labels_from_paths(args.traces)
     if len(labels) != len(args.traces) or len(set(labels)) != len(labels):
         raise TraceError(f"--labels {labels}: need {len(args.traces)} distinct labels")
     series = args.timeseries or [None] * len(args.traces)

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 golden.append(wl.assign(placement=placement, rate_rps=rate, **theirs))
     print_table(rows, args.markdown)
     if args.golden:
-        pd.concat(golden).to_csv(args.golden, index=False, float_format="%.6f")
+        pd.concat(golden).to_csv(args.golden, index=False)  # round-trip floats: same arrivals
     return 0
 
 

@@ -99,7 +99,7 @@ def _hydra(name: str, task: Callable[[], object], rest: list[str]) -> int:
         if error:
             print(f"pdsim: error: {error}", file=sys.stderr)
             return 2
-    sys.argv = [f"pdsim {name}", *rest]
+    sys.argv = [f"pdsim {name}", f"hydra/help={name}", *rest]  # its own --help header
     task()
     return 0
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 
 @dataclass
@@ -348,15 +349,47 @@ def register_configs() -> None:
 
 def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
     """Convert a composed config into the dataclass tree (done once, at the boundary)."""
-    if isinstance(cfg, dict):
-        cfg = OmegaConf.merge(OmegaConf.structured(Config), cfg)
-    obj = OmegaConf.to_object(cfg)
+    try:  # a key the schema does not have (`+unknown.key=1`) is an error, not ignored
+        plain = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
+        merged = OmegaConf.merge(OmegaConf.structured(Config), plain)
+    except ConfigKeyError as exc:
+        raise ValueError(f"unknown config key {exc.full_key!r} (not in the schema, pdsim/config.py)") from None
+    obj = OmegaConf.to_object(cfg if isinstance(cfg, DictConfig) else merged)
     if not isinstance(obj, Config):
         raise TypeError(f"composed config is {type(obj).__name__}, expected Config")
     _apply_total_instances(obj.cluster)
     if not obj.cluster.token_delivery_s >= 0:
         raise ValueError(f"cluster.token_delivery_s must be >= 0, got {obj.cluster.token_delivery_s}")
+    validate_values(obj)
+    if obj.slo.tpot_definition == "tbt_mooncake":
+        obj.record_token_times = True  # Mooncake's TBT is computed from the token times
     return obj
+
+
+def validate_values(cfg: Config) -> None:
+    """Range checks a schema type cannot express (one-line errors naming group, field, value)."""
+    s = cfg.slo
+    for name in ("ttft_s", "tpot_s"):
+        if not getattr(s, name) > 0:
+            raise ValueError(f"slo: field {name!r} must be > 0, got {getattr(s, name)}")
+    if not 0 < s.attainment_target <= 1:
+        raise ValueError(f"slo: field 'attainment_target' must be in (0, 1], got {s.attainment_target}")
+    choices = {"ttft_definition": ("standard", "prefill_end"), "criterion": ("joint", "percentiles"),
+               "tpot_definition": ("standard", "distserve", "tbt_mooncake")}
+    for name, allowed in choices.items():
+        if getattr(s, name) not in allowed:
+            raise ValueError(f"slo: field {name!r} has unknown value {getattr(s, name)!r} (choose from {allowed})")
+    c = cfg.cluster
+    sides = ("colocated_tp",) if c.mode == "colocated" else ("prefill_tp", "decode_tp")
+    for name in sides:
+        tp = getattr(c, name)
+        if tp < 1 or cfg.model.num_heads % tp:
+            raise ValueError(f"cluster: field {name!r} = {tp} does not divide model {cfg.model.name}'s "
+                             f"{cfg.model.num_heads} attention heads")
+    if c.prefix_cache_tokens < 0:
+        raise ValueError(f"cluster: field 'prefix_cache_tokens' must be >= 0, got {c.prefix_cache_tokens}")
+    if cfg.search.max_probes < 2:
+        raise ValueError(f"search: field 'max_probes' must be >= 2, got {cfg.search.max_probes}")
 
 
 def _apply_total_instances(cluster: ClusterConfig) -> None:

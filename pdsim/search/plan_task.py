@@ -19,7 +19,16 @@ from omegaconf import DictConfig
 from pdsim.config import Config, register_configs, to_config
 from pdsim.paths import SCENARIOS_DIR
 from pdsim.run import fail
-from pdsim.search.planner import COLOCATED, DECODE, PREFILL, Candidate, Plan, RoleGoodput, plan
+from pdsim.search.planner import (
+    COLOCATED,
+    DECODE,
+    MIN_LIFETIMES,
+    PREFILL,
+    Candidate,
+    Plan,
+    RoleGoodput,
+    plan,
+)
 
 PLAN_FILE = "plan.json"
 
@@ -35,12 +44,14 @@ def plan_to_dict(result: Plan) -> dict[str, Any]:
 
     best = result.best
     return {
+        "small_probes": list(result.small_probes),
         "gpus": result.gpus,
         "roles": [{**asdict(r), "per_gpu_rps": r.per_gpu_rps} for r in result.roles],
         "disaggregated": [cand(c) for c in result.disaggregated],
         "colocated": [cand(c) for c in result.colocated],
         "recommendation": cand(best) if best else None,
         "best_colocated": cand(result.best_colocated) if result.best_colocated else None,
+        "best_disaggregated": cand(result.best_disaggregated) if result.best_disaggregated else None,
         "gain": None if math.isnan(result.gain) else result.gain,
     }
 
@@ -51,8 +62,10 @@ def format_plan(result: Plan, cfg: Config) -> str:
              f"({100 * cfg.slo.attainment_target:.0f}%), {cfg.plan.num_requests or cfg.scenario.num_requests} "
              "requests per probe", "", "one instance per role (goodput, req/s):",
              f"{'role':<10}{'TP':>4}{'goodput':>10}{'per GPU':>10}"]
+    small = set(result.small_probes)
     for r in result.roles:
-        lines.append(f"{r.role:<10}{r.tp:>4}{r.goodput_rps:>10.4g}{r.per_gpu_rps:>10.4g}")
+        flag = "  *" if f"{r.role} TP{r.tp}" in small else ""
+        lines.append(f"{r.role:<10}{r.tp:>4}{r.goodput_rps:>10.4g}{r.per_gpu_rps:>10.4g}{flag}")
     for role in (PREFILL, DECODE, COLOCATED):
         best = _best_tp(result.roles, role)
         if best is not None and best.goodput_rps > 0:
@@ -60,18 +73,24 @@ def format_plan(result: Plan, cfg: Config) -> str:
     lines += ["", "verified fleets (full goodput search):",
               f"{'fleet':<26}{'GPUs':>6}{'estimate':>10}{'goodput':>10}{'per GPU':>10}"]
     for c in (*result.disaggregated, *result.colocated):
+        flag = "  *" if c.label in small else ""
         lines.append(f"{c.label:<26}{c.gpus:>6}{c.estimate_rps:>10.4g}{c.goodput_rps:>10.4g}"
-                     f"{c.goodput_rps / c.gpus:>10.4g}")
+                     f"{c.goodput_rps / c.gpus:>10.4g}{flag}")
     lines.append("")
     if result.best is None:
-        lines.append(f"no disaggregated fleet under {result.gpus} GPUs reaches the SLOs at plan.min_rate_rps="
+        lines.append(f"no fleet under {result.gpus} GPUs reaches the SLOs at plan.min_rate_rps="
                      f"{cfg.plan.min_rate_rps:g} req/s or more (or none fits the budget)")
     else:
         lines.append(f"recommendation: {result.best.label} on {result.best.gpus} GPUs, "
-                     f"goodput {result.best.goodput_rps:.4g} req/s")
-    if result.best_colocated is not None and not math.isnan(result.gain):
-        lines.append(f"best colocated: {result.best_colocated.label}, goodput "
-                     f"{result.best_colocated.goodput_rps:.4g} req/s; disaggregation gain x{result.gain:.2f}")
+                     f"goodput {result.best.goodput_rps:.4g} req/s ({result.best.mode})")
+    disagg, coloc = result.best_disaggregated, result.best_colocated
+    if disagg is not None and coloc is not None and not math.isnan(result.gain):
+        lines.append(f"best disaggregated: {disagg.label}, {disagg.goodput_rps:.4g} req/s; best colocated: "
+                     f"{coloc.label}, {coloc.goodput_rps:.4g} req/s; disaggregation gain x{result.gain:.2f}")
+    if small:
+        lines.append(f"* WARNING: {cfg.plan.num_requests or cfg.scenario.num_requests} requests per probe span fewer "
+                     f"than {MIN_LIFETIMES:g} lone-request latencies at these goodputs: the fleet never reaches "
+                     "steady state and the number is too high; raise plan.num_requests")
     return "\n".join(lines)
 
 

@@ -12,8 +12,11 @@ DistServe-style placement search, with the simulator as the goodput oracle:
    splits that balance the two sides' rates. Colocated: gpus // t instances at TP t, estimate
    n * g_c(t).
 3. The `verify_top` best estimates of each mode are re-measured with a full-fleet goodput search;
-   the recommendation is the best verified disaggregated fleet, and the gain is its goodput over
-   the best verified colocated fleet on the same GPUs.
+   the recommendation is the best verified fleet of either mode (ties: fewer GPUs, then
+   disaggregated), and the gain is the best disaggregated goodput over the best colocated one.
+4. Small probes: a goodput measured with fewer arrivals than `MIN_LIFETIMES` unloaded request
+   lifetimes (num_requests / goodput < MIN_LIFETIMES x the lone-request latency) never loads the
+   fleet to steady state; it is flagged (`Plan.small_probes`) and the output warns.
 
 `plan(cfg, evaluate)` takes the goodput oracle as an argument (`simulated_goodput` by default)
 so the arithmetic can be tested with a closed-form stub.
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 
 PREFILL, DECODE, COLOCATED, DISAGG = "prefill", "decode", "colocated", "disaggregated"
 HEADROOM = 2.0  # helpers must offer this many times the measured instance's goodput
+MIN_LIFETIMES = 20.0  # a probe's arrival window must span this many lone-request latencies
 MAX_DOUBLINGS = 3
 # goodput oracle: (config, a rate to start the search from) -> goodput in req/s
 Evaluate = Callable[[Config, float], float]
@@ -82,9 +86,16 @@ class Plan:
     roles: tuple[RoleGoodput, ...]
     disaggregated: tuple[Candidate, ...]  # verified, best first
     colocated: tuple[Candidate, ...]
+    small_probes: tuple[str, ...] = ()  # labels of measurements whose probe was too small
 
     @property
     def best(self) -> Candidate | None:
+        """The recommendation: the best verified fleet of either mode (goodput > 0)."""
+        cands = [c for c in (self.best_disaggregated, self.best_colocated) if c is not None and c.goodput_rps > 0]
+        return min(cands, key=lambda c: (-c.goodput_rps, c.gpus, c.mode != DISAGG), default=None)
+
+    @property
+    def best_disaggregated(self) -> Candidate | None:
         return self.disaggregated[0] if self.disaggregated else None
 
     @property
@@ -94,9 +105,10 @@ class Plan:
     @property
     def gain(self) -> float:
         """Best disaggregated goodput / best colocated goodput (nan when either is missing or 0)."""
-        if self.best is None or self.best_colocated is None or self.best_colocated.goodput_rps <= 0:
+        best = self.best_disaggregated
+        if best is None or self.best_colocated is None or self.best_colocated.goodput_rps <= 0:
             return math.nan
-        return self.best.goodput_rps / self.best_colocated.goodput_rps
+        return best.goodput_rps / self.best_colocated.goodput_rps
 
 
 def fitting_tps(cfg: Config) -> list[int]:
@@ -226,22 +238,26 @@ def planning_config(cfg: Config) -> Config:
         )
     if cfg.plan.num_requests > 0:
         cfg = replace(cfg, scenario=replace(cfg.scenario, num_requests=cfg.plan.num_requests))
-    _warn_session_ceiling(cfg)
     search = replace(cfg.search, min_rate_rps=max(cfg.search.min_rate_rps, cfg.plan.min_rate_rps))
     return replace(cfg, search=search)
 
 
-def _warn_session_ceiling(cfg: Config) -> None:
-    """Sessions' later turns come a think time after the first, whatever the rate: few requests
-    then cannot offer a high sustained rate, and the search would overrate every fleet."""
-    prefix = cfg.scenario.prefix
-    if cfg.scenario.source != "synthetic" or prefix.session_turns < 2 or prefix.think_time_s <= 0:
-        return
-    session_s = (prefix.session_turns - 1) * prefix.think_time_s
-    log.warning("plan: %s sessions last ~%.3g s (think time), so %d requests sustain at most ~%.3g req/s "
-                "whatever the rate; set plan.num_requests well above (expected goodput x %.3g s)",
-                cfg.scenario.name, session_s, cfg.scenario.num_requests,
-                cfg.scenario.num_requests / session_s, session_s)
+def lone_request_s(cfg: Config, tp: int) -> float:
+    """Latency of one mean-sized request on an idle TP-`tp` instance (prefill + every decode step)."""
+    from pdsim.perf import build_latency_model
+    from pdsim.workload import build_workload
+
+    wl = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
+    prompt, output = int(wl.input_tokens.mean()), int(wl.output_tokens.mean())
+    lat = build_latency_model(cfg.perf, cfg.model, cfg.hardware, tp, data_dir=cfg.data_dir)
+    return lat.prefill_time_s([(prompt, 0)]) + max(0, output - 1) * lat.decode_time_s(1, prompt + output // 2)
+
+
+def small_probes(cfg: Config, measured: Sequence[tuple[str, int, float]], lone_s: Callable[[int], float]) -> list[str]:
+    """Labels of (label, tp, goodput) measurements whose arrival window (num_requests / goodput)
+    is shorter than MIN_LIFETIMES lone-request latencies at that TP."""
+    n = cfg.scenario.num_requests
+    return [label for label, tp, g in measured if g > 0 and n / g < MIN_LIFETIMES * lone_s(tp)]
 
 
 def plan(cfg: Config, evaluate: Evaluate = simulated_goodput) -> Plan:
@@ -251,4 +267,11 @@ def plan(cfg: Config, evaluate: Evaluate = simulated_goodput) -> Plan:
     roles = measure_roles(cfg, tps, evaluate, cfg.plan.colocated)
     disagg = verify(cfg, disaggregated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
     coloc = verify(cfg, colocated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
-    return Plan(cfg.plan.gpus, tuple(roles), disagg, coloc)
+    measured = [(f"{r.role} TP{r.tp}", r.tp, r.goodput_rps) for r in roles]
+    measured += [(c.label, max(c.prefill_tp, c.decode_tp, c.colocated_tp), c.goodput_rps) for c in (*disagg, *coloc)]
+    cache: dict[int, float] = {}
+    small = small_probes(cfg, measured, lambda tp: cache.setdefault(tp, lone_request_s(cfg, tp)))
+    if small:
+        log.warning("plan: %d requests per probe is too few to load these fleets to steady state: %s "
+                    "(raise plan.num_requests)", cfg.scenario.num_requests, ", ".join(small))
+    return Plan(cfg.plan.gpus, tuple(roles), disagg, coloc, tuple(small))

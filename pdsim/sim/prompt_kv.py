@@ -27,6 +27,11 @@ class PromptKV:
         self.cache: PrefixCache | None = None
         self.tiers: InstanceTiers | None = None
         if cache_enabled:
+            if 0 < cache_capacity_tokens < block_tokens:
+                raise ValueError(
+                    f"cluster: field 'prefix_cache_tokens' = {cache_capacity_tokens} holds no prefix block of "
+                    f"{block_tokens} tokens (0 = bounded by the KV pool, else >= {block_tokens})"
+                )
             if block_tokens % page_size_tokens:
                 raise ValueError(
                     f"{name}: prefix cache needs block_tokens ({block_tokens}) to be a multiple of "

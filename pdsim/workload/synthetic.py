@@ -7,6 +7,12 @@ to and including user_k, so it shares every full block with turn k-1's prompt an
 Blocks lying wholly inside a system prompt carry that prompt's ids (shared across sessions);
 every other full block gets a session-specific id; a partial last block gets a fresh id (its
 content differs from the full block it will become).
+
+`rate_rps` is the *request* rate offered, sessions or not: sessions start at rate_rps / turns, and
+the workload is a window of a stationary process, so every moment of it sees the request rate of
+steady state. Sessions begin up to `SESSION_LEAD_THINKS` mean think times per later turn before
+the window opens; their turns before it are not issued (the window starts with a cold cache, as a
+window cut from a trace does), and the window holds the first num_requests requests from time 0.
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from pdsim.rng import stream
 from pdsim.workload.distributions import arrival_times_s, sample_lengths
 from pdsim.workload.errors import WorkloadError
 from pdsim.workload.request import Workload, make_workload
+
+# sessions start this many mean think times per later turn before the window (the share of
+# sessions longer than that is below 1%: a Gamma(turns - 1) tail)
+SESSION_LEAD_THINKS = 4.0
 
 
 class _BlockIds:
@@ -47,16 +57,24 @@ def generate_synthetic(cfg: ScenarioConfig, seed: int, data_dir: str = "") -> Wo
     if prefix.session_turns < 1:
         raise WorkloadError(where, "prefix.session_turns", f"must be >= 1, got {prefix.session_turns}")
     turns = prefix.session_turns
+    lead_s = SESSION_LEAD_THINKS * (turns - 1) * max(prefix.think_time_s, 0.0)
+    # sessions over the lead plus the window, with a margin for the arrival process's spread
     num_sessions = -(-n // turns)
+    if lead_s > 0:  # enough to cover the window's end whatever the arrival process's spread
+        expected = lead_s * cfg.rate_rps / turns + n / turns
+        num_sessions = int(np.ceil(1.1 * expected + 3 * np.sqrt(expected) * max(cfg.arrival_cv, 1.0))) + 4 * turns
     starts = arrival_times_s(
         num_sessions, cfg.rate_rps / turns, cfg.arrival, cfg.arrival_cv, stream(seed, "arrivals"), where
-    )
+    ) - lead_s
     user = sample_lengths(cfg.input, num_sessions * turns, stream(seed, "input_tokens"), f"{where}.input", data_dir)
     out = sample_lengths(cfg.output, num_sessions * turns, stream(seed, "output_tokens"), f"{where}.output", data_dir)
     think = stream(seed, "think_time").exponential(max(prefix.think_time_s, 0.0), size=num_sessions * turns)
     sys_choice = stream(seed, "system_prompt").integers(0, max(prefix.num_system_prompts, 1), size=num_sessions)
     rows = _session_rows(cfg, starts, user, out, think, sys_choice)
+    rows = [r for r in rows if r[0] >= 0.0] if lead_s > 0 else rows
     rows.sort(key=lambda r: (r[0], r[4]))  # by arrival, ties by (session, turn) order
+    if len(rows) < n:
+        raise WorkloadError(where, "num_requests", f"only {len(rows)} of {n} session turns fell in the window")
     rows = rows[:n]
     return make_workload(
         cfg.name,
