@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-o", "--out", type=Path, default=Path("report"), help="output directory (default: report/)"
     )
-    parser.add_argument("--labels", nargs="+", help="names for the traces (default: file stems)")
+    parser.add_argument("--labels", nargs="+", help="names for the traces (default: the shortest path tails that differ)")
     parser.add_argument(
         "--timeseries",
         nargs="+",

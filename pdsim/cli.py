@@ -99,8 +99,14 @@ def _hydra(name: str, task: Callable[[], object], rest: list[str]) -> int:
         if error:
             print(f"pdsim: error: {error}", file=sys.stderr)
             return 2
-    sys.argv = [f"pdsim {name}", f"hydra/help={name}", *rest]  # its own --help header
+    sys.argv = [f"pdsim {name}", *_with_override(rest, f"hydra/help={name}")]  # its own --help header
     task()
+
+
+def _with_override(args: list[str], override: str) -> list[str]:
+    """`args` with `override` placed next to the other overrides (hydra wants them contiguous)."""
+    first = next((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), len(args))
+    return [*args[:first], override, *args[first:]]
     return 0
 
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.load import labels_from_paths
 from analysis.report import main, write_run_report
 from pdsim.metrics import Slo, summarize
 from pdsim.trace import TraceError, write_trace
@@ -163,3 +164,16 @@ def test_import_does_not_load_matplotlib() -> None:
         "assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_labels_from_paths_tell_same_named_traces_apart(tmp_path: Path, trace_factory) -> None:
+    assert labels_from_paths([Path("a/trace.parquet"), Path("b/trace.parquet")]) == ["a", "b"]
+    assert labels_from_paths([Path("o/rag/t1/trace.parquet"), Path("o/rag/t2/trace.parquet")]) == ["t1", "t2"]
+    assert labels_from_paths([Path("x/sim.parquet"), Path("x/real.parquet")]) == ["sim", "real"]
+    assert labels_from_paths([Path("trace.parquet"), Path("trace.parquet")]) == ["0:trace", "1:trace"]
+    for name in ("a", "b"):  # the README's pattern: two runs' trace.parquet
+        (tmp_path / name).mkdir()
+        trace_factory(seed=3).to_parquet(tmp_path / name / "trace.parquet")
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "a" / "trace.parquet"), str(tmp_path / "b" / "trace.parquet"), "-o", str(out)]) == 0
+    assert "a" in json.loads((out / "report.json").read_text())["labels"]

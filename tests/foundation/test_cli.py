@@ -68,3 +68,10 @@ def test_top_level_usage(tmp_path):
     assert proc.returncode == 0 and "run" in proc.stdout and "report" in proc.stdout
     bad = _pdsim("fly", cwd=tmp_path)
     assert bad.returncode == 2 and "unknown command 'fly'" in bad.stderr
+
+
+def test_each_subcommand_has_its_own_help(tmp_path):
+    for command in ("run", "goodput", "sweep", "plan"):
+        proc = _pdsim(command, "--help", cwd=tmp_path)
+        assert proc.returncode == 0 and proc.stdout.startswith(f"pdsim {command}: "), proc.stdout[:200]
+        assert "--cfg job" in proc.stdout and "compat: distserve, none" in proc.stdout

@@ -60,3 +60,34 @@ def test_typo_fails_at_compose_time():
     with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
         with pytest.raises(ConfigCompositionException):
             compose("config", overrides=["cluster.prefil=3"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["+unknown.key=1"], "unknown config key 'unknown'"),
+        (["slo.ttft_s=-1"], "slo: field 'ttft_s' must be > 0, got -1.0"),
+        (["slo.attainment_target=1.5"], "slo: field 'attainment_target' must be in (0, 1], got 1.5"),
+        (["cluster.prefill_tp=3"], "cluster: field 'prefill_tp' = 3 does not divide model llama3_8b's 32"),
+        (["cluster=colocated4", "cluster.colocated_tp=5"], "field 'colocated_tp' = 5 does not divide"),
+        (["slo.criterion=median"], "slo: field 'criterion' has unknown value 'median'"),
+        (["search.max_probes=1"], "search: field 'max_probes' must be >= 2, got 1"),
+        (["cluster.prefix_cache_tokens=-5"], "prefix_cache_tokens' must be >= 0"),
+    ],
+)
+def test_values_out_of_range_give_one_line(overrides, needle):
+    message = check_overrides(overrides)
+    assert message is not None and "\n" not in message and needle in message
+
+
+def test_compat_distserve_preset_and_user_overrides_win():
+    with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+        cfg = to_config(compose("config", overrides=["compat=distserve", "model=opt_13b", "slo.criterion=joint"]))
+    c, p, s = cfg.cluster, cfg.perf, cfg.slo
+    assert (c.kv_handoff, c.transfer_backend, c.prefill_emits_token) == ("prefill_end", "none", False)
+    assert (p.kind, p.fitted_batch_floor, p.decode_context_offset_tokens) == ("fitted", False, 1)
+    assert (s.ttft_definition, s.tpot_definition, s.criterion) == ("prefill_end", "distserve", "joint")
+    assert cfg.policy.routing == "least_requests"
+    with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+        mooncake = to_config(compose("config", overrides=["slo.tpot_definition=tbt_mooncake"]))
+    assert mooncake.record_token_times  # the TBT SLO needs the token times

@@ -60,3 +60,15 @@ def test_system_prompts_and_sessions_share_prefix_blocks():
     assert len(s0[2].hash_ids) == -(-1612 // 256)
     other = [r for r in reqs if r.session_id == 1][0]
     assert set(other.hash_ids[2:]).isdisjoint(s0[0].hash_ids)
+
+
+def test_sessions_offer_the_requested_request_rate():
+    # 4-turn sessions with 20 s think times: the request rate is the one asked for, from the
+    # first second (sessions in progress when the window opens), whatever the count
+    prefix = PrefixConfig(session_turns=4, think_time_s=20.0)
+    for rate, n in ((50.0, 2000), (2.0, 400)):
+        wl = build_workload(_cfg(num_requests=n, rate_rps=rate, prefix=prefix), seed=5)
+        assert len(wl) == n and wl.mean_rate_rps() == pytest.approx(rate, rel=0.1)
+        half = wl.arrival_s.max() / 2
+        assert (wl.arrival_s < half).sum() == pytest.approx(n / 2, rel=0.15)
+    assert len(set(wl.session_id.tolist())) > n / 4  # windows cut sessions: many partial ones

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pdsim.metrics import Slo, attainment, summarize, tbt_mooncake_s, tpot_s, ttft_s
+from pdsim.metrics import Slo, attainment, meets_target, summarize, tbt_mooncake_s, tpot_s, ttft_s
 from pdsim.trace import FIELDS, TraceError, TraceRecorder, read_trace, write_trace
 
 
@@ -87,3 +87,27 @@ def test_read_trace_rejects_other_files(tmp_path):
     pd.DataFrame({"request_id": [1]}).to_parquet(tmp_path / "y.parquet")
     with pytest.raises(TraceError, match="missing trace fields"):
         read_trace(tmp_path / "y.parquet")
+
+
+def test_ttft_at_prefill_end_and_percentile_criterion():
+    df = _trace()
+    df.loc[0, "prefill_end_s"] = 0.3  # request 0's first token came 0.2 s after its prefill
+    assert ttft_s(df, "prefill_end").tolist()[:3] == pytest.approx([0.3, 3.0, 0.2])
+    # TTFTs (rejected = inf) 0.3, 3.0, 0.2, inf: the 0.5-quantile (linear) is 1.65
+    assert meets_target(df, Slo(1.7, 1.0, 0.5, "prefill_end", "percentiles"))
+    assert not meets_target(df, Slo(1.65, 1.0, 0.5, "prefill_end", "percentiles"))  # strictly below
+    assert not meets_target(df, Slo(1.7, 1.0, 0.5, "standard", "percentiles"))  # 0.5, 3, 0.2, inf -> 1.75
+    summary = summarize(df, Slo(1.7, 1.0, 0.5, "prefill_end", "percentiles"))
+    assert summary["meets_slo_target"] and summary["attainment"]["both"] == 0.5
+
+
+def test_mooncake_tbt_is_computed_and_usable_as_slo():
+    df = _trace()
+    df["token_times_s"] = [[0.5, 0.6, 0.7, 1.5], None, [2.2] + [2.2 + 0.2 * k for k in range(1, 21)], None]
+    tbt = tpot_s(df, "tbt_mooncake").tolist()
+    assert tbt[0] == pytest.approx(0.8) and math.isnan(tbt[1]) and tbt[2] == pytest.approx(0.2)
+    summary = summarize(df, Slo(ttft_s=1.0, tpot_s=0.5), "tbt_mooncake")
+    assert summary["attainment"]["tpot"] == 0.5  # request 0 (TBT 0.8) misses, 1 has none, 3 rejected
+    assert summary["tbt_mooncake_s"]["p50"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="record_token_times"):
+        tpot_s(_trace(), "tbt_mooncake")

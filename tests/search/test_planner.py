@@ -14,12 +14,14 @@ from pdsim.search.planner import (
     disaggregated_candidates,
     fitting_tps,
     plan,
+    small_probes,
 )
 
 # one instance's goodput (req/s) by TP: prefill is the scarce side, TP4 is the best per GPU
 PREFILL = {1: 1.0, 2: 2.2, 4: 5.0, 8: 8.0}
 DECODE = {1: 3.0, 2: 6.0, 4: 12.0, 8: 20.0}
 COLOCATED = {1: 0.5, 2: 1.1, 4: 2.4, 8: 5.0}
+COLOCATED_STUB = COLOCATED
 
 
 def stub(calls: list[Config]):
@@ -93,3 +95,20 @@ def test_end_to_end_plan_on_a_tiny_workload(compose_config) -> None:
     assert result.best is not None and result.best.gpus <= 3
     assert result.best.goodput_rps > 0 and result.best_colocated.goodput_rps > 0
     assert not math.isnan(result.gain)
+
+
+def test_recommendation_is_the_best_fleet_of_either_mode(cfg: Config, monkeypatch) -> None:
+    monkeypatch.setitem(COLOCATED_STUB, 8, 7.0)  # colocated TP8: 2 x 7 = 14 > 12 disaggregated
+    result = plan(cfg, stub([]))
+    assert result.best.mode == "colocated" and result.best.goodput_rps == pytest.approx(14.0)
+    assert result.best_disaggregated.goodput_rps == pytest.approx(12.0)
+    assert result.gain == pytest.approx(12.0 / 14.0)
+    text = format_plan(result, cfg)
+    assert "recommendation: colocated x2 (TP8) on 16 GPUs, goodput 14 req/s (colocated)" in text
+
+
+def test_small_probes_are_flagged() -> None:
+    # 300 requests at 100 req/s arrive within 3 s; a lone request takes 1 s: 3 < 20 lifetimes
+    cfg_like = type("C", (), {"scenario": type("S", (), {"num_requests": 300})()})()
+    flagged = small_probes(cfg_like, [("decode TP4", 4, 100.0), ("decode TP2", 2, 0.36)], lambda tp: 1.0)
+    assert flagged == ["decode TP4"]
