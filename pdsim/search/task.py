@@ -53,18 +53,24 @@ def goodput_search(cfg: Config) -> GoodputResult:
     )
 
 
-def format_goodput(result: GoodputResult, gpus: int) -> str:
+def format_goodput(result: GoodputResult, gpus: int, criterion: str = "joint") -> str:
     lines = [f"{'rate req/s':>12}{'attainment':>12}  verdict"]
     for p in result.probes:
         lines.append(f"{p.rate_rps:>12.4g}{floor_pct(p.attainment):>11}%  {'pass' if p.passed else 'fail'}")
     lines.append(
         f"\ngoodput {result.goodput_rps:.4g} req/s ({result.per_gpu(gpus):.4g} req/s per GPU, {gpus} GPUs); "
-        f"first failing rate {result.upper_rps:.4g} req/s; target {100 * result.target:.0f}% meeting both SLOs"
+        f"first failing rate {result.upper_rps:.4g} req/s; target {_target_text(result.target, criterion)}"
     )
     if not result.converged:
         lines.append(f"WARNING: search.max_probes={len(result.probes)} ran out before the bracket reached "
                      f"search.rel_tol; the edge lies in [{result.goodput_rps:.4g}, {result.upper_rps:.4g}) req/s")
     return "\n".join(lines)
+
+
+def _target_text(target: float, criterion: str) -> str:
+    if criterion == "percentiles":
+        return f"P{100 * target:g} TTFT and P{100 * target:g} TPOT each below their SLO"
+    return f"{100 * target:.0f}% meeting both SLOs"
 
 
 def floor_pct(fraction: float) -> str:
@@ -89,7 +95,11 @@ def hydra_goodput(dcfg: DictConfig) -> dict[str, Any]:
     (out_dir / "goodput.json").write_text(json.dumps({"goodput_rps": result.goodput_rps, "probes": probes}, indent=2))
     print(f"pdsim goodput: scenario={cfg.scenario.name} {at_goodput.summary['cluster']} "
           f"SLO TTFT<={cfg.slo.ttft_s}s TPOT<={cfg.slo.tpot_s}s", file=sys.stdout)
-    print(format_goodput(result, gpus_of(cfg)))
+    print(format_goodput(result, gpus_of(cfg), cfg.slo.criterion))
+    n = at_goodput.summary["requests"]
+    if result.goodput_rps > 0:
+        print(f"each probe: {n} requests, arriving over ~{n / result.goodput_rps:.3g} s at the goodput rate "
+              "(the rate probed is the request rate offered, multi-turn sessions included)")
     print(f"outputs: {out_dir}")
     return row
 

@@ -129,3 +129,12 @@ def test_flow_finishes_late_in_a_long_run() -> None:
     net.start_flow((link,), nbytes, 0.0, lambda: done.append(env.now))
     env.run(until=16472.0)
     assert len(done) == 1 and done[0] == pytest.approx(16471.9, abs=1e-9)
+
+
+def test_prefix_cache_smaller_than_one_block_is_an_error() -> None:
+    from pdsim.sim.prompt_kv import PromptKV
+
+    with pytest.raises(ValueError, match="'prefix_cache_tokens' = 511 holds no prefix block of 512 tokens"):
+        PromptKV("prefill:0", 100, 16, True, 512, 511)
+    assert PromptKV("prefill:0", 100, 16, True, 512, 512).cache.capacity_blocks == 1
+    assert PromptKV("prefill:0", 100, 16, True, 512, 0).cache.capacity_blocks == 0  # bounded by the pool
