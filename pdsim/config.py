@@ -107,6 +107,11 @@ class HardwareConfig:
     nic_gbps: float = 400.0  # Gb/s per NIC
     pcie_gbps: float = 64.0  # GB/s host<->device
     reserved_gib: float = 2.0  # per GPU, unavailable to weights and KV (CUDA context, activations)
+    # perf=measured: the operator-table system (pdsim/perf/data/aic/<system>_<engine>_<version>)
+    # and, when the tables were measured on another GPU, that GPU's hardware entry (scaled by
+    # roofline ratios); "" = no tables (roofline fallback) / measured on this GPU
+    op_tables: str = ""
+    op_tables_hardware: str = ""
 
 
 @dataclass
@@ -231,14 +236,16 @@ class SloConfig:
 
 @dataclass
 class PerfConfig:
-    """Step-latency model. kind: linear | roofline | fitted | table (see pdsim.perf)."""
+    """Step-latency model. kind: linear | roofline | fitted | table | measured (see pdsim.perf)."""
 
     kind: str = "linear"
+    engine: str = "sglang"  # measured: whose operator tables (sglang | vllm)
+    engine_version: str = ""  # measured: table version ("" = the newest for the GPU and engine)
     mfu: float = 0.5
     mbu: float = 0.7
     overhead_s: float = 0.003
     path: str = ""  # fitted JSON or table CSV (relative -> data_dir)
-    overhead_per_seq_s: float = 0.0  # roofline: per-sequence cost of a step (scheduling, sampling)
+    overhead_per_seq_s: float = 0.0  # roofline, measured: per-sequence cost of a step (scheduling, sampling)
     comm_latency_s: float = 1.0e-5  # roofline: fixed cost of one TP all-reduce
     table_model: str = ""  # table: model name in the CSV; "" = match model.name
     table_hardware: str = ""  # table: hardware name in the CSV; "" = match hardware.name

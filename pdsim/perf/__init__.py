@@ -2,7 +2,8 @@
 
 Kinds (`perf.kind`): linear (hand-set constants), roofline (specs x efficiencies, roofline.py),
 fitted (DistServe's formula from a profile JSON, fitted.py), table (interpolated measurements,
-table.py; CSV formats in profile.py). `pdsim calibrate` (calibrate.py) fits roofline or fitted
+table.py; CSV formats in profile.py), measured (public per-operator tables composed into steps,
+measured.py / optables.py; roofline fallback for hardware without tables). `pdsim calibrate` (calibrate.py) fits roofline or fitted
 parameters to a measured table.
 """
 
@@ -13,6 +14,7 @@ from pdsim.paths import resolve_data_path
 from pdsim.perf.base import LatencyModel, PrefillItem
 from pdsim.perf.fitted import FittedModel, load_fitted
 from pdsim.perf.linear import LinearModel
+from pdsim.perf.measured import MeasuredModel, build_measured
 from pdsim.perf.overhead import StepOverheadModel
 from pdsim.perf.roofline import RooflineModel
 from pdsim.perf.spec import (
@@ -25,7 +27,7 @@ from pdsim.perf.spec import (
 )
 from pdsim.perf.table import TableModel, load_table
 
-PERF_KINDS = ("linear", "roofline", "fitted", "table")
+PERF_KINDS = ("linear", "roofline", "fitted", "table", "measured")
 
 
 def _require_path(perf: PerfConfig) -> None:
@@ -61,7 +63,9 @@ def _step_model(
             decode_per_seq_s=perf.decode_per_seq_s,
             decode_per_ctx_token_s=perf.decode_per_ctx_token_s,
         )
-    if perf.kind == "roofline":
+    if perf.kind == "measured" and hardware.op_tables:
+        return build_measured(perf, model, hardware, tp)
+    if perf.kind in ("roofline", "measured"):  # measured without tables: the roofline fallback
         return RooflineModel(
             model,
             hardware,
@@ -92,6 +96,7 @@ __all__ = [
     "FittedModel",
     "LatencyModel",
     "LinearModel",
+    "MeasuredModel",
     "PrefillItem",
     "RooflineModel",
     "StepOverheadModel",

@@ -1,0 +1,270 @@
+"""Step latency composed from measured per-operator tables (optables.py).
+
+One forward step over T tokens (prefill chunks plus one token per decoding sequence) costs, per
+layer: the GEMMs at m = T (QKV, output projection, FFN up/gate and down, each split over the TP
+ranks; MoE layers use the fused-MoE table where it has the model's shape, else per-expert GEMMs),
+causal attention over the prefill chunks (context table), attention of the decoding sequences
+(generation table), the elementwise kernels (norms, RoPE, activation, residual adds: Vidur's
+table) and, with TP > 1, two all-reduces of T x hidden bf16 elements. Then the LM head for one
+token per sequence, plus a per-step CPU overhead `overhead_s + overhead_per_seq_s * sequences`
+(the only fitted part: no public table measures an engine's scheduler; see the preset).
+
+Ragged batches: prefill chunks enter the context table as B prompts of the equal length that
+has the same causal (query, key) pairs (a chunk of n after c cached tokens has nc + n(n+1)/2);
+decodes enter the generation table at their mean KV length (decode attention is linear in KV).
+A mixed step is one forward: both attention terms, everything else at the combined T.
+
+Hardware without its own tables uses the tables of `hardware.op_tables` measured on
+`hardware.op_tables_hardware` and scales every operator by the ratio of the two GPUs' rooflines
+for that operator's shape: the measured efficiency (MFU/MBU as a function of shape) is carried
+over, the peaks are the target's (A800 = A100 compute with slower NVLink; L40S, H800 likewise).
+MLA attention has no table here: it falls back to the roofline operator at `mfu`/`mbu`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
+from pdsim.perf import cost, spec
+from pdsim.perf.base import PrefillItem
+from pdsim.perf.optables import (
+    VIDUR_HBM_GBPS,
+    VIDUR_HIDDEN,
+    LogGrid,
+    OpTables,
+    elementwise_grid,
+    load_tables,
+    resolve_set,
+)
+
+COMM_LATENCY_S = 1.0e-5  # fixed all-reduce cost in the roofline ratio (small messages)
+_MEMO_ENTRIES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Roofline ratios target / reference (1.0 when the tables were measured on the target)."""
+
+    target: HardwareConfig
+    reference: HardwareConfig
+
+    @property
+    def same(self) -> bool:
+        return self.target == self.reference
+
+    def compute_memory(self, flops: float, nbytes: float) -> float:
+        if self.same:
+            return 1.0
+        def t(hw: HardwareConfig) -> float:
+            return max(flops / (hw.bf16_tflops * 1e12), nbytes / (hw.hbm_gbps * 1e9))
+        return t(self.target) / t(self.reference)
+
+    def link(self, nbytes: float) -> float:
+        if self.same:
+            return 1.0
+        def t(hw: HardwareConfig) -> float:
+            return COMM_LATENCY_S + nbytes / ((hw.nvlink_gbps or hw.pcie_gbps) * 1e9)
+        return t(self.target) / t(self.reference)
+
+    def memory(self, reference_hbm_gbps: float) -> float:
+        return reference_hbm_gbps / self.target.hbm_gbps
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredModel:
+    """Operator tables composed into prefill, decode and mixed steps for one TP instance."""
+
+    model: ModelConfig
+    tp: int
+    tables: OpTables
+    scaling: Scaling
+    elementwise_gpu: str  # Vidur GPU whose elementwise table applies ("a100" | "h100")
+    elementwise_hbm_gbps: float  # that GPU's HBM bandwidth (for scaling)
+    overhead_s: float = 0.0
+    overhead_per_seq_s: float = 0.0
+    mfu: float = 0.5  # MLA attention fallback only
+    mbu: float = 0.7
+    name: str = "measured"
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.tp < 1:
+            raise ValueError(f"tensor parallel size must be >= 1, got {self.tp}")
+        if self.tp > 1 and self.tp not in self.tables.allreduce:
+            raise ValueError(f"perf: {self.tables.source} has no all-reduce rows for tp={self.tp} "
+                             f"(has {sorted(self.tables.allreduce)})")
+        heads, kv = self._heads()
+        object.__setattr__(self, "_context", self.tables.context_attention.fixed_heads(heads, kv))
+        object.__setattr__(self, "_generation",
+                           self.tables.generation_attention.fixed_heads(heads, kv))
+
+    # -- operators (seconds, one layer unless stated) --------------------------------------
+    def gemm_s(self, m: float, n: float, k: float) -> float:
+        ratio = self.scaling.compute_memory(2 * m * n * k, 2 * (m * k + k * n + m * n))
+        return self.tables.gemm(m, n, k) * ratio / 1e3
+
+    def _projections_s(self, tokens: float) -> float:
+        m, h, tp = self.model, self.model.hidden_size, self.tp
+        if spec.is_mla(m):  # per-rank flop-equivalent GEMM of the MLA projections
+            return self.gemm_s(tokens, spec.attention_params_per_layer(m) / (h * tp), h)
+        q = m.num_heads * m.head_dim / tp
+        kv = math.ceil(m.num_kv_heads / tp) * m.head_dim
+        return self.gemm_s(tokens, q + 2 * kv, h) + self.gemm_s(tokens, h, q)
+
+    def _ffn_s(self, tokens: float, moe: bool) -> float:
+        m, h, tp = self.model, self.model.hidden_size, self.tp
+        mats = 2 if m.gated_ffn else 1
+        if not moe:
+            ffn = m.ffn_size / tp
+            return self.gemm_s(tokens, mats * ffn, h) + self.gemm_s(tokens, h, ffn)
+        inter = m.moe_ffn_size or m.ffn_size
+        router = self.gemm_s(tokens, m.num_experts, h)
+        shared = 0.0
+        if m.num_shared_experts:
+            width = inter * m.num_shared_experts / tp
+            shared = self.gemm_s(tokens, mats * width, h) + self.gemm_s(tokens, h, width)
+        return router + shared + self._experts_s(tokens)
+
+    def _experts_s(self, tokens: float) -> float:
+        m, h, tp = self.model, self.model.hidden_size, self.tp
+        inter = m.moe_ffn_size or m.ffn_size
+        shape = (h, inter, m.num_active_experts, m.num_experts)
+        dtype = "fp8_block" if m.dtype == "fp8" else "bfloat16"
+        grid: LogGrid | None = self.tables.moe_grid(dtype, shape, tp) if len(self.tables.moe) else None
+        if grid is not None:
+            flops = 2 * 3 * h * inter * m.num_active_experts * tokens / tp
+            touched = cost.experts_touched(m, tokens)
+            ratio = self.scaling.compute_memory(flops, 3 * h * inter * touched * 2 / tp)
+            return grid(tokens) * ratio / 1e3
+        # no fused-MoE rows: each touched expert as a GEMM of its share of the routed tokens
+        touched = max(cost.experts_touched(m, tokens), 1.0)
+        per_expert = tokens * m.num_active_experts / touched
+        width = inter / tp
+        mats = 2 if m.gated_ffn else 1
+        return touched * (self.gemm_s(per_expert, mats * width, h) + self.gemm_s(per_expert, h, width))
+
+    def _elementwise_s(self, tokens: float) -> float:
+        grids = elementwise_grid(self.elementwise_gpu)
+        tp = min(grids, key=lambda t: (abs(math.log(t / self.tp)), t))
+        equivalent = tokens * self.model.hidden_size / VIDUR_HIDDEN
+        return grids[tp](equivalent) * self.scaling.memory(self.elementwise_hbm_gbps) / 1e3
+
+    def _allreduce_s(self, tokens: float) -> float:
+        if self.tp == 1:
+            return 0.0
+        elements = tokens * self.model.hidden_size
+        ratio = self.scaling.link(2 * (self.tp - 1) / self.tp * elements * cost.ACTIVATION_BYTES)
+        return self.tables.allreduce[self.tp](elements) * ratio / 1e3
+
+    def _heads(self) -> tuple[float, float]:
+        """Per-rank (query, KV) heads in units of 128-wide heads (the tables' head_dim)."""
+        m = self.model
+        scale = m.head_dim / 128
+        return m.num_heads / self.tp * scale, math.ceil(m.num_kv_heads / self.tp) * scale
+
+    def _prefill_attention_s(self, items: Sequence[PrefillItem]) -> float:
+        if not items:
+            return 0.0
+        batch = len(items)
+        pairs = cost.attention_pairs(items) / batch
+        isl = (math.sqrt(1 + 8 * pairs) - 1) / 2  # s(s + 1) / 2 = pairs
+        if spec.is_mla(self.model):
+            return self._roofline_attention_s(items, 0, 0)
+        heads, kv = self._heads()
+        ratio = self.scaling.compute_memory(4 * heads * 128 * pairs * batch,
+                                            2 * kv * 128 * 2 * isl * batch)
+        return self._context(batch, isl) * ratio / 1e3  # type: ignore[attr-defined]
+
+    def _decode_attention_s(self, num_seqs: int, context_tokens: int) -> float:
+        if num_seqs <= 0:
+            return 0.0
+        if spec.is_mla(self.model):
+            return self._roofline_attention_s((), num_seqs, context_tokens)
+        heads, kv = self._heads()
+        ctx = max(context_tokens / num_seqs, 1.0)
+        ratio = self.scaling.compute_memory(4 * heads * 128 * context_tokens,
+                                            2 * kv * 128 * 2 * context_tokens)
+        return self._generation(num_seqs, ctx) * ratio / 1e3  # type: ignore[attr-defined]
+
+    def _roofline_attention_s(self, items: Sequence[PrefillItem], seqs: int, ctx: int) -> float:
+        hw = self.scaling.target
+        step = cost.step_cost(self.model, items, seqs, ctx, self.tp)
+        ops = [op for op in step.ops if op.name.startswith("attention")]
+        total = sum(max(op.flops / (hw.bf16_tflops * 1e12 * self.mfu),
+                        op.bytes / (hw.hbm_gbps * 1e9 * self.mbu)) for op in ops)
+        return total / self.model.num_layers
+
+    def _per_token_s(self, tokens: int) -> float:
+        """Everything in a step that depends only on its token count (all layers)."""
+        key = ("tokens", tokens)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        m = self.model
+        moe_layers = spec.num_moe_layers(m)
+        dense_layers = m.num_layers - moe_layers
+        per_layer_common = (self._projections_s(tokens) + self._elementwise_s(tokens)
+                            + 2 * self._allreduce_s(tokens))
+        total = m.num_layers * per_layer_common + dense_layers * self._ffn_s(tokens, False)
+        if moe_layers:
+            total += moe_layers * self._ffn_s(tokens, True)
+        self._remember(key, total)
+        return total
+
+    def _lm_head_s(self, seqs: int) -> float:
+        key = ("lm_head", seqs)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self.gemm_s(seqs, self.model.vocab_size / self.tp, self.model.hidden_size)
+            self._remember(key, hit)
+        return hit
+
+    def _remember(self, key: tuple, value: float) -> None:
+        if len(self._memo) >= _MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[key] = value
+
+    # -- LatencyModel ----------------------------------------------------------------------
+    def step_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        tokens = sum(n for n, _ in items) + num_seqs
+        if tokens <= 0:
+            return 0.0
+        seqs = len(items) + num_seqs
+        layers = self.model.num_layers
+        attention = self._prefill_attention_s(items) + self._decode_attention_s(num_seqs, context_tokens)
+        lm_head = self._lm_head_s(seqs)
+        return (self._per_token_s(tokens) + layers * attention + lm_head
+                + self.overhead_s + self.overhead_per_seq_s * seqs)
+
+    def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
+        key = ("prefill", tuple(items))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self.step_time_s(items, 0, 0)
+            self._remember(key, hit)
+        return hit
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
+        return self.step_time_s((), num_seqs, context_tokens)
+
+    def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        return self.step_time_s(items, num_seqs, context_tokens)
+
+
+def build_measured(
+    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int
+) -> MeasuredModel:
+    """The measured model for `hardware` (its op_tables, scaled from op_tables_hardware)."""
+    from pdsim.perf.catalog import load_hardware  # catalog imports config only; no cycle
+
+    tables = load_tables(resolve_set(hardware.op_tables, perf.engine, perf.engine_version))
+    reference = load_hardware(hardware.op_tables_hardware) if hardware.op_tables_hardware else hardware
+    gpu = "a100" if hardware.op_tables.startswith("a100") else "h100"
+    return MeasuredModel(
+        model, tp, tables, Scaling(hardware, reference), gpu, VIDUR_HBM_GBPS[gpu],
+        overhead_s=perf.overhead_s, overhead_per_seq_s=perf.overhead_per_seq_s,
+        mfu=perf.mfu, mbu=perf.mbu,
+    )

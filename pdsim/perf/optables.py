@@ -1,0 +1,207 @@
+"""Measured per-operator latency tables (pdsim/perf/data, sources in data/SOURCES.md).
+
+One *table set* is one (system, engine, version) folder under data/aic/ holding, in ms:
+
+- `gemm.csv` (m, n, k): a bf16 GEMM of an m x k activation by a k x n weight;
+- `context_attention.csv` (batch_size, isl, num_heads, num_key_value_heads): causal attention
+  of `batch_size` prompts of `isl` tokens each, head_dim 128, one layer, heads of one rank;
+- `generation_attention.csv` (batch_size, step, ...): one decode token per sequence against a
+  KV cache of `step` tokens;
+- `allreduce.csv` (num_gpus, message_size): one all-reduce of `message_size` bf16 elements;
+- `moe.csv` (moe_dtype, hidden_size, inter_size, topk, num_experts, moe_tp_size, num_tokens):
+  one fused MoE layer (balanced routing, experts split by TP, no EP).
+
+`LogGrid` interpolates a table multilinearly in log(latency) over log(axes): exact at measured
+points, power laws between them, clamped below the first point and extrapolated along the last
+segment above the last one. Cells the source never measured (large batch x long context: out of
+memory) are filled from a separable fit log t = row + col over each 2-D slice (table.py).
+`vidur_ops.csv` holds Vidur's per-op times (Llama-2, vLLM-era) used for the elementwise kernels.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pdsim.perf.table import _complete_log_additive
+
+DATA_DIR = Path(__file__).parent / "data"
+AIC_DIR = DATA_DIR / "aic"
+ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add",
+                   "add")  # two residual adds per layer, Vidur times one
+VIDUR_HIDDEN = 8192  # Llama-2-70B, whose Vidur rows stand for every model (scaled by hidden size)
+VIDUR_HBM_GBPS = {"a100": 2039.0, "h100": 3350.0}  # the GPUs Vidur profiled (catalog datasheets)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LogGrid:
+    """Latencies (ms) on a complete grid; __call__ interpolates in log-log space."""
+
+    axes: tuple[list[float], ...]  # log of each axis, ascending
+    log_ms: np.ndarray
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, axes: Sequence[str], what: str) -> LogGrid:
+        if df.empty:
+            raise ValueError(f"no {what} rows to build a latency table from")
+        values = df.groupby(list(axes)).latency_ms.median()
+        ticks = [np.unique(df[a].to_numpy(dtype=float)) for a in axes]
+        full = pd.MultiIndex.from_product(ticks, names=list(axes))
+        grid = values.reindex(full).to_numpy(dtype=float).reshape([len(t) for t in ticks])
+        if np.isnan(grid).any():
+            grid = _fill_missing(grid)
+        return cls(tuple(np.log(t).tolist() for t in ticks), np.log(grid))
+
+
+    def __call__(self, *point: float) -> float:
+        """Latency in ms at `point` (one value per axis, each > 0)."""
+        corners = [_segment(axis, math.log(max(value, 1e-9)))
+                   for axis, value in zip(self.axes, point, strict=True)]
+        total = 0.0
+        for mask in range(1 << len(corners)):
+            weight, index = 1.0, []
+            for d, (i, u) in enumerate(corners):
+                upper = (mask >> d) & 1
+                weight *= u if upper else 1.0 - u
+                index.append(min(i + upper, len(self.axes[d]) - 1))
+            if weight != 0.0:
+                total += weight * self.log_ms[tuple(index)]
+        return float(np.exp(total))
+
+
+def _segment(axis: np.ndarray, value: float) -> tuple[int, float]:
+    """Lower index and position in its segment: clamped below, extrapolating above."""
+    if len(axis) == 1:
+        return 0, 0.0
+    i = min(max(bisect.bisect_right(axis, value) - 1, 0), len(axis) - 2)
+    lo, hi = axis[i], axis[i + 1]
+    return i, max((value - lo) / (hi - lo), 0.0)
+
+
+def _fill_missing(grid: np.ndarray) -> np.ndarray:
+    """Fill NaN cells slice by slice over the last two axes (separable log fit)."""
+    flat = grid.reshape(-1, grid.shape[-2], grid.shape[-1])
+    return np.stack([_complete_log_additive(s) for s in flat]).reshape(grid.shape)
+
+
+@dataclass(frozen=True, eq=False)
+class HeadTables:
+    """One attention table per (num_heads, num_kv_heads) of one rank, head_dim 128."""
+
+    grids: dict[tuple[int, int], LogGrid]
+    fixed: dict[tuple[float, float], LogGrid] = field(default_factory=dict)  # fixed_heads memo
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, token_axis: str, what: str) -> HeadTables:
+        grids = {
+            (int(h), int(kv)): LogGrid.from_frame(part, ("batch_size", token_axis), what)
+            for (h, kv), part in df.groupby(["num_heads", "num_key_value_heads"])
+        }
+        return cls(grids)
+
+    def fixed_heads(self, heads: float, kv_heads: float) -> LogGrid:
+        """A (batch, tokens) grid for one head configuration: lookups then cost one 2-D
+        interpolation (evaluated on the ticks of the nearest table)."""
+        key = (heads, kv_heads)
+        if key not in self.fixed:
+            batches = sorted({b for g in self.grids.values() for b in g.axes[0]})
+            tokens = sorted({t for g in self.grids.values() for t in g.axes[1]})
+            values = np.array([[self(heads, kv_heads, math.exp(b), math.exp(t)) for t in tokens]
+                               for b in batches])
+            self.fixed[key] = LogGrid((batches, tokens), np.log(np.maximum(values, 1e-9)))
+        return self.fixed[key]
+
+    def __call__(self, heads: float, kv_heads: float, batch: float, tokens: float) -> float:
+        """ms; MHA looks among MHA tables, GQA among tables of the nearest KV head count;
+        head counts between tables interpolate linearly (time grows with heads)."""
+        mha = abs(heads - kv_heads) < 1e-9
+        if mha:
+            keys = sorted(k for k in self.grids if k[0] == k[1])
+        else:
+            kvs = sorted({kv for h, kv in self.grids if h != kv})
+            kv = min(kvs, key=lambda x: (abs(np.log(x) - np.log(max(kv_heads, 1e-9))), x))
+            keys = sorted(k for k in self.grids if k[1] == kv and k[0] != k[1])
+        hs = np.array([k[0] for k in keys], dtype=float)
+        j = int(np.clip(np.searchsorted(hs, heads, side="right") - 1, 0, max(len(hs) - 2, 0)))
+        low = self.grids[keys[j]](batch, tokens)
+        if len(keys) == 1:
+            return low * heads / hs[0]
+        high = self.grids[keys[j + 1]](batch, tokens)
+        if heads <= hs[0]:
+            return low * heads / hs[0]
+        u = (heads - hs[j]) / (hs[j + 1] - hs[j])
+        return max(low + u * (high - low), 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class OpTables:
+    """Every table of one (system, engine, version)."""
+
+    source: str
+    gemm: LogGrid
+    context_attention: HeadTables
+    generation_attention: HeadTables
+    allreduce: dict[int, LogGrid]  # by num_gpus
+    moe: pd.DataFrame  # raw rows; MoeTable picks a shape
+
+    def moe_grid(self, dtype: str, shape: tuple[int, int, int, int], tp: int) -> LogGrid | None:
+        hidden, inter, topk, experts = shape
+        df = self.moe
+        rows = df[(df.moe_dtype == dtype) & (df.hidden_size == hidden) & (df.inter_size == inter)
+                  & (df.topk == topk) & (df.num_experts == experts) & (df.moe_tp_size == tp)]
+        return LogGrid.from_frame(rows, ("num_tokens",), "moe") if len(rows) else None
+
+
+def table_sets() -> list[str]:
+    """Available table sets, e.g. 'h100_sxm_sglang_0.5.10'."""
+    return sorted(p.name for p in AIC_DIR.iterdir() if p.is_dir())
+
+
+def resolve_set(system: str, engine: str, version: str) -> str:
+    """The folder name for (system, engine, version); version "" picks the newest one."""
+    prefix = f"{system}_{engine}_"
+    found = [s for s in table_sets() if s.startswith(prefix)]
+    if version:
+        found = [s for s in found if s == prefix + version]
+    if not found:
+        raise ValueError(
+            f"perf: no measured tables for system={system!r} engine={engine!r} "
+            f"version={version or '(newest)'!r} (have {table_sets()})"
+        )
+    return max(found, key=lambda s: [int(x) if x.isdigit() else x
+                                      for x in s[len(prefix):].replace("rc", ".").split(".")])
+
+
+@cache
+def load_tables(name: str) -> OpTables:
+    """One table set by folder name (cached: the tables are read-only)."""
+    folder = AIC_DIR / name
+    read = lambda stem: pd.read_csv(folder / f"{stem}.csv")  # noqa: E731
+    comm = read("allreduce")
+    moe_path = folder / "moe.csv"
+    return OpTables(
+        source=name,
+        gemm=LogGrid.from_frame(read("gemm"), ("m", "n", "k"), f"{name} gemm"),
+        context_attention=HeadTables.from_frame(read("context_attention"), "isl", name),
+        generation_attention=HeadTables.from_frame(read("generation_attention"), "step", name),
+        allreduce={int(g): LogGrid.from_frame(part, ("message_size",), f"{name} allreduce")
+                   for g, part in comm.groupby("num_gpus")},
+        moe=pd.read_csv(moe_path) if moe_path.is_file() else pd.DataFrame(),
+    )
+
+
+@cache
+def elementwise_grid(gpu: str) -> dict[int, LogGrid]:
+    """Vidur's per-layer elementwise time (ms) of Llama-2-70B by TP over num_tokens."""
+    df = pd.read_csv(DATA_DIR / "vidur_ops.csv")
+    df = df[(df.gpu == gpu) & (df.model == "Llama-2-70b-hf")].copy()
+    df["latency_ms"] = sum(df[f"{op}_ms"] for op in ELEMENTWISE_OPS)
+    return {int(tp): LogGrid.from_frame(part, ("num_tokens",), f"vidur {gpu} elementwise")
+            for tp, part in df.groupby("tp")}
