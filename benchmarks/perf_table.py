@@ -1,116 +1,253 @@
-"""Predicted vs measured step latency for Llama-2-70B at TP8 on A100 and H100 (issue 4's table).
+"""Step-latency models against measured data: fit / held-back error per source, cross-source error.
 
-    .venv/bin/python benchmarks/perf_table.py [--data-dir DIR]
+    .venv/bin/python benchmarks/perf_table.py [--data-dir DIR] [--section NAME ...]
 
-Measured: Splitwise's profile (calibration/splitwise_perf_model.csv, vLLM, median of repeats).
-Decode at "2k context" is the batch-1 row with a 2048-token prompt (mean context 2048 + 128/2);
-Splitwise never measured batch 64 at that context, so its batch-64 row is at 512 + 64 and the
-batch-64/2k line compares against the table model's interpolation (marked *).
+Errors are (predicted - measured) / measured; tables give the median and p90 of |error| and the
+median signed error ("bias"). Sections (sources and licences: pdsim/perf/data/SOURCES.md):
 
-Model kinds:
-- roofline: catalog specs with the default efficiencies (scenarios/perf/roofline.yaml);
-- roofline-cal: mfu, mbu and the two overheads fitted (as `pdsim calibrate --kind roofline` does) to the
-  TP8 rows (in sample);
-- fitted: DistServe's formula fitted to the TP8 rows (DistServe's JSON has no Llama-2-70B; in sample);
-- table: interpolation of the TP8 rows (exact at measured points).
+- `ops`: AIConfigurator tables, every (GPU, engine) set: the grid the model interpolates is the
+  fit part; the held-back rows (GEMMs with n or k off the power-of-two grid, attention with a
+  head count off it) are predicted by interpolation. By operator and shape.
+- `engines`: cross-engine: steps composed from SGLang 0.5.10 tables vs the same steps from
+  vLLM 0.14.0 tables on the same GPU (catalog models, decode and prefill shapes).
+- `vidur`: cross-source: AIConfigurator GEMMs (SGLang 0.5.10) vs Vidur's measured projection
+  GEMMs (vLLM-era profiler) for Llama-2-70B / 7B at TP 1-8 on A100 and H100. By model and op.
+- `splitwise`: whole steps (Splitwise's vLLM-2023 profile, ../shared/data/calibration): the bare
+  composed model (cross-generation error), then the engine-generation fit (engine_fit.py) on half
+  of the Llama-2-70B shapes, held-back error on the other half (by phase and TP) and on BLOOM-176B
+  (a model the fit never saw).
+- `distserve`: DistServe's fitted A100 formula (its own engine) for OPT-13B TP1 / OPT-66B TP4:
+  bare composed model, then the engine fit on OPT-13B, held-back error on OPT-66B.
+- `llama70b`: issue 4's Llama-2-70B TP8 table with the measured model added.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
+import pandas as pd
 
+from pdsim.config import ModelConfig, PerfConfig
 from pdsim.paths import resolve_data_path
-from pdsim.perf import catalog
-from pdsim.perf.base import LatencyModel
-from pdsim.perf.fit import calibrated_roofline, fit_fitted, fit_roofline
+from pdsim.perf import build_latency_model, catalog
+from pdsim.perf.engine_fit import fit_engine, predict_s
+from pdsim.perf.fitted import load_fitted
+from pdsim.perf.optables import AIC_DIR, DATA_DIR, LogGrid, load_tables, table_sets
 from pdsim.perf.profile import ProfilePoint, read_splitwise_csv
 from pdsim.perf.roofline import RooflineModel
-from pdsim.perf.table import TableModel
 
 SPLITWISE = "calibration/splitwise_perf_model.csv"
-HARDWARE = (("a100_80g", "a100-80gb"), ("h100", "h100-80gb"))
-# (label, phase, num_seqs, tokens per sequence: prompt for prefill, mean context for decode)
-QUERIES = (
-    ("prefill 1k tokens", "prefill", 1, 1024),
-    ("prefill 8k tokens", "prefill", 1, 8192),
-    ("decode b1 @ 2k ctx", "decode", 1, 2048 + 64),
-    ("decode b64 @ 2k ctx", "decode", 64, 2048 + 64),
-    ("decode b64 @ 576 ctx", "decode", 64, 512 + 64),
-)
+DISTSERVE = "calibration/distserve_profiler-a100-80g.distserve.json"
+BARE = PerfConfig(kind="measured", engine="sglang", overhead_s=0.0)
+BLOOM = ModelConfig(name="bloom_176b", num_layers=70, hidden_size=14336, num_heads=112,
+                    num_kv_heads=112, head_dim=128, ffn_size=57344, vocab_size=250880,
+                    gated_ffn=False)  # BigScience BLOOM config.json
 
 
-def measured_s(points: list[ProfilePoint], phase: str, seqs: int, tokens: int) -> float | None:
-    """Median of the profile rows at exactly this step, or None if never measured."""
-    total = seqs * tokens
-    key = "new_tokens" if phase == "prefill" else "context_tokens"
-    hits = [
-        p.latency_s
-        for p in points
-        if p.kind == phase and p.num_seqs == seqs and getattr(p, key) == total
-    ]
-    return float(np.median(hits)) if hits else None
+def stats(errors: Iterable[float]) -> str:
+    e = np.asarray(list(errors), dtype=float)
+    if e.size == 0:
+        return "   n=0"
+    a = np.abs(e) * 100
+    return f"n={e.size:5d}  median {np.median(a):5.1f}%  p90 {np.percentile(a, 90):5.1f}%  bias {np.median(e) * 100:+6.1f}%"
 
 
-def predict_s(model: LatencyModel, phase: str, seqs: int, tokens: int) -> float:
-    if phase == "prefill":
-        return model.prefill_time_s([(tokens, 0)] * seqs)
-    return model.decode_time_s(seqs, seqs * tokens)
+def print_groups(title: str, df: pd.DataFrame, by: list[str]) -> None:
+    print(f"\n{title}")
+    for key, part in df.groupby(by, sort=True):
+        label = " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
+        print(f"  {label:<44} {stats(part.err)}")
+    print(f"  {'all':<44} {stats(df.err)}")
 
 
-def build_models(
-    path, hw_name: str, table_hw: str
-) -> tuple[dict[str, LatencyModel], list[ProfilePoint]]:
+def _bucket(values: pd.Series, edges: tuple[int, ...], unit: str) -> pd.Series:
+    labels = [f"{unit}<={e}" for e in edges] + [f"{unit}>{edges[-1]}"]
+    return pd.cut(values, [0, *edges, np.inf], labels=labels).astype(str)
+
+
+def section_ops() -> None:
+    rows = []
+    for name in table_sets():
+        tables, folder = load_tables(name), AIC_DIR / name
+        g = pd.read_csv(folder / "heldout_gemm.csv")
+        pred = [tables.gemm(m, n, k) for m, n, k in zip(g.m, g.n, g.k, strict=True)]
+        rows.append(g.assign(set=name, op="gemm", err=np.array(pred) / g.latency_ms - 1,
+                             shape=_bucket(g.m, (16, 512), "m")))
+        for phase, axis, heads in (("context", "isl", tables.context_attention),
+                                   ("generation", "step", tables.generation_attention)):
+            a = pd.read_csv(folder / f"heldout_{phase}_attention.csv")
+            pred = [heads(h, kv, b, t) for h, kv, b, t in
+                    zip(a.num_heads, a.num_key_value_heads, a.batch_size, a[axis], strict=True)]
+            rows.append(a.assign(set=name, op=f"{phase}_attn", err=np.array(pred) / a.latency_ms - 1,
+                                 shape=_bucket(a[axis], (512, 4096), "len")))
+    df = pd.concat(rows, ignore_index=True)
+    print_groups("ops: AIConfigurator held-back rows, by operator and set", df, ["op", "set"])
+    print_groups("ops: by operator and shape (all sets)", df, ["op", "shape"])
+
+
+def _shapes() -> list[tuple[str, int, int]]:
+    decode = [("decode", b, c) for b in (1, 8, 32, 128) for c in (512, 2048, 8192)]
+    return decode + [("prefill", 1, n) for n in (256, 1024, 4096)] + [("prefill", 4, 2048)]
+
+
+def _step(model, phase: str, b: int, tokens: int) -> float:
+    if phase == "decode":
+        return model.decode_time_s(b, b * tokens)
+    return model.prefill_time_s([(tokens, 0)] * b)
+
+
+def section_engines() -> None:
+    rows = []
+    for hw in ("a100_80g", "h100", "h200"):
+        for name, tp in (("llama3_8b", 1), ("qwen3_32b", 4), ("llama3_70b", 8)):
+            m, h = catalog.load_model(name), catalog.load_hardware(hw)
+            sg = build_latency_model(BARE, m, h, tp)
+            vl = build_latency_model(PerfConfig(kind="measured", engine="vllm", overhead_s=0.0), m, h, tp)
+            for phase, b, t in _shapes():
+                ref = _step(vl, phase, b, t)
+                rows.append({"hw": hw, "model": f"{name}/tp{tp}", "phase": phase,
+                             "err": _step(sg, phase, b, t) / ref - 1})
+    df = pd.DataFrame(rows)
+    print_groups("engines: SGLang 0.5.10 tables predicting vLLM 0.14.0 steps (same GPU)", df, ["hw", "phase"])
+    print_groups("engines: by model", df, ["model"])
+
+
+VIDUR_MODELS = {"Llama-2-70b-hf": (8192, 64, 8, 28672), "Llama-2-7b-hf": (4096, 32, 32, 11008)}
+
+
+def section_vidur() -> None:
+    ops = pd.read_csv(DATA_DIR / "vidur_ops.csv")
+    ops = ops.groupby(["gpu", "model", "tp", "num_tokens"], as_index=False).median(numeric_only=True)
+    rows = []
+    for gpu, system in (("a100", "a100_sxm_sglang_0.5.10"), ("h100", "h100_sxm_sglang_0.5.10")):
+        gemm: LogGrid = load_tables(system).gemm
+        for r in ops[ops.gpu == gpu].itertuples():
+            hidden, heads, kv, ffn = VIDUR_MODELS[r.model]
+            d, tp, t = 128, r.tp, r.num_tokens
+            shapes = {"attn_pre_proj": ((heads + 2 * kv) * d / tp, hidden),
+                      "attn_post_proj": (hidden, heads * d / tp),
+                      "mlp_up_proj": (2 * ffn / tp, hidden), "mlp_down_proj": (hidden, ffn / tp)}
+            for op, (n, k) in shapes.items():
+                rows.append({"gpu": gpu, "model": r.model, "op": op, "tokens": _bucket(pd.Series([t]), (16, 512), "T")[0],
+                             "err": gemm(t, n, k) / getattr(r, f"{op}_ms") - 1})
+    df = pd.DataFrame(rows)
+    print_groups("vidur: AIConfigurator GEMMs vs Vidur's measured GEMMs, by model and GPU", df, ["model", "gpu"])
+    print_groups("vidur: by op and token count", df, ["op", "tokens"])
+
+
+def _split(points: list[ProfilePoint]) -> tuple[list[ProfilePoint], list[ProfilePoint]]:
+    """Alternate distinct shapes (sorted) between the fit half and the held-back half."""
+    shapes = sorted({(p.kind, p.num_seqs, p.new_tokens, p.context_tokens) for p in points})
+    fit_shapes = set(shapes[::2])
+    fit = [p for p in points if (p.kind, p.num_seqs, p.new_tokens, p.context_tokens) in fit_shapes]
+    return fit, [p for p in points if p not in fit]
+
+
+def _errors(latency, points: list[ProfilePoint], **tags) -> list[dict]:
+    return [{**tags, "phase": p.kind if p.kind == "prefill" else f"decode b{'<16' if p.num_seqs < 16 else '>=16'}",
+             "err": predict_s(latency, p) / p.latency_s - 1} for p in points]
+
+
+def section_splitwise(data_dir: str) -> None:
+    path = resolve_data_path(SPLITWISE, data_dir)
+    if not path.is_file():
+        print(f"\nsplitwise: skipped ({path} not found)")
+        return
+    llama = catalog.load_model("llama2_70b")
+    bare_rows, held_rows = [], []
+    for hw, table_hw in (("a100_80g", "a100-80gb"), ("h100", "h100-80gb")):
+        h = catalog.load_hardware(hw)
+        by_tp = {tp: read_splitwise_csv(path, "llama2-70b", table_hw, tp) for tp in (2, 4, 8)}
+        bloom_pts = read_splitwise_csv(path, "bloom-176b", table_hw, 8)
+        ops = {tp: build_latency_model(BARE, llama, h, tp) for tp in by_tp}
+        bloom_ops = build_latency_model(BARE, BLOOM, h, 8)
+        for tp, pts in by_tp.items():
+            bare_rows += _errors(ops[tp], pts, hw=hw, model=f"llama2-70b/tp{tp}")
+        bare_rows += _errors(bloom_ops, bloom_pts, hw=hw, model="bloom-176b/tp8")
+        fit_pts = {tp: _split(pts) for tp, pts in by_tp.items()}
+        fit = fit_engine([(ops[tp], p) for tp in by_tp for p in fit_pts[tp][0]])
+        print(f"\nsplitwise {hw}: engine fit on half the Llama-2-70B shapes: "
+              + json.dumps({k: round(v, 5) for k, v in fit.perf_fields().items()}))
+        for tp in by_tp:
+            held_rows += _errors(fit.apply(ops[tp]), fit_pts[tp][1], hw=hw, model=f"llama2-70b/tp{tp}")
+        held_rows += _errors(fit.apply(bloom_ops), bloom_pts, hw=hw, model="bloom-176b/tp8 (unseen)")
+    print_groups("splitwise: bare composed model (SGLang tables, no overhead) vs vLLM-2023 steps",
+                 pd.DataFrame(bare_rows), ["hw", "model"])
+    held = pd.DataFrame(held_rows)
+    print_groups("splitwise: engine fit, held-back rows, by model", held, ["hw", "model"])
+    print_groups("splitwise: engine fit, held-back rows, by phase", held, ["hw", "phase"])
+
+
+def _distserve_points(data_dir: str, hf_name: str, tp: int) -> list[ProfilePoint]:
+    formula = load_fitted(resolve_data_path(DISTSERVE, data_dir), hf_name, tp)
+    pts = [ProfilePoint("prefill", b, b * n, 0, formula.prefill_time_s([(n, 0)] * b))
+           for b in (1, 4) for n in (128, 256, 512, 1024, 2048)]
+    pts += [ProfilePoint("decode", b, b * c, b * c, formula.decode_time_s(b, b * c))
+            for b in (1, 4, 16, 64, 128) for c in (256, 1024, 2048)]
+    return pts
+
+
+def section_distserve(data_dir: str) -> None:
+    if not resolve_data_path(DISTSERVE, data_dir).is_file():
+        print("\ndistserve: skipped (calibration JSON not found)")
+        return
+    h = catalog.load_hardware("a100_80g")
+    setups = {"opt-13b/tp1": ("opt_13b", "facebook/opt-13b", 1), "opt-66b/tp4": ("opt_66b", "facebook/opt-66b", 4)}
+    pts = {k: _distserve_points(data_dir, hf, tp) for k, (_, hf, tp) in setups.items()}
+    ops = {k: build_latency_model(BARE, catalog.load_model(m), h, tp) for k, (m, _, tp) in setups.items()}
+    bare = pd.DataFrame([r for k in setups for r in _errors(ops[k], pts[k], model=k)])
+    print_groups("distserve: bare composed model vs DistServe's A100 formula", bare, ["model", "phase"])
+    fit = fit_engine([(ops["opt-13b/tp1"], p) for p in pts["opt-13b/tp1"]])
+    print("distserve: engine fit on OPT-13B: " + json.dumps({k: round(v, 5) for k, v in fit.perf_fields().items()}))
+    held = pd.DataFrame(_errors(fit.apply(ops["opt-66b/tp4"]), pts["opt-66b/tp4"], model="opt-66b/tp4 (unseen)"))
+    print_groups("distserve: engine fit on OPT-13B, held-back OPT-66B", held, ["model", "phase"])
+
+
+def section_llama70b(data_dir: str) -> None:
+    path = resolve_data_path(SPLITWISE, data_dir)
+    if not path.is_file():
+        return
     model = catalog.load_model("llama2_70b")
-    hardware = catalog.load_hardware(hw_name)
-    tp8 = read_splitwise_csv(path, "llama2-70b", table_hw, 8)
-    cal = fit_roofline({8: tp8}, model, hardware)
-    models: dict[str, LatencyModel] = {
-        "roofline": RooflineModel(model, hardware, 8),
-        "roofline-cal": calibrated_roofline(model, hardware, 8, cal),
-        "fitted": fit_fitted(tp8),
-        "table": TableModel.from_points(tp8),
-    }
-    print(
-        f"{hw_name}: roofline-cal from TP8 rows: mfu={cal.mfu:.3f} mbu={cal.mbu:.3f} overhead={cal.overhead_s * 1e3:.1f} ms + {cal.overhead_per_seq_s * 1e3:.2f} ms/seq"
-    )
-    return models, tp8
+    queries = (("prefill 1k", "prefill", 1, 1024), ("prefill 8k", "prefill", 1, 8192),
+               ("decode b1 @ 2k", "decode", 1, 2048 + 64), ("decode b64 @ 576", "decode", 64, 512 + 64))
+    for hw, table_hw in (("a100_80g", "a100-80gb"), ("h100", "h100-80gb")):
+        h = catalog.load_hardware(hw)
+        pts = read_splitwise_csv(path, "llama2-70b", table_hw, 8)
+        fit = fit_engine([(build_latency_model(BARE, model, h, 8), p) for p in _split(pts)[0]])
+        models: dict[str, Callable] = {
+            "roofline": RooflineModel(model, h, 8),
+            "measured": build_latency_model(BARE, model, h, 8),
+            "measured+fit": fit.apply(build_latency_model(BARE, model, h, 8)),
+        }
+        print(f"\nLlama-2-70B TP8 on {hw}: ms (error vs Splitwise's median)")
+        print("| step | measured | " + " | ".join(models) + " |\n|---|---:|" + "---:|" * len(models))
+        for label, phase, b, t in queries:
+            key = "new_tokens" if phase == "prefill" else "context_tokens"
+            hits = [p.latency_s for p in pts if p.kind == phase and p.num_seqs == b and getattr(p, key) == b * t]
+            ref = float(np.median(hits))
+            cells = [f"{_step(m, phase, b, t) * 1e3:.1f} ({(_step(m, phase, b, t) / ref - 1) * 100:+.0f}%)"
+                     for m in models.values()]
+            print(f"| {label} | {ref * 1e3:.1f} | " + " | ".join(cells) + " |")
 
 
-def row(
-    label: str, reference: float | None, fallback: Callable[[], float], preds: dict[str, float]
-) -> str:
-    ref, mark = (reference, "") if reference is not None else (fallback(), "*")
-    cells = [f"{v * 1e3:8.1f} ({(v - ref) / ref * 100:+5.1f}%)" for v in preds.values()]
-    shown = f"{reference * 1e3:8.1f}" if reference is not None else "       —"
-    return f"| {label:<22} | {shown} | " + " | ".join(cells) + f" |{mark}"
+SECTIONS = ("ops", "engines", "vidur", "splitwise", "distserve", "llama70b")
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="", help="shared data dir (default ../shared/data)")
+    parser.add_argument("--section", nargs="*", choices=SECTIONS, default=list(SECTIONS))
     args = parser.parse_args(argv)
-    path = resolve_data_path(SPLITWISE, args.data_dir)
-    if not path.is_file():
-        print(f"skipped: {path} not found")
-        return 0
-    for hw_name, table_hw in HARDWARE:
-        models, tp8 = build_models(path, hw_name, table_hw)
-        print(f"\nLlama-2-70B TP8 on {hw_name} — ms (error vs measured)")
-        print(
-            "| step                   | measured | " + " | ".join(f"{k:>18}" for k in models) + " |"
-        )
-        print("|---|---:|" + "---:|" * len(models))
-        for label, phase, seqs, tokens in QUERIES:
-            preds = {k: predict_s(m, phase, seqs, tokens) for k, m in models.items()}
-            ref = measured_s(tp8, phase, seqs, tokens)
-            print(row(label, ref, lambda p=preds: p["table"], preds))
-    print("\n* not measured by Splitwise: errors are relative to the table model's interpolation.")
+    for name in args.section:
+        if name in ("ops", "engines", "vidur"):
+            {"ops": section_ops, "engines": section_engines, "vidur": section_vidur}[name]()
+        else:
+            {"splitwise": section_splitwise, "distserve": section_distserve,
+             "llama70b": section_llama70b}[name](args.data_dir)
     return 0
 
 

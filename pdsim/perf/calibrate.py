@@ -3,10 +3,13 @@
     pdsim calibrate --table profile.csv --kind roofline --model llama3_8b --hardware h100 --tp 1
     pdsim calibrate --table calibration/splitwise_perf_model.csv --kind fitted --tp 8
         --model llama2_70b --hardware a100_80g --out llama2_70b_a100.json   (one line)
+    pdsim calibrate --table profile.csv --kind measured --engine sglang --model llama3_70b
+        --hardware h100 --tp 8 --out scenarios/perf/my_engine.yaml   (one line)
 
 Prints the fitted parameters and the MAPE per regime (prefill; decode below / at or above the
 batch threshold), with the uncalibrated model's MAPE for comparison. `--out` writes the result
-where the matching perf kind reads it: a perf YAML for roofline, a DistServe-layout JSON for
+where the matching perf kind reads it: a perf YAML for roofline and measured (the engine's step
+scales and overheads on top of the operator tables, engine_fit.py), a DistServe-layout JSON for
 fitted (point `perf.path` at it).
 """
 
@@ -17,9 +20,11 @@ import json
 import logging
 from pathlib import Path
 
+from pdsim.config import PerfConfig
 from pdsim.paths import resolve_data_path
 from pdsim.perf import catalog
 from pdsim.perf.base import LatencyModel
+from pdsim.perf.engine_fit import fit_engine
 from pdsim.perf.fit import (
     RooflineFit,
     calibrated_roofline,
@@ -27,6 +32,7 @@ from pdsim.perf.fit import (
     fit_roofline,
     mape_by_regime,
 )
+from pdsim.perf.measured import build_measured
 from pdsim.perf.profile import ProfilePoint, read_points
 from pdsim.perf.roofline import RooflineModel
 
@@ -47,9 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--kind",
-        choices=("roofline", "fitted"),
+        choices=("roofline", "fitted", "measured"),
         default="roofline",
         help="what to fit (default: roofline)",
+    )
+    parser.add_argument(
+        "--engine", default="sglang", help="measured: whose operator tables (sglang | vllm)"
     )
     parser.add_argument(
         "--model", required=True, help="model catalog name (scenarios/model), e.g. llama2_70b"
@@ -117,6 +126,8 @@ def _calibrate(
     """Fit; print the parameters (and the uncalibrated roofline's error); return models per TP."""
     model = catalog.load_model(args.model)
     hardware = catalog.load_hardware(args.hardware)
+    if args.kind == "measured":
+        return _calibrate_measured(args, points_by_tp)
     if args.kind == "fitted":
         fitted = {
             tp: fit_fitted(points, args.batch_threshold) for tp, points in points_by_tp.items()
@@ -138,6 +149,25 @@ def _calibrate(
     print(f"roofline: {fit}")
     models = {tp: calibrated_roofline(model, hardware, tp, fit) for tp in points_by_tp}
     return dict(models), _roofline_yaml(fit, args)
+
+
+def _calibrate_measured(
+    args: argparse.Namespace, points_by_tp: dict[int, list[ProfilePoint]]
+) -> tuple[dict[int, LatencyModel], str]:
+    model = catalog.load_model(args.model)
+    hardware = catalog.load_hardware(args.hardware)
+    perf = PerfConfig(kind="measured", engine=args.engine, overhead_s=0.0)
+    ops = {tp: build_measured(perf, model, hardware, tp) for tp in points_by_tp}
+    fit = fit_engine([(ops[tp], p) for tp, points in points_by_tp.items() for p in points])
+    fields = fit.perf_fields()
+    print("measured: " + "  ".join(f"{k}={v:.4g}" for k, v in fields.items()))
+    tps = ", ".join(str(tp) for tp in args.tp)
+    text = ("defaults:\n  - base_perf\n  - _self_\n"
+            f"# Measured tables plus engine terms fitted by `pdsim calibrate --kind measured` to "
+            f"{args.table} ({args.model} on {args.hardware}, tp {tps}).\n"
+            f"kind: measured\nengine: {args.engine}\n"
+            + "".join(f"{k}: {v:.6g}\n" for k, v in fields.items()))
+    return {tp: fit.apply(m) for tp, m in ops.items()}, text
 
 
 def _read(args: argparse.Namespace) -> dict[int, list[ProfilePoint]]:

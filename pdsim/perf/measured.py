@@ -27,6 +27,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem
@@ -51,9 +53,10 @@ class Scaling:
     target: HardwareConfig
     reference: HardwareConfig
 
-    @property
-    def same(self) -> bool:
-        return self.target == self.reference
+    same: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "same", self.target == self.reference)
 
     def compute_memory(self, flops: float, nbytes: float) -> float:
         if self.same:
@@ -183,11 +186,17 @@ class MeasuredModel:
             return 0.0
         if spec.is_mla(self.model):
             return self._roofline_attention_s((), num_seqs, context_tokens)
-        heads, kv = self._heads()
-        ctx = max(context_tokens / num_seqs, 1.0)
-        ratio = self.scaling.compute_memory(4 * heads * 128 * context_tokens,
-                                            2 * kv * 128 * 2 * context_tokens)
-        return self._generation(num_seqs, ctx) * ratio / 1e3  # type: ignore[attr-defined]
+        return float(self._decode_attention_series_s(num_seqs, np.array([context_tokens]))[0])
+
+    def _decode_attention_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
+        """Decode attention of one layer (s) for each total context in an array."""
+        ctx = np.maximum(context_tokens / num_seqs, 1.0)
+        ms = self._generation.along_second(num_seqs, ctx)  # type: ignore[attr-defined]
+        if not self.scaling.same:
+            heads, kv = self._heads()
+            ms = ms * np.array([self.scaling.compute_memory(4 * heads * 128 * c, 512 * kv * c)
+                                for c in context_tokens.tolist()])
+        return ms / 1e3
 
     def _roofline_attention_s(self, items: Sequence[PrefillItem], seqs: int, ctx: int) -> float:
         hw = self.scaling.target
@@ -248,9 +257,22 @@ class MeasuredModel:
         return hit
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
-        return self.step_time_s((), num_seqs, context_tokens)
+        if num_seqs <= 0:
+            return 0.0
+        return float(self.decode_series_s(num_seqs, np.array([context_tokens], dtype=np.int64))[0])
+
+    def decode_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
+        """decode_time_s for each total context in an array (sim/steptime.py's vector path)."""
+        if spec.is_mla(self.model):
+            return np.array([self.step_time_s((), num_seqs, c) for c in context_tokens.tolist()])
+        attention = self._decode_attention_series_s(num_seqs, context_tokens)
+        fixed = (self._per_token_s(num_seqs) + self._lm_head_s(num_seqs)
+                 + self.overhead_s + self.overhead_per_seq_s * num_seqs)
+        return fixed + self.model.num_layers * attention
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        if not items:
+            return self.decode_time_s(num_seqs, context_tokens)
         return self.step_time_s(items, num_seqs, context_tokens)
 
 

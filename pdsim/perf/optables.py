@@ -46,6 +46,7 @@ class LogGrid:
 
     axes: tuple[list[float], ...]  # log of each axis, ascending
     log_ms: np.ndarray
+    _rows: list | None = None
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, axes: Sequence[str], what: str) -> LogGrid:
@@ -62,6 +63,13 @@ class LogGrid:
 
     def __call__(self, *point: float) -> float:
         """Latency in ms at `point` (one value per axis, each > 0)."""
+        if len(point) == 1:
+            i, u = _segment(self.axes[0], math.log(max(point[0], 1e-9)))
+            row = self.rows
+            j = min(i + 1, len(row) - 1)
+            return math.exp(row[i] + u * (row[j] - row[i]))
+        if len(point) == 2:
+            return math.exp(self._interpolate2(point[0], point[1]))
         corners = [_segment(axis, math.log(max(value, 1e-9)))
                    for axis, value in zip(self.axes, point, strict=True)]
         total = 0.0
@@ -73,7 +81,41 @@ class LogGrid:
                 index.append(min(i + upper, len(self.axes[d]) - 1))
             if weight != 0.0:
                 total += weight * self.log_ms[tuple(index)]
-        return float(np.exp(total))
+        return math.exp(total)
+
+    @property
+    def rows(self) -> list:
+        """log_ms as nested Python lists (scalar lookups are faster on lists than arrays)."""
+        cached = self._rows
+        if cached is None:
+            cached = self.log_ms.tolist()
+            object.__setattr__(self, "_rows", cached)
+        return cached
+
+    def _interpolate2(self, x: float, y: float) -> float:
+        i, u = _segment(self.axes[0], math.log(max(x, 1e-9)))
+        j, v = _segment(self.axes[1], math.log(max(y, 1e-9)))
+        g = self.rows
+        i1, j1 = min(i + 1, len(g) - 1), min(j + 1, len(g[0]) - 1)
+        low = g[i][j] + v * (g[i][j1] - g[i][j])
+        high = g[i1][j] + v * (g[i1][j1] - g[i1][j])
+        return low + u * (high - low)
+
+
+    def along_second(self, x: float, ys: np.ndarray) -> np.ndarray:
+        """Latencies (ms) at (x, y) for every y of an array, with numpy's log and exp: the
+        scalar and vector decode paths both call this, so they agree bit for bit."""
+        i, u = _segment(self.axes[0], math.log(max(x, 1e-9)))
+        g = self.log_ms
+        i1 = min(i + 1, g.shape[0] - 1)
+        row = g[i] + u * (g[i1] - g[i])
+        axis = np.asarray(self.axes[1])
+        logs = np.log(np.maximum(ys, 1e-9))
+        j = np.clip(np.searchsorted(axis, logs, side="right") - 1, 0, max(len(axis) - 2, 0))
+        j1 = np.minimum(j + 1, len(axis) - 1)
+        span = np.where(j1 > j, axis[j1] - axis[j], 1.0)
+        v = np.maximum((logs - axis[j]) / span, 0.0)
+        return np.exp(row[j] + v * (row[j1] - row[j]))
 
 
 def _segment(axis: np.ndarray, value: float) -> tuple[int, float]:

@@ -32,6 +32,7 @@ PERFS = {
     "roofline": "llama3_70b",
     "distserve_a100": "opt_13b",
     "splitwise": "llama2_70b",
+    "measured": "llama3_70b",
 }
 
 
@@ -65,7 +66,7 @@ def test_hardware_composes(composer, name):
 @pytest.mark.parametrize("perf,model", sorted(PERFS.items()))
 def test_perf_composes(composer, calibration_file, perf, model):
     cfg = composer([f"model={model}", "hardware=a100_80g", f"perf={perf}"])
-    assert cfg.perf.kind in ("linear", "roofline", "fitted", "table")
+    assert cfg.perf.kind in ("linear", "roofline", "fitted", "table", "measured")
     if cfg.perf.path:
         calibration_file(cfg.perf.path.split("/")[-1])
     tp = 2 if model == "opt_13b" else 8
