@@ -18,7 +18,9 @@ Hardware without its own tables uses the tables of `hardware.op_tables` measured
 `hardware.op_tables_hardware` and scales every operator by the ratio of the two GPUs' rooflines
 for that operator's shape: the measured efficiency (MFU/MBU as a function of shape) is carried
 over, the peaks are the target's (A800 = A100 compute with slower NVLink; L40S, H800 likewise).
-MLA attention has no table here: it falls back to the roofline operator at `mfu`/`mbu`.
+MLA attention uses the MLA tables (DeepSeek-V3's shape) where the set has them; without them
+(A100 under SGLang) it falls back to the roofline operator at `mfu`/`mbu`, as does any other
+attention a set lacks.
 """
 
 from __future__ import annotations
@@ -99,10 +101,14 @@ class MeasuredModel:
         if self.tp > 1 and self.tp not in self.tables.allreduce:
             raise ValueError(f"perf: {self.tables.source} has no all-reduce rows for tp={self.tp} "
                              f"(has {sorted(self.tables.allreduce)})")
+        context, generation = self.tables.context_attention, self.tables.generation_attention
         heads, kv = self._heads()
-        object.__setattr__(self, "_context", self.tables.context_attention.fixed_heads(heads, kv))
+        if spec.is_mla(self.model):  # MLA tables where the set has them, else the roofline
+            context, generation = self.tables.mla_context, self.tables.mla_generation
+            heads, kv = self.model.num_heads / self.tp, 1.0
+        object.__setattr__(self, "_context", context.fixed_heads(heads, kv) if context else None)
         object.__setattr__(self, "_generation",
-                           self.tables.generation_attention.fixed_heads(heads, kv))
+                           generation.fixed_heads(heads, kv) if generation else None)
 
     # -- operators (seconds, one layer unless stated) --------------------------------------
     def gemm_s(self, m: float, n: float, k: float) -> float:
@@ -171,20 +177,25 @@ class MeasuredModel:
     def _prefill_attention_s(self, items: Sequence[PrefillItem]) -> float:
         if not items:
             return 0.0
-        batch = len(items)
-        pairs = cost.attention_pairs(items) / batch
-        isl = (math.sqrt(1 + 8 * pairs) - 1) / 2  # s(s + 1) / 2 = pairs
-        if spec.is_mla(self.model):
+        if self._context is None:  # type: ignore[attr-defined]
             return self._roofline_attention_s(items, 0, 0)
-        heads, kv = self._heads()
-        ratio = self.scaling.compute_memory(4 * heads * 128 * pairs * batch,
-                                            2 * kv * 128 * 2 * isl * batch)
-        return self._context(batch, isl) * ratio / 1e3  # type: ignore[attr-defined]
+        batch = len(items)
+        isl = (math.sqrt(1 + 8 * cost.attention_pairs(items) / batch) - 1) / 2  # s(s+1)/2 = pairs
+        ms = self._context(batch, isl)  # type: ignore[attr-defined]
+        return ms * self._attention_ratio(items, 0, 0) / 1e3
+
+    def _attention_ratio(self, items: Sequence[PrefillItem], seqs: int, ctx: int) -> float:
+        """Target / reference roofline of the step's attention (1.0 on the tables' own GPU)."""
+        if self.scaling.same:
+            return 1.0
+        ops = [op for op in cost.step_cost(self.model, items, seqs, ctx, self.tp).ops
+               if op.name.startswith("attention")]
+        return self.scaling.compute_memory(sum(o.flops for o in ops), sum(o.bytes for o in ops))
 
     def _decode_attention_s(self, num_seqs: int, context_tokens: int) -> float:
         if num_seqs <= 0:
             return 0.0
-        if spec.is_mla(self.model):
+        if self._generation is None:  # type: ignore[attr-defined]
             return self._roofline_attention_s((), num_seqs, context_tokens)
         return float(self._decode_attention_series_s(num_seqs, np.array([context_tokens]))[0])
 
@@ -193,8 +204,7 @@ class MeasuredModel:
         ctx = np.maximum(context_tokens / num_seqs, 1.0)
         ms = self._generation.along_second(num_seqs, ctx)  # type: ignore[attr-defined]
         if not self.scaling.same:
-            heads, kv = self._heads()
-            ms = ms * np.array([self.scaling.compute_memory(4 * heads * 128 * c, 512 * kv * c)
+            ms = ms * np.array([self._attention_ratio((), num_seqs, c)
                                 for c in context_tokens.tolist()])
         return ms / 1e3
 
@@ -263,7 +273,7 @@ class MeasuredModel:
 
     def decode_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
         """decode_time_s for each total context in an array (sim/steptime.py's vector path)."""
-        if spec.is_mla(self.model):
+        if self._generation is None:  # type: ignore[attr-defined]
             return np.array([self.step_time_s((), num_seqs, c) for c in context_tokens.tolist()])
         attention = self._decode_attention_series_s(num_seqs, context_tokens)
         fixed = (self._per_token_s(num_seqs) + self._lm_head_s(num_seqs)

@@ -8,6 +8,8 @@ One *table set* is one (system, engine, version) folder under data/aic/ holding,
 - `generation_attention.csv` (batch_size, step, ...): one decode token per sequence against a
   KV cache of `step` tokens;
 - `allreduce.csv` (num_gpus, message_size): one all-reduce of `message_size` bf16 elements;
+- `mla_context.csv` / `mla_generation.csv` (batch_size, isl | step, num_heads): DeepSeek-V3's
+  multi-head latent attention with its 128 heads split over TP ranks (num_heads per rank);
 - `moe.csv` (moe_dtype, hidden_size, inter_size, topk, num_experts, moe_tp_size, num_tokens):
   one fused MoE layer (balanced routing, experts split by TP, no EP).
 
@@ -191,7 +193,9 @@ class OpTables:
     context_attention: HeadTables
     generation_attention: HeadTables
     allreduce: dict[int, LogGrid]  # by num_gpus
-    moe: pd.DataFrame  # raw rows; MoeTable picks a shape
+    moe: pd.DataFrame  # raw rows; moe_grid picks a shape
+    mla_context: HeadTables | None = None  # DeepSeek-V3 MLA by query heads per rank (KV: 1 latent)
+    mla_generation: HeadTables | None = None
 
     def moe_grid(self, dtype: str, shape: tuple[int, int, int, int], tp: int) -> LogGrid | None:
         hidden, inter, topk, experts = shape
@@ -228,6 +232,12 @@ def load_tables(name: str) -> OpTables:
     read = lambda stem: pd.read_csv(folder / f"{stem}.csv")  # noqa: E731
     comm = read("allreduce")
     moe_path = folder / "moe.csv"
+
+    def mla(phase: str, axis: str) -> HeadTables | None:
+        path = folder / f"mla_{phase}.csv"
+        if not path.is_file():
+            return None
+        return HeadTables.from_frame(pd.read_csv(path).assign(num_key_value_heads=1), axis, name)
     return OpTables(
         source=name,
         gemm=LogGrid.from_frame(read("gemm"), ("m", "n", "k"), f"{name} gemm"),
@@ -236,6 +246,8 @@ def load_tables(name: str) -> OpTables:
         allreduce={int(g): LogGrid.from_frame(part, ("message_size",), f"{name} allreduce")
                    for g, part in comm.groupby("num_gpus")},
         moe=pd.read_csv(moe_path) if moe_path.is_file() else pd.DataFrame(),
+        mla_context=mla("context", "isl"),
+        mla_generation=mla("generation", "step"),
     )
 
 

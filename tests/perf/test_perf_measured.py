@@ -95,16 +95,21 @@ def test_overheads_add_per_step_and_per_sequence():
 @pytest.mark.parametrize("name", catalog.catalog_names("model"))
 def test_every_catalog_model_builds_on_h100(name):
     tp = 8 if name in ("deepseek_v3", "opt_66b", "llama3_70b", "llama2_70b") else 1
-    if name == "deepseek_v3":
-        pytest.skip("671B does not fit one H100 node; built at tp 8 for latency only")
     model = _build(name, "h100", tp)
     assert model.prefill_time_s([(1024, 0)]) > model.decode_time_s(1, 1024) > 0
 
 
-def test_mla_falls_back_to_roofline_attention_only():
-    model = _build("deepseek_v3", "h200", 8)
-    assert isinstance(model, MeasuredModel)
-    assert model.decode_time_s(64, 64 * 4096) > model.decode_time_s(64, 64 * 512) > 0
+def test_mla_uses_its_tables_where_the_set_has_them():
+    h200 = _build("deepseek_v3", "h200", 8)  # SGLang 0.5.10 H200 set has MLA tables
+    rows = pd.read_csv(AIC_DIR / "h200_sxm_sglang_0.5.10" / "mla_generation.csv")
+    row = rows[(rows.num_heads == 16) & (rows.batch_size == 64) & (rows.step == 4095)].latency_ms.item()
+    assert h200._decode_attention_s(64, 64 * 4095) == pytest.approx(row / 1e3, rel=1e-9)
+    a100 = _build("deepseek_v3", "a100_80g", 8)  # A100 SGLang set has none: roofline attention
+    assert a100._generation is None
+    assert a100._decode_attention_s(64, 64 * 4096) == pytest.approx(
+        a100._roofline_attention_s((), 64, 64 * 4096), rel=1e-12)
+    for model in (h200, a100):
+        assert model.decode_time_s(64, 64 * 4096) > model.decode_time_s(64, 64 * 512) > 0
 
 
 def test_no_tables_falls_back_to_roofline_and_bad_engine_names_the_sets():

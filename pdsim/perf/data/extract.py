@@ -68,6 +68,15 @@ def _split_heads(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df[pow2], rest.sample(n=min(300, len(rest)), random_state=SEED)
 
 
+def mla(path: Path, phase: str) -> pd.DataFrame:
+    """MLA attention (DeepSeek-V3 shapes, 128 heads split over tp_size ranks), bf16 KV."""
+    df = pd.read_parquet(path)
+    df = df[(df.kv_cache_dtype == "bfloat16") & (df.mla_dtype == "bfloat16")]
+    df = df[df.num_heads * df.tp_size == 128]
+    cols = ["batch_size", "isl" if phase == "context" else "step", "num_heads", "latency"]
+    return df[cols].groupby(cols[:-1], as_index=False).latency.median()
+
+
 def allreduce(path: Path) -> pd.DataFrame:
     df = pd.read_parquet(path)
     if "backend" in df and df.backend.str.contains("graph").any():
@@ -122,6 +131,10 @@ def main(aic: Path, vidur: Path) -> None:
             add(f"{phase}_attention", kept)
             add(f"heldout_{phase}_attention", held)
         add("allreduce", allreduce(base / "comm" / engine / version / "custom_allreduce_perf.parquet"))
+        for phase in ("context", "generation"):
+            mla_path = base / "mla" / engine / version / f"{phase}_mla_perf.parquet"
+            if mla_path.is_file():
+                add(f"mla_{phase}", mla(mla_path, phase))
         moe_path = base / "moe" / engine / version / "moe_perf.parquet"
         if moe_path.is_file():
             add("moe", moe(moe_path))
