@@ -146,3 +146,27 @@ def test_engine_fit_recovers_known_terms():
     for name in ("prefill_scale", "prefill_overhead_s", "decode_scale", "decode_overhead_s", "per_seq_s"):
         assert getattr(fit, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-9), name
     assert fit.perf_fields()["decode_step_scale"] == pytest.approx(2.0)
+
+
+def test_cli_measured_writes_a_preset_that_reproduces_the_fit(tmp_path):
+    from omegaconf import OmegaConf
+
+    from pdsim.perf.calibrate import main
+    from pdsim.perf.engine_fit import EngineFit, predict_s
+    from pdsim.perf.profile import ProfilePoint, write_profile_csv
+
+    ops = _build("llama3_8b", "h100", 1)
+    engine = EngineFit(1.2, 0.003, 1.4, 0.002, 0.0001).apply(ops)
+    shapes = [ProfilePoint("prefill", 1, n, 0, 0.0) for n in (128, 512, 2048)]
+    shapes += [ProfilePoint("decode", b, b, b * 1024, 0.0) for b in (1, 8, 32, 128)]
+    table = tmp_path / "profile.csv"
+    write_profile_csv(table, [ProfilePoint(p.kind, p.num_seqs, p.new_tokens, p.context_tokens,
+                                           predict_s(engine, p)) for p in shapes])
+    out = tmp_path / "engine.yaml"
+    args = ["--table", str(table), "--kind", "measured", "--model", "llama3_8b", "--hardware", "h100"]
+    assert main([*args, "--out", str(out)]) == 0
+    perf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PerfConfig),
+                                               {k: v for k, v in OmegaConf.load(out).items() if k != "defaults"}))
+    refit = _build("llama3_8b", "h100", 1, perf)
+    assert refit.decode_time_s(8, 8 * 1024) == pytest.approx(engine.decode_time_s(8, 8 * 1024), rel=1e-4)
+    assert refit.prefill_time_s([(512, 0)]) == pytest.approx(engine.prefill_time_s([(512, 0)]), rel=1e-4)
