@@ -170,3 +170,15 @@ def test_cli_measured_writes_a_preset_that_reproduces_the_fit(tmp_path):
     refit = _build("llama3_8b", "h100", 1, perf)
     assert refit.decode_time_s(8, 8 * 1024) == pytest.approx(engine.decode_time_s(8, 8 * 1024), rel=1e-4)
     assert refit.prefill_time_s([(512, 0)]) == pytest.approx(engine.prefill_time_s([(512, 0)]), rel=1e-4)
+
+
+@pytest.mark.parametrize("hw", catalog.catalog_names("hardware"))
+def test_never_faster_than_the_physical_roofline(hw):
+    """Every GPU (own tables or scaled ones) stays at or above 100% MFU/MBU with free launches."""
+    for name, tp in (("llama3_8b", 1), ("llama3_70b", 8), ("qwen3_30b_a3b", 2)):
+        m, h = catalog.load_model(name), catalog.load_hardware(hw)
+        measured = build_latency_model(MEASURED, m, h, tp)
+        bound = RooflineModel(m, h, tp, mfu=1.0, mbu=1.0, overhead_s=0.0, comm_latency_s=0.0)
+        for b, ctx in ((1, 512), (64, 64 * 4096)):
+            assert measured.decode_time_s(b, ctx) >= bound.decode_time_s(b, ctx), (name, b, ctx)
+        assert measured.prefill_time_s([(2048, 0)]) >= bound.prefill_time_s([(2048, 0)]), name
