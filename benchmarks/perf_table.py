@@ -224,7 +224,7 @@ def section_llama70b(data_dir: str) -> None:
             "measured+fit": fit.apply(build_latency_model(BARE, model, h, 8)),
         }
         print(f"\nLlama-2-70B TP8 on {hw}: ms (error vs Splitwise's median)")
-        print("| step | measured | " + " | ".join(models) + " |\n|---|---:|" + "---:|" * len(models))
+        print("| step | Splitwise | " + " | ".join(models) + " |\n|---|---:|" + "---:|" * len(models))
         for label, phase, b, t in queries:
             key = "new_tokens" if phase == "prefill" else "context_tokens"
             hits = [p.latency_s for p in pts if p.kind == phase and p.num_seqs == b and getattr(p, key) == b * t]
