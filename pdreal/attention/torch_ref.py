@@ -1,10 +1,27 @@
 """Pure-torch paged attention: the reference path, and the CPU path.
 
-Per chunk it gathers the context's K/V from the pool by slot and calls SDPA with a causal mask
-aligned to the end of the context (query j sits at position start + j).
+`plan` splits the batch into *groups*, runs of consecutive chunks that one
+`scaled_dot_product_attention` call can serve on PyTorch's fused (flash) kernel:
+
+- a **decode group**: consecutive chunks of one new token each (decodes, however ragged their
+  contexts): queries [n, heads, 1, d] over keys padded to the longest context, with an additive
+  key-padding mask only when the contexts differ;
+- a **fresh prefill group**: consecutive prompts of equal length with nothing cached: keys and
+  values are this forward's own K/V (no read from the pool) and the mask is `is_causal`;
+- a **prefix prefill group**: consecutive chunks of equal length after equal cached prefixes
+  (chunked prefill): one [q_len, kv_len] additive mask aligned to the end of the context (query
+  j sits at position start + j), shared by the group.
+
+A pure decode batch and a batch of equal prompts are therefore one call per layer; a mixed or
+ragged prefill batch is one call per group. Every call passes 4-D tensors, an additive mask or
+`is_causal` (never a boolean mask: that selects the reference "math" kernel), and grouped-query
+heads as `enable_gqa` (no K/V copies per head). The K/V of every group that reads the pool are
+gathered from the pages in one `index_select` per layer for K and one for V.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -14,30 +31,112 @@ from pdreal.kv.pool import KVPool
 from pdreal.model.batch import ForwardBatch
 
 
+@dataclass(frozen=True, slots=True)
+class AttentionGroup:
+    """Chunks [first_chunk, first_chunk + num_seqs) of a batch, attended by one SDPA call.
+
+    Their new tokens are rows [token_start, token_start + num_seqs * q_len) of q. Keys come from
+    the new tokens themselves when `fresh`, else from rows [gather_start, gather_start + num_seqs
+    * kv_len) of the layer's gathered K/V (each sequence's context padded to kv_len)."""
+
+    first_chunk: int
+    num_seqs: int
+    q_len: int
+    kv_len: int
+    token_start: int
+    fresh: bool
+    gather_start: int = -1
+    is_causal: bool = False
+    mask: torch.Tensor | None = None  # additive, broadcast to [num_seqs, heads, q_len, kv_len]
+
+    @property
+    def token_end(self) -> int:
+        return self.token_start + self.num_seqs * self.q_len
+
+
+def _joins(batch: ForwardBatch, group_first: int, chunk: int) -> bool:
+    """Whether `chunk` can share the SDPA call of the group starting at chunk `group_first`."""
+    q_first, q_len = batch.q_lens[group_first], batch.q_lens[chunk]
+    if q_first == 1 or q_len == 1:
+        return q_first == q_len == 1
+    return q_first == q_len and batch.kv_lens[group_first] == batch.kv_lens[chunk]
+
+
+def chunk_runs(batch: ForwardBatch) -> list[tuple[int, int]]:
+    """(first chunk, number of chunks) of each group, in batch order."""
+    runs: list[tuple[int, int]] = []
+    for chunk in range(batch.batch_size):
+        if runs and _joins(batch, runs[-1][0], chunk):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((chunk, 1))
+    return runs
+
+
+def padded_slots(batch: ForwardBatch, first: int, count: int, kv_len: int) -> torch.Tensor:
+    """Flat pool slots of the contexts of chunks [first, first + count), each padded to kv_len
+    tokens with its own first slot (padding keys are masked out): [count * kv_len] int64."""
+    page = batch.page_size_tokens
+    max_pages = -(-kv_len // page)
+    tables = [list(t) + [t[0]] * (max_pages - len(t)) for t in batch.page_tables[first:first + count]]
+    pages = torch.tensor(tables, dtype=torch.long, device=batch.input_ids.device)
+    offsets = torch.arange(page, dtype=torch.long, device=pages.device)
+    slots = (pages[:, :, None] * page + offsets).reshape(count, -1)[:, :kv_len]
+    kv_lens = torch.tensor(batch.kv_lens[first:first + count], dtype=torch.long, device=pages.device)
+    pad = torch.arange(kv_len, device=pages.device)[None, :] >= kv_lens[:, None]
+    return torch.where(pad, slots[:, :1], slots).reshape(-1)
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where attention is allowed, -inf elsewhere (SDPA's float mask: keeps the fused kernel)."""
+    zeros = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return zeros.masked_fill(~allowed, float("-inf"))
+
+
 class TorchAttention(AttentionBackend):
     name = "torch"
 
     def __init__(self) -> None:
         self._batch: ForwardBatch | None = None
-        self._kv_slots: list[torch.Tensor] = []
-        self._masks: list[torch.Tensor | None] = []
-        self._group = 1
+        self._groups: list[AttentionGroup] = []
+        self._gather_slots: torch.Tensor | None = None
+        self._gqa = False
+
+    @property
+    def groups(self) -> list[AttentionGroup]:
+        """The planned groups (one SDPA call per layer each)."""
+        return list(self._groups)
 
     def plan(self, batch: ForwardBatch, num_heads: int, num_kv_heads: int, head_dim: int,
              dtype: torch.dtype) -> None:
-        device = batch.input_ids.device
-        page_size = batch.page_size_tokens
-        self._batch, self._group = batch, num_heads // num_kv_heads
-        self._kv_slots, self._masks = [], []
-        offsets = torch.arange(page_size, device=device)
-        for q_len, kv_len, table in zip(batch.q_lens, batch.kv_lens, batch.page_tables, strict=True):
-            pages = torch.tensor(table, dtype=torch.long, device=device)
-            self._kv_slots.append((pages[:, None] * page_size + offsets).reshape(-1)[:kv_len])
-            if q_len == 1:
-                self._masks.append(None)
-            else:
-                q_pos = torch.arange(kv_len - q_len, kv_len, device=device)
-                self._masks.append(torch.arange(kv_len, device=device)[None, :] <= q_pos[:, None])
+        self._batch, self._gqa = batch, num_heads != num_kv_heads
+        self._groups, slots = [], []
+        token, gathered = 0, 0
+        for first, count in chunk_runs(batch):
+            group = self._plan_group(batch, first, count, token, gathered, dtype)
+            if not group.fresh:
+                slots.append(padded_slots(batch, first, count, group.kv_len))
+                gathered += count * group.kv_len
+            self._groups.append(group)
+            token = group.token_end
+        self._gather_slots = torch.cat(slots) if slots else None
+
+    @staticmethod
+    def _plan_group(batch: ForwardBatch, first: int, count: int, token: int, gathered: int,
+                    dtype: torch.dtype) -> AttentionGroup:
+        q_len, kv_lens = batch.q_lens[first], batch.kv_lens[first:first + count]
+        kv_len, device = max(kv_lens), batch.input_ids.device
+        if q_len == kv_len:  # prompts with nothing cached (decode-like when q_len == 1)
+            return AttentionGroup(first, count, q_len, kv_len, token, fresh=True, is_causal=q_len > 1)
+        keys = torch.arange(kv_len, device=device)
+        if q_len == 1:  # decodes: mask only the padding of shorter contexts
+            lens = torch.tensor(kv_lens, device=device)
+            mask = None if min(kv_lens) == kv_len else additive_mask(keys[None, :] < lens[:, None], dtype)
+            mask = None if mask is None else mask[:, None, None, :]
+        else:  # one chunk length, one prefix length: query j sees keys <= start + j
+            queries = torch.arange(kv_len - q_len, kv_len, device=device)
+            mask = additive_mask(keys[None, :] <= queries[:, None], dtype)
+        return AttentionGroup(first, count, q_len, kv_len, token, fresh=False, gather_start=gathered, mask=mask)
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 pool: KVPool) -> torch.Tensor:
@@ -45,20 +144,26 @@ class TorchAttention(AttentionBackend):
         if batch is None:
             raise RuntimeError("TorchAttention.forward called before plan()")
         pool.write(layer, batch.slots, k, v)
-        kv_shape = (-1, pool.layout.num_kv_heads, pool.layout.head_dim)
-        k_flat = pool.k_cache(layer).reshape(kv_shape)
-        v_flat = pool.v_cache(layer).reshape(kv_shape)
-        out = torch.empty_like(q)
-        start = 0
-        for i, q_len in enumerate(batch.q_lens):
-            slots = self._kv_slots[i]
-            keys = k_flat.index_select(0, slots).to(q.dtype).transpose(0, 1)  # [kvh, kv, d]
-            values = v_flat.index_select(0, slots).to(q.dtype).transpose(0, 1)
-            if self._group > 1:
-                keys = keys.repeat_interleave(self._group, dim=0)
-                values = values.repeat_interleave(self._group, dim=0)
-            query = q[start:start + q_len].transpose(0, 1)  # [h, q, d]
-            attn = F.scaled_dot_product_attention(query, keys, values, attn_mask=self._masks[i])
-            out[start:start + q_len] = attn.transpose(0, 1)
-            start += q_len
-        return out
+        keys = values = None
+        if self._gather_slots is not None:
+            rows = (-1, pool.layout.num_kv_heads, pool.layout.head_dim)
+            keys = pool.k_cache(layer).view(rows).index_select(0, self._gather_slots).to(q.dtype)
+            values = pool.v_cache(layer).view(rows).index_select(0, self._gather_slots).to(q.dtype)
+        outs = [self._attend(g, q, k, v, keys, values) for g in self._groups]
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _attend(self, g: AttentionGroup, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                keys: torch.Tensor | None, values: torch.Tensor | None) -> torch.Tensor:
+        n, heads, head_dim = g.num_seqs, q.shape[1], q.shape[2]
+        query = q[g.token_start:g.token_end].view(n, g.q_len, heads, head_dim).transpose(1, 2)
+        if g.fresh:
+            key_rows, value_rows = k[g.token_start:g.token_end], v[g.token_start:g.token_end]
+        else:
+            assert keys is not None and values is not None
+            rows = slice(g.gather_start, g.gather_start + n * g.kv_len)
+            key_rows, value_rows = keys[rows], values[rows]
+        kv_shape = (n, g.kv_len, k.shape[1], head_dim)
+        out = F.scaled_dot_product_attention(
+            query, key_rows.view(kv_shape).transpose(1, 2), value_rows.view(kv_shape).transpose(1, 2),
+            attn_mask=g.mask, is_causal=g.is_causal, enable_gqa=self._gqa)
+        return out.transpose(1, 2).reshape(n * g.q_len, heads, head_dim)
