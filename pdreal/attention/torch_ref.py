@@ -146,7 +146,7 @@ class TorchAttention(AttentionBackend):
         pool.write(layer, batch.slots, k, v)
         keys = values = None
         if self._gather_slots is not None:
-            rows = (-1, pool.layout.num_kv_heads, pool.layout.head_dim)
+            rows = (-1, pool.layout.num_kv_heads * pool.layout.head_dim)  # one row per slot: a plain row copy
             keys = pool.k_cache(layer).view(rows).index_select(0, self._gather_slots).to(q.dtype)
             values = pool.v_cache(layer).view(rows).index_select(0, self._gather_slots).to(q.dtype)
         outs = [self._attend(g, q, k, v, keys, values) for g in self._groups]

@@ -19,6 +19,7 @@ from pdreal.model.batch import ForwardBatch
 from pdreal.model.spec import LlamaSpec
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+RopeTables = tuple[torch.Tensor, torch.Tensor]
 
 
 def _param(*shape: int) -> nn.Parameter:
@@ -31,7 +32,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class Rope(nn.Module):
-    """cos/sin tables grown on demand; applied to [tokens, heads, head_dim] by position."""
+    """cos/sin tables grown on demand; `tables(positions)` once per forward, `apply` per layer
+    to [tokens, heads, head_dim]."""
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
@@ -46,11 +48,15 @@ class Rope(nn.Module):
         emb = torch.cat([freqs, freqs], dim=-1)
         self.cos, self.sin = emb.cos().float(), emb.sin().float()
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
+        """cos, sin [tokens, 1, head_dim] of `positions`, shared by every layer of a forward."""
         if self.cos.shape[0] <= int(positions.max()):
             self._grow(int(positions.max()) + 1)
-        cos = self.cos[positions][:, None, :].to(x.dtype)
-        sin = self.sin[positions][:, None, :].to(x.dtype)
+        return self.cos[positions][:, None, :].to(dtype), self.sin[positions][:, None, :].to(dtype)
+
+    @staticmethod
+    def apply(x: torch.Tensor, tables: RopeTables) -> torch.Tensor:
+        cos, sin = tables
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
@@ -71,14 +77,13 @@ class DecoderLayer(nn.Module):
         self.up_proj = _param(spec.ffn_size, h)
         self.down_proj = _param(h, spec.ffn_size)
 
-    def forward(self, index: int, x: torch.Tensor, positions: torch.Tensor, rope: Rope,
-                attend: Attend) -> torch.Tensor:
+    def forward(self, index: int, x: torch.Tensor, rope: RopeTables, attend: Attend) -> torch.Tensor:
         s = self.spec
         hidden = rms_norm(x, self.attn_norm, s.rms_eps)
         q = F.linear(hidden, self.q_proj).view(-1, s.num_heads, s.head_dim)
         k = F.linear(hidden, self.k_proj).view(-1, s.num_kv_heads, s.head_dim)
         v = F.linear(hidden, self.v_proj).view(-1, s.num_kv_heads, s.head_dim)
-        attn = attend(index, rope(q, positions), rope(k, positions), v)
+        attn = attend(index, Rope.apply(q, rope), Rope.apply(k, rope), v)
         x = x + F.linear(attn.reshape(-1, s.q_size), self.o_proj)
         hidden = rms_norm(x, self.ffn_norm, s.rms_eps)
         ffn = F.silu(F.linear(hidden, self.gate_proj)) * F.linear(hidden, self.up_proj)
@@ -105,8 +110,9 @@ class LlamaModel(nn.Module):
 
     def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         x = F.embedding(input_ids, self.embed)
+        rope = self.rope.tables(positions, x.dtype)
         for index, layer in enumerate(self.layers):
-            x = layer(index, x, positions, self.rope, attend)
+            x = layer(index, x, rope, attend)
         return x
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
