@@ -4,7 +4,13 @@
 k, v, pool)` is called once per layer: it first writes the new tokens' K/V into the pool at
 `batch.slots`, then returns causal attention of each chunk's queries over the chunk's whole
 context (cached prefix + new tokens). Shapes: q [tokens, heads, head_dim], k/v
-[tokens, kv_heads, head_dim]; the output has q's shape. Scale is 1/sqrt(head_dim).
+[tokens, kv_heads, head_dim], tokens in batch order (chunk after chunk); the output has q's
+shape and order. Scale is 1/sqrt(head_dim); query head h reads KV head h // (heads / kv_heads).
+
+The batch's page tables come in two equivalent forms (`ForwardBatch`): per-chunk tuples and the
+int32 CSR arrays paged kernels take (`kv_indptr`, `kv_indices`, `kv_last_page_len`,
+`qo_indptr`). Whatever a backend derives from them (masks, gather indices, kernel plans) it
+derives in `plan`, once for all layers.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ A pure decode batch and a batch of equal prompts are therefore one call per laye
 ragged prefill batch is one call per group. Every call passes 4-D tensors, an additive mask or
 `is_causal` (never a boolean mask: that selects the reference "math" kernel), and grouped-query
 heads as `enable_gqa` (no K/V copies per head). The K/V of every group that reads the pool are
-gathered from the pages in one `index_select` per layer for K and one for V.
+gathered from the pages in one `index_select` per layer for K and one for V, into a workspace
+the backend keeps (grown by half again when a batch needs more rows, never shrunk): fresh
+multi-megabyte buffers per layer would cost a page fault per 4 KB, more than the copy itself.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class TorchAttention(AttentionBackend):
         self._groups: list[AttentionGroup] = []
         self._gather_slots: torch.Tensor | None = None
         self._gqa = False
+        self._workspace: torch.Tensor | None = None  # [2 (K, V), rows, kv_heads * head_dim]
 
     @property
     def groups(self) -> list[AttentionGroup]:
@@ -146,11 +149,25 @@ class TorchAttention(AttentionBackend):
         pool.write(layer, batch.slots, k, v)
         keys = values = None
         if self._gather_slots is not None:
-            rows = (-1, pool.layout.num_kv_heads * pool.layout.head_dim)  # one row per slot: a plain row copy
-            keys = pool.k_cache(layer).view(rows).index_select(0, self._gather_slots).to(q.dtype)
-            values = pool.v_cache(layer).view(rows).index_select(0, self._gather_slots).to(q.dtype)
+            keys, values = self._gather(layer, pool)
+            keys, values = keys.to(q.dtype), values.to(q.dtype)
         outs = [self._attend(g, q, k, v, keys, values) for g in self._groups]
         return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _gather(self, layer: int, pool: KVPool) -> tuple[torch.Tensor, torch.Tensor]:
+        """This layer's K and V rows at the planned slots, in the workspace."""
+        assert self._gather_slots is not None
+        rows, width = self._gather_slots.numel(), pool.layout.num_kv_heads * pool.layout.head_dim
+        space, source = self._workspace, pool.buffer
+        if (space is None or space.shape[1] < rows or space.shape[2] != width or space.dtype != source.dtype
+                or space.device != source.device):
+            grown = 0 if space is None or space.shape[2] != width else space.shape[1] * 3 // 2
+            space = self._workspace = torch.empty((2, max(rows, grown), width), dtype=source.dtype,
+                                                  device=source.device)
+        keys, values = space[0, :rows], space[1, :rows]
+        torch.index_select(pool.k_cache(layer).view(-1, width), 0, self._gather_slots, out=keys)
+        torch.index_select(pool.v_cache(layer).view(-1, width), 0, self._gather_slots, out=values)
+        return keys, values
 
     def _attend(self, g: AttentionGroup, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 keys: torch.Tensor | None, values: torch.Tensor | None) -> torch.Tensor:
