@@ -145,3 +145,12 @@ def test_model_forward_steps_equal_the_reference() -> None:
         logits[backend.name] = [model.forward(ForwardBatch.build(s, PAGE, "cpu"), pool, backend) for s in steps]
     for ref, got in zip(logits["loop"], logits["torch"], strict=True):
         torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_one_backend_across_batches_of_every_size() -> None:
+    """The gather workspace grows and is reused (larger, then smaller batches): same outputs."""
+    backend = TorchAttention()
+    for name in ["decode_equal", "decode_ragged", "prefix_mid_page", "mixed", "decode_equal", "prefix_ragged"]:
+        expected, _ = attend(LoopAttention(), BATCHES[name], 6, 2)
+        got, _ = attend(backend, BATCHES[name], 6, 2)
+        torch.testing.assert_close(got, expected, atol=2e-6, rtol=1e-5)
