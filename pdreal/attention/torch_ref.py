@@ -16,9 +16,11 @@ A pure decode batch and a batch of equal prompts are therefore one call per laye
 ragged prefill batch is one call per group. Every call passes 4-D tensors, an additive mask or
 `is_causal` (never a boolean mask: that selects the reference "math" kernel), and grouped-query
 heads as `enable_gqa` (no K/V copies per head). The K/V of every group that reads the pool are
-gathered from the pages in one `index_select` per layer for K and one for V, into a workspace
-the backend keeps (grown by half again when a batch needs more rows, never shrunk): fresh
-multi-megabyte buffers per layer would cost a page fault per 4 KB, more than the copy itself.
+gathered from the pages once per layer (an `index_select` per KV head for K and for V) into a
+head-major workspace the backend keeps, grown by half again when a batch needs more rows and never
+shrunk. Head-major, because the fused kernel reads each head's keys contiguously (keys left
+token-major, as the pages hold them, made its decode calls ~1.8x slower); kept, because fresh
+multi-megabyte buffers per layer cost a page fault per 4 KB, more than the copy itself.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class TorchAttention(AttentionBackend):
         self._groups: list[AttentionGroup] = []
         self._gather_slots: torch.Tensor | None = None
         self._gqa = False
-        self._workspace: torch.Tensor | None = None  # [2 (K, V), rows, kv_heads * head_dim]
+        self._workspace: torch.Tensor | None = None  # [2 (K, V), kv_heads, rows, head_dim]
 
     @property
     def groups(self) -> list[AttentionGroup]:
@@ -155,32 +157,36 @@ class TorchAttention(AttentionBackend):
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     def _gather(self, layer: int, pool: KVPool) -> tuple[torch.Tensor, torch.Tensor]:
-        """This layer's K and V rows at the planned slots, in the workspace."""
+        """This layer's K and V at the planned slots, head-major ([kv_heads, rows, head_dim], so
+        each head's keys are contiguous for the kernel), in the workspace."""
         assert self._gather_slots is not None
-        rows, width = self._gather_slots.numel(), pool.layout.num_kv_heads * pool.layout.head_dim
+        rows, heads, head_dim = self._gather_slots.numel(), pool.layout.num_kv_heads, pool.layout.head_dim
         space, source = self._workspace, pool.buffer
-        if (space is None or space.shape[1] < rows or space.shape[2] != width or space.dtype != source.dtype
-                or space.device != source.device):
-            grown = 0 if space is None or space.shape[2] != width else space.shape[1] * 3 // 2
-            space = self._workspace = torch.empty((2, max(rows, grown), width), dtype=source.dtype,
+        if (space is None or space.shape[2] < rows or space.shape[1] != heads or space.shape[3] != head_dim
+                or space.dtype != source.dtype or space.device != source.device):
+            same_shape = space is not None and space.shape[1] == heads and space.shape[3] == head_dim
+            capacity = max(rows, space.shape[2] * 3 // 2 if same_shape else 0)
+            space = self._workspace = torch.empty((2, heads, capacity, head_dim), dtype=source.dtype,
                                                   device=source.device)
-        keys, values = space[0, :rows], space[1, :rows]
-        torch.index_select(pool.k_cache(layer).view(-1, width), 0, self._gather_slots, out=keys)
-        torch.index_select(pool.v_cache(layer).view(-1, width), 0, self._gather_slots, out=values)
-        return keys, values
+        for plane, cache in enumerate((pool.k_cache(layer), pool.v_cache(layer))):
+            by_slot = cache.view(-1, heads, head_dim)
+            for head in range(heads):
+                torch.index_select(by_slot[:, head], 0, self._gather_slots, out=space[plane, head, :rows])
+        return space[0, :, :rows], space[1, :, :rows]
 
     def _attend(self, g: AttentionGroup, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 keys: torch.Tensor | None, values: torch.Tensor | None) -> torch.Tensor:
         n, heads, head_dim = g.num_seqs, q.shape[1], q.shape[2]
         query = q[g.token_start:g.token_end].view(n, g.q_len, heads, head_dim).transpose(1, 2)
-        if g.fresh:
-            key_rows, value_rows = k[g.token_start:g.token_end], v[g.token_start:g.token_end]
-        else:
+        kv_heads = k.shape[1]
+        if g.fresh:  # token-major [n * kv_len, kv_heads, d] -> [n, kv_heads, kv_len, d]
+            shape = (n, g.kv_len, kv_heads, head_dim)
+            key = k[g.token_start:g.token_end].view(shape).transpose(1, 2)
+            value = v[g.token_start:g.token_end].view(shape).transpose(1, 2)
+        else:  # head-major [kv_heads, n * kv_len, d] -> [n, kv_heads, kv_len, d]
             assert keys is not None and values is not None
-            rows = slice(g.gather_start, g.gather_start + n * g.kv_len)
-            key_rows, value_rows = keys[rows], values[rows]
-        kv_shape = (n, g.kv_len, k.shape[1], head_dim)
-        out = F.scaled_dot_product_attention(
-            query, key_rows.view(kv_shape).transpose(1, 2), value_rows.view(kv_shape).transpose(1, 2),
-            attn_mask=g.mask, is_causal=g.is_causal, enable_gqa=self._gqa)
+            rows, shape = slice(g.gather_start, g.gather_start + n * g.kv_len), (kv_heads, n, g.kv_len, head_dim)
+            key, value = keys[:, rows].view(shape).transpose(0, 1), values[:, rows].view(shape).transpose(0, 1)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=g.mask, is_causal=g.is_causal,
+                                             enable_gqa=self._gqa)
         return out.transpose(1, 2).reshape(n * g.q_len, heads, head_dim)
