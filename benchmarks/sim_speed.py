@@ -1,32 +1,52 @@
-"""Simulator speed: wall time, simulated requests per wall second, events per request, peak RSS.
+"""Simulator speed: CPU time per simulated request, normalised by bare simpy, events, peak RSS.
 
     .venv/bin/python benchmarks/sim_speed.py                 # every case, linear and roofline
     .venv/bin/python benchmarks/sim_speed.py --quick         # Mooncake 8P8D and Azure 4P4D, linear
     .venv/bin/python benchmarks/sim_speed.py --cases mooncake_8p8d --perf roofline
-    .venv/bin/python benchmarks/sim_speed.py --scaling       # also wall time vs requests and vs instances
+    .venv/bin/python benchmarks/sim_speed.py --scaling       # also vs requests and vs instances (2..256)
     .venv/bin/python benchmarks/sim_speed.py --scaling-only --repeat 2
+    .venv/bin/python benchmarks/sim_speed.py --startup       # also a 2,000-request `pdsim run`, whole process
+    .venv/bin/python benchmarks/sim_speed.py --baseline main --cases mooncake_8p8d --instances --startup
     .venv/bin/python benchmarks/sim_speed.py --markdown      # tables as markdown (docs/PERFORMANCE.md)
 
 Each case runs in its own Python process (so one case's memory does not count against the next;
 peak RSS is that process's ru_maxrss). "wall s" times `pdsim.sim.simulate` only; building the
 workload (parsing a trace, generating a synthetic one) is reported apart as "load s"; "cpu s" is
-the process CPU time of the same call (what wall time is on an otherwise idle core). Defaults of
-the scenario tree apply (model llama3_8b, hardware h100, round-robin routing, prefix cache on,
-time series every simulated second). Needs the traces in ../shared/data for the trace cases.
+the process CPU time of the same call (what wall time is on an otherwise idle core).
+
+Machines differ about 2x in speed, and a shared machine's speed varies from run to run, so every
+case process first times bare simpy (an empty process doing 200,000 timeouts, CPU time) and the
+table reports the cost of one simulated request in those units: "simpy/req" = CPU seconds per
+request x bare simpy timeouts per CPU second. It is comparable across machines and runs.
+
+`--baseline REV` runs every case twice, interleaved (REV, this checkout, REV, ...), REV's pdsim
+exported with `git archive` and imported in its own processes: before/after in one run on one
+machine. `--startup` times the whole `pdsim run` process (interpreter, imports, config
+composition, simulation, writing the outputs) on 2,000 ShareGPT requests (OPT-13B, 1 prefill TP2 +
+1 decode TP1, DistServe's fitted A100 model: the work DistServe's simulator is compared on).
+Defaults of the scenario tree apply otherwise (model llama3_8b, hardware h100, round-robin
+routing, prefix cache on, time series every simulated second). Needs ../shared/data.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim_outputs import ROOT, export_tree, tree_env
+
 CHAT = ["scenario=chat", "scenario.arrival=poisson"]
+SIMPY_TIMEOUTS = 200_000
+STARTUP = ("scenario=sharegpt", "scenario.num_requests=2000", "model=opt_13b", "hardware=a100_80g",
+           "perf=distserve_a100", "cluster=1p1d", "cluster.prefill_tp=2", "cluster.decode_tp=1")
 
 
 @dataclass(frozen=True)
@@ -58,11 +78,30 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("chat200k_colocated64", _chat(200_000, 160.0, _colocated(64)), 64, "same GPUs, colocated"),
 )}
 QUICK = ("mooncake_8p8d", "azure_conv_4p4d")
-# wall time vs requests (8P8D, 40 req/s) and vs instances (20k requests, 2.5 req/s per instance)
+# wall time vs requests (8P8D, 40 req/s) and vs instances (fixed requests, 2.5 req/s per instance)
 REQUEST_SCALING = tuple(Case(f"chat{n // 1000}k_8p8d", _chat(n, 40.0, _pd(8)), 16, "")
                         for n in (1_000, 10_000, 50_000, 200_000))
-INSTANCE_SCALING = tuple(Case(f"chat20k_{p}p{p}d", _chat(20_000, 2.5 * 2 * p, _pd(p)), 2 * p, "")
-                         for p in (1, 2, 4, 8, 16, 32, 64))
+
+
+def instance_scaling(requests: int) -> tuple[Case, ...]:
+    return tuple(Case(f"chat{requests // 1000}k_{p}p{p}d", _chat(requests, 2.5 * 2 * p, _pd(p)), 2 * p, "")
+                 for p in (1, 2, 4, 8, 16, 32, 64, 128))
+
+
+def simpy_timeouts_per_cpu_s(n: int = SIMPY_TIMEOUTS) -> float:
+    """Bare simpy speed on this machine now: one process yielding `n` zero-delay timeouts."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def spin(env: simpy.Environment):  # noqa: ANN202 (a simpy generator)
+        for _ in range(n):
+            yield env.timeout(1.0)
+
+    env.process(spin(env))
+    cpu0 = time.process_time()
+    env.run()
+    return n / (time.process_time() - cpu0)
 
 
 def run_case(overrides: list[str]) -> dict[str, float | int | str]:
@@ -74,6 +113,7 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
     from pdsim.sim import simulate
     from pdsim.workload import build_workload
 
+    simpy_rate = simpy_timeouts_per_cpu_s()
     register_configs()
     with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
         cfg = to_config(compose("config", overrides=[*overrides, "progress=false"]))
@@ -89,6 +129,7 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
         "load_s": load_s,
         "wall_s": result.wall_s,
         "cpu_s": cpu_s,
+        "simpy_rate": simpy_rate,
         "events": result.events,
         "sim_time_s": result.sim_time_s,
         "finished": int((result.trace["status"] == "finished").sum()),
@@ -96,53 +137,105 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
     }
 
 
-def measure(case: Case, perf: str, repeat: int) -> dict[str, float | int | str]:
-    """Run `case` in fresh processes `repeat` times; keep the fastest run."""
-    best: dict[str, float | int | str] | None = None
+def _child(tree: Path, args: list[str]) -> tuple[str, resource.struct_rusage, float]:
+    """Run `python ARGS` importing pdsim from `tree`; its stdout, its own rusage, wall s."""
+    with tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, *args], env=tree_env(tree), cwd=tree, text=True,
+                                stdout=subprocess.PIPE, stderr=err)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall_s = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            sys.exit(f"sim_speed: {' '.join(args[:6])} failed:\n{err.read()[-2000:]}")
+    return out, usage, wall_s
+
+
+def measure(case: Case, perf: str, repeat: int, trees: dict[str, Path]) -> list[dict[str, float | int | str]]:
+    """Run `case` in fresh processes `repeat` times per tree, interleaved; keep each tree's fastest."""
+    best: dict[str, dict[str, float | int | str]] = {}
     for _ in range(repeat):
-        cmd = [sys.executable, __file__, "--child", "--", *case.overrides, f"perf={perf}"]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=Path(__file__).parent.parent)
-        row = json.loads(out.stdout.strip().splitlines()[-1])
-        if best is None or float(row["wall_s"]) < float(best["wall_s"]):
-            best = row
-    assert best is not None
-    return {"case": case.name, "perf": perf, "instances": case.instances, "note": case.note, **best}
+        for label, tree in trees.items():
+            args = [str(Path(__file__).resolve()), "--child", "--", *case.overrides, f"perf={perf}"]
+            out, _, _ = _child(tree, args)
+            row = json.loads(out.strip().splitlines()[-1])
+            if label not in best or _cost(row) < _cost(best[label]):
+                best[label] = row
+    return [{"case": case.name, "code": label, "perf": perf, "instances": case.instances, "note": case.note,
+             **row} for label, row in best.items()]
 
 
-COLUMNS = (("case", "case", "{}"), ("perf", "perf", "{}"), ("instances", "inst", "{}"), ("requests", "requests", "{:,}"),
-           ("load_s", "load s", "{:.2f}"), ("wall_s", "wall s", "{:.2f}"), ("rate", "req/wall s", "{:,.0f}"),
+def _cost(row: dict[str, float | int | str]) -> float:
+    return float(row["cpu_s"]) * float(row["simpy_rate"])
+
+
+COLUMNS = (("case", "case", "{}"), ("code", "code", "{}"), ("perf", "perf", "{}"), ("instances", "inst", "{}"),
+           ("requests", "requests", "{:,}"), ("load_s", "load s", "{:.2f}"), ("wall_s", "wall s", "{:.2f}"),
            ("cpu_s", "cpu s", "{:.2f}"), ("cpu_rate", "req/cpu s", "{:,.0f}"),
+           ("simpy_rate", "simpy/cpu s", "{:,.0f}"), ("simpy_per_request", "simpy/req", "{:.0f}"),
            ("events_per_request", "events/req", "{:.1f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
            ("sim_time_s", "sim s", "{:,.0f}"), ("finished", "finished", "{:,}"))
 
 
 def print_table(rows: list[dict[str, float | int | str]], markdown: bool) -> None:
     for row in rows:
-        row["rate"] = float(row["requests"]) / float(row["wall_s"])
         row["cpu_rate"] = float(row["requests"]) / float(row["cpu_s"])
+        row["simpy_per_request"] = _cost(row) / float(row["requests"])
         row["events_per_request"] = float(row["events"]) / float(row["requests"])
-    cells = [[fmt.format(row[key]) for key, _, fmt in COLUMNS] for row in rows]
-    heads = [head for _, head, _ in COLUMNS]
+    _print([[fmt.format(row[key]) for key, _, fmt in COLUMNS] for row in rows], [h for _, h, _ in COLUMNS],
+           left=4, markdown=markdown)
+
+
+def _print(cells: list[list[str]], heads: list[str], left: int, markdown: bool) -> None:
     if markdown:
         print("| " + " | ".join(heads) + " |")
-        print("|" + "|".join("---" if i < 3 else "---:" for i in range(len(heads))) + "|")
+        print("|" + "|".join("---" if i < left else "---:" for i in range(len(heads))) + "|")
         for line in cells:
             print("| " + " | ".join(line) + " |")
         return
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
-    print("  ".join(h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths, strict=True))))
-    for line in cells:
-        print("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))))
+    for line in (heads, *cells):
+        print("  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))))
+
+STARTUP_STEPS = (("python -c pass", ["-c", "pass"]),
+                 ("import pdsim.run", ["-c", "import pdsim.run"]),
+                 ("pdsim run, 2,000 requests", ["-c", "import sys; from pdsim.cli import main; sys.exit(main())",
+                                                "run", *STARTUP]))
+
+
+def startup(repeat: int, trees: dict[str, Path], markdown: bool) -> None:
+    """Whole-process CPU and wall time of the interpreter, the imports and a 2,000-request run."""
+    best: dict[tuple[str, str], tuple[float, float, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="sim_speed_") as tmp:
+        for i in range(repeat):
+            for label, tree in trees.items():
+                for step, args in STARTUP_STEPS:
+                    extra = [f"hydra.run.dir={tmp}/{label}{i}"] if "run" in args else []
+                    _, usage, wall_s = _child(tree, [*args, *extra])
+                    cpu_s = usage.ru_utime + usage.ru_stime
+                    if (step, label) not in best or cpu_s < best[step, label][0]:
+                        best[step, label] = (cpu_s, wall_s, usage.ru_maxrss / 1024)
+    print(f"\nwhole process ({' '.join(STARTUP)})")
+    cells = [[step, label, f"{cpu:.2f}", f"{wall:.2f}", f"{rss:.0f}"]
+             for (step, label), (cpu, wall, rss) in best.items()]
+    _print(cells, ["process", "code", "cpu s", "wall s", "peak RSS MB"], left=2, markdown=markdown)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)} with perf=linear")
-    parser.add_argument("--cases", default="", help=f"comma-separated subset of: {', '.join(CASES)}")
+    parser.add_argument("--cases", default="", help=f"comma-separated subset of: {', '.join(CASES)} (none: '-')")
     parser.add_argument("--perf", default="linear,roofline", help="comma-separated perf models")
-    parser.add_argument("--scaling", action="store_true", help="also wall time vs requests and vs instances (linear)")
+    parser.add_argument("--scaling", action="store_true", help="also vs requests and vs instances (linear)")
     parser.add_argument("--scaling-only", action="store_true", help="only the scaling tables")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is kept")
+    parser.add_argument("--instances", action="store_true", help="also the instance table (2..256 instances)")
+    parser.add_argument("--instance-requests", type=int, default=20_000, help="requests per instance-table case")
+    parser.add_argument("--startup", action="store_true", help="also the whole-process 2,000-request run")
+    parser.add_argument("--baseline", default="", help="git revision to measure too, interleaved (before/after)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the lowest simpy/req is kept")
     parser.add_argument("--markdown", action="store_true", help="print markdown tables")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
@@ -150,19 +243,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(run_case(args.overrides)))
         return 0
-    names = QUICK if args.quick else tuple(n for n in args.cases.split(",") if n) or tuple(CASES)
+    names = QUICK if args.quick else tuple(n for n in args.cases.split(",") if n and n != "-") or tuple(CASES)
+    if args.cases == "-":
+        names = ()
     unknown = [n for n in names if n not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     perfs = ("linear",) if args.quick else tuple(p for p in args.perf.split(",") if p)
-    if not args.scaling_only:
-        print_table([measure(CASES[name], perf, args.repeat) for name in names for perf in perfs], args.markdown)
-    if args.scaling or args.scaling_only:
-        for title, cases in (("wall time vs requests (8P8D, chat 40 req/s)", REQUEST_SCALING),
-                             ("wall time vs instances (chat 20k requests, 2.5 req/s per instance)", INSTANCE_SCALING)):
-            print(f"\n{title}")
-            print_table([measure(case, "linear", args.repeat) for case in cases], args.markdown)
+    with tempfile.TemporaryDirectory(prefix="sim_speed_base_") as tmp:
+        trees = {"before": export_tree(args.baseline, Path(tmp) / "tree")} if args.baseline else {}
+        trees["after" if args.baseline else "this"] = ROOT
+        run_tables(args, names, perfs, trees)
     return 0
+
+
+def run_tables(args: argparse.Namespace, names: tuple[str, ...], perfs: tuple[str, ...],
+               trees: dict[str, Path]) -> None:
+    def table(cases: tuple[Case, ...], perfs: tuple[str, ...]) -> None:
+        print_table([row for case in cases for perf in perfs for row in measure(case, perf, args.repeat, trees)],
+                    args.markdown)
+
+    if names and not args.scaling_only:
+        table(tuple(CASES[name] for name in names), perfs)
+    if args.scaling or args.scaling_only:
+        print("\nvs requests (8P8D, chat 40 req/s)")
+        table(REQUEST_SCALING, ("linear",))
+    if args.scaling or args.scaling_only or args.instances:
+        print(f"\nvs instances (chat {args.instance_requests:,} requests, 2.5 req/s per instance)")
+        table(instance_scaling(args.instance_requests), ("linear",))
+    if args.startup:
+        startup(args.repeat, trees, args.markdown)
 
 
 if __name__ == "__main__":
