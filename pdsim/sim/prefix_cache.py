@@ -5,6 +5,12 @@ A trie keyed by block hash: the path from the root spells a prompt's leading blo
 (reference counts) while they use it; unreferenced blocks are evicted least recently used first,
 leaves before their parents. Only full blocks are cached. The pages of cached blocks are owned by
 the pool's CACHE_OWNER; the caller moves pages in and frees the pages `evict` reports.
+
+Array-backed: a block is an int slot into parallel lists (parent slot, hash, lock count, last
+use, creation number, child count) and one dict maps (parent slot, block hash) to the child's
+slot; no object per block. Slots of evicted blocks are reused. The LRU order is a heap of
+(last use, creation number, slot) with stale entries skipped: creation numbers never repeat, so
+ties break exactly as they did when each block was an object numbered at creation.
 """
 
 from __future__ import annotations
@@ -12,20 +18,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
-
-class BlockNode:
-    """One cached block: its hash, trie links, lock count and last use (a plain slotted class:
-    the cache creates one per new block, so construction cost matters)."""
-
-    __slots__ = ("node_id", "block_hash", "parent", "children", "ref", "last_access_s")
-
-    def __init__(self, node_id: int, block_hash: int, parent: BlockNode | None) -> None:
-        self.node_id = node_id
-        self.block_hash = block_hash
-        self.parent = parent
-        self.children: dict[int, BlockNode] = {}
-        self.ref = 0
-        self.last_access_s = 0.0
+BlockNode = int  # a cached block is its slot in the cache's arrays (paths are lists of slots)
+ROOT = 0
+_DEAD = -1  # creation number of a free slot
 
 
 class PrefixCache:
@@ -38,12 +33,19 @@ class PrefixCache:
         self.block_tokens = block_tokens
         self.pages_per_block = pages_per_block
         self.capacity_blocks = capacity_blocks
-        self.root = BlockNode(node_id=0, block_hash=0, parent=None)
         self.num_blocks = 0
         self.evictable_blocks = 0
-        self._next_id = 1
-        self._heap: list[tuple[float, int, BlockNode]] = []
         self.on_evict: Callable[[int], None] | None = None  # told each evicted block hash (kv_tiers)
+        self._child: dict[tuple[int, int], int] = {}  # (parent slot, block hash) -> slot
+        self._parent: list[int] = [_DEAD]  # slot 0 is the root
+        self._hash: list[int] = [0]
+        self._ref: list[int] = [0]
+        self._last_s: list[float] = [0.0]
+        self._created: list[int] = [0]
+        self._children: list[int] = [0]
+        self._free: list[int] = []
+        self._next_created = 1
+        self._heap: list[tuple[float, int, int]] = []
 
     @property
     def evictable_pages(self) -> int:
@@ -53,70 +55,93 @@ class PrefixCache:
     def cached_pages(self) -> int:
         return self.num_blocks * self.pages_per_block
 
+    def block_hash(self, block: BlockNode) -> int:
+        return self._hash[block]
+
     def match(self, hash_ids: Sequence[int], max_blocks: int) -> list[BlockNode]:
         """The longest cached path for the first `max_blocks` hashes (nothing is locked)."""
-        node, path = self.root, []
+        get, node, path = self._child.get, ROOT, []
         for h in hash_ids[:max_blocks]:
-            child = node.children.get(h)
-            if child is None:
+            node = get((node, h))
+            if node is None:
                 break
-            path.append(child)
-            node = child
+            path.append(node)
         return path
 
     def lock(self, path: Sequence[BlockNode], now_s: float) -> None:
+        ref, last_s = self._ref, self._last_s
         for node in path:
-            if node.ref == 0:
+            if ref[node] == 0:
                 self.evictable_blocks -= 1
-            node.ref += 1
-            node.last_access_s = now_s
+            ref[node] += 1
+            last_s[node] = now_s
 
     def unlock(self, path: Sequence[BlockNode], now_s: float) -> None:
+        ref, last_s, children = self._ref, self._last_s, self._children
         for node in path:
-            if node.ref <= 0:
-                raise RuntimeError(f"prefix cache: unlock of unreferenced block {node.block_hash}")
-            node.ref -= 1
-            node.last_access_s = now_s
-            if node.ref == 0:
+            if ref[node] <= 0:
+                raise RuntimeError(f"prefix cache: unlock of unreferenced block {self._hash[node]}")
+            ref[node] -= 1
+            last_s[node] = now_s
+            if ref[node] == 0:
                 self.evictable_blocks += 1
-                if not node.children:
-                    heapq.heappush(self._heap, (now_s, node.node_id, node))
+                if not children[node]:
+                    heapq.heappush(self._heap, (now_s, self._created[node], node))
 
     def insert(self, hash_ids: Sequence[int], now_s: float) -> int:
         """Add the blocks of `hash_ids` not yet cached (unreferenced); returns how many are new."""
-        node, created, next_id = self.root, 0, self._next_id
+        child_of, last_s, children = self._child, self._last_s, self._children
+        node, created = ROOT, 0
         for h in hash_ids:
-            children = node.children
-            child = children.get(h)
+            child = child_of.get((node, h))
             if child is None:
-                child = children[h] = BlockNode(next_id, h, node)
-                next_id += 1
+                child = child_of[node, h] = self._new_block(node, h)
+                children[node] += 1
                 created += 1
-            child.last_access_s = now_s
+            last_s[child] = now_s
             node = child
-        self._next_id = next_id
         self.num_blocks += created
         self.evictable_blocks += created
-        if node is not self.root and node.ref == 0 and not node.children:
-            heapq.heappush(self._heap, (now_s, node.node_id, node))
+        if node != ROOT and self._ref[node] == 0 and not children[node]:
+            heapq.heappush(self._heap, (now_s, self._created[node], node))
         return created
+
+    def _new_block(self, parent: int, block_hash: int) -> int:
+        number = self._next_created
+        self._next_created = number + 1
+        if self._free:
+            slot = self._free.pop()
+            self._parent[slot], self._hash[slot], self._ref[slot] = parent, block_hash, 0
+            self._created[slot], self._children[slot] = number, 0
+            return slot
+        self._parent.append(parent)
+        self._hash.append(block_hash)
+        self._ref.append(0)
+        self._last_s.append(0.0)
+        self._created.append(number)
+        self._children.append(0)
+        return len(self._parent) - 1
 
     def evict(self, blocks: int) -> int:
         """Evict up to `blocks` unreferenced blocks, LRU leaves first; returns blocks evicted."""
-        heap, root, pop, push, on_evict = self._heap, self.root, heapq.heappop, heapq.heappush, self.on_evict
+        heap, pop, push, on_evict = self._heap, heapq.heappop, heapq.heappush, self.on_evict
+        ref, children, created, last_s = self._ref, self._children, self._created, self._last_s
+        parents, hashes, child_of, free = self._parent, self._hash, self._child, self._free
         evicted = 0
         while evicted < blocks and heap:
-            t, _, node = pop(heap)
-            parent = node.parent
-            if node.ref or node.children or parent is None or t != node.last_access_s:
-                continue  # stale entry: re-locked, grew children, already evicted, or touched
-            del parent.children[node.block_hash]
-            node.parent = None
+            t, number, node = pop(heap)
+            if created[node] != number or ref[node] or children[node] or t != last_s[node]:
+                continue  # stale entry: evicted (slot maybe reused), re-locked, grew children, touched
+            parent, block_hash = parents[node], hashes[node]
+            del child_of[parent, block_hash]
+            created[node] = _DEAD
+            free.append(node)
+            children[parent] -= 1
             evicted += 1
             if on_evict is not None:
-                on_evict(node.block_hash)
-            if parent is not root and parent.ref == 0 and not parent.children:
-                push(heap, (parent.last_access_s, parent.node_id, parent))
+                on_evict(block_hash)
+            if parent != ROOT and ref[parent] == 0 and not children[parent]:
+                push(heap, (last_s[parent], created[parent], parent))
         self.num_blocks -= evicted
         self.evictable_blocks -= evicted
         return evicted
@@ -127,24 +152,19 @@ class PrefixCache:
         return max(0, self.num_blocks - self.capacity_blocks)
 
     def block_hashes(self) -> list[int]:
-        """Every cached block's hash (a trie walk; for invariant checks)."""
-        out, stack = [], list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            out.append(node.block_hash)
-            stack.extend(node.children.values())
-        return out
+        """Every cached block's hash (for invariant checks)."""
+        return [block_hash for (_, block_hash) in self._child]
 
     def check_invariants(self, final: bool = False) -> None:
-        count, free, stack = 0, 0, list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            count += 1
-            free += node.ref == 0
-            if node.ref < 0 or (final and node.ref):
-                raise RuntimeError(f"prefix cache: block {node.block_hash} has ref {node.ref}")
-            stack.extend(node.children.values())
-        if count != self.num_blocks or free != self.evictable_blocks:
+        live = list(self._child.values())
+        for node in live:
+            ref = self._ref[node]
+            if ref < 0 or (final and ref):
+                raise RuntimeError(f"prefix cache: block {self._hash[node]} has ref {ref}")
+        free = sum(1 for node in live if self._ref[node] == 0)
+        children = sum(self._children[node] for node in live) + self._children[ROOT]
+        if len(live) != self.num_blocks or free != self.evictable_blocks or children != len(live):
             raise RuntimeError(
-                f"prefix cache: counted {count} blocks/{free} free, recorded {self.num_blocks}/{self.evictable_blocks}"
+                f"prefix cache: counted {len(live)} blocks/{free} free/{children} child links, "
+                f"recorded {self.num_blocks}/{self.evictable_blocks}"
             )

@@ -69,7 +69,7 @@ class Router:
             return [replace(v, tier_hit_tokens=p.kv.tier_prefix(sr)) for v, p in zip(views, self.prefill, strict=True)]
         if self.policy_name != "cache_aware":
             return views
-        return [replace(v, cached_blocks=frozenset(n.block_hash for n in p.peek_match(sr)))
+        return [replace(v, cached_blocks=frozenset(sr.req.hash_ids[:len(p.peek_match(sr))]))
                 for v, p in zip(views, self.prefill, strict=True)]
 
 

@@ -83,13 +83,13 @@ def test_prefix_cache_match_lock_and_lru_eviction() -> None:
     assert cache.insert([1, 2, 3], now_s=1.0) == 3
     assert cache.insert([1, 2, 4], now_s=2.0) == 1
     path = cache.match([1, 2, 3, 5], max_blocks=4)
-    assert [n.block_hash for n in path] == [1, 2, 3]
+    assert [cache.block_hash(n) for n in path] == [1, 2, 3]
     cache.lock(path, now_s=3.0)
     assert cache.evictable_blocks == 1  # only block 4 is unreferenced
     assert cache.evict(5) == 1  # 4 goes; 1-2-3 are locked
     cache.unlock(path, now_s=4.0)
     assert cache.evict(1) == 1 and cache.num_blocks == 2  # leaf 3 first, never a parent first
-    assert [n.block_hash for n in cache.match([1, 2, 3], 3)] == [1, 2]
+    assert [cache.block_hash(n) for n in cache.match([1, 2, 3], 3)] == [1, 2]
     cache.check_invariants(final=True)
 
 
