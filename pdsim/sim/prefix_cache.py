@@ -91,24 +91,24 @@ class PrefixCache:
     def insert(self, hash_ids: Sequence[int], now_s: float) -> int:
         """Add the blocks of `hash_ids` not yet cached (unreferenced); returns how many are new."""
         child_of, last_s, children = self._child, self._last_s, self._children
-        node, created = ROOT, 0
+        node, created, get, number = ROOT, 0, child_of.get, self._next_created
         for h in hash_ids:
-            child = child_of.get((node, h))
+            child = get((node, h))
             if child is None:
-                child = child_of[node, h] = self._new_block(node, h)
+                child = child_of[node, h] = self._new_block(node, h, number + created)
                 children[node] += 1
                 created += 1
             last_s[child] = now_s
             node = child
+        self._next_created = number + created
         self.num_blocks += created
         self.evictable_blocks += created
         if node != ROOT and self._ref[node] == 0 and not children[node]:
             heapq.heappush(self._heap, (now_s, self._created[node], node))
         return created
 
-    def _new_block(self, parent: int, block_hash: int) -> int:
-        number = self._next_created
-        self._next_created = number + 1
+    def _new_block(self, parent: int, block_hash: int, number: int) -> int:
+        """A slot for a new block (a freed one if any) numbered `number`."""
         if self._free:
             slot = self._free.pop()
             self._parent[slot], self._hash[slot], self._ref[slot] = parent, block_hash, 0
@@ -123,7 +123,11 @@ class PrefixCache:
         return len(self._parent) - 1
 
     def evict(self, blocks: int) -> int:
-        """Evict up to `blocks` unreferenced blocks, LRU leaves first; returns blocks evicted."""
+        """Evict up to `blocks` unreferenced blocks, LRU leaves first; returns blocks evicted.
+
+        A parent left childless and unlocked is evicted at once when it would be the heap's next
+        pop anyway (its entry sorts before the heap's top): the same order without the push/pop.
+        """
         heap, pop, push, on_evict = self._heap, heapq.heappop, heapq.heappush, self.on_evict
         ref, children, created, last_s = self._ref, self._children, self._created, self._last_s
         parents, hashes, child_of, free = self._parent, self._hash, self._child, self._free
@@ -132,16 +136,23 @@ class PrefixCache:
             t, number, node = pop(heap)
             if created[node] != number or ref[node] or children[node] or t != last_s[node]:
                 continue  # stale entry: evicted (slot maybe reused), re-locked, grew children, touched
-            parent, block_hash = parents[node], hashes[node]
-            del child_of[parent, block_hash]
-            created[node] = _DEAD
-            free.append(node)
-            children[parent] -= 1
-            evicted += 1
-            if on_evict is not None:
-                on_evict(block_hash)
-            if parent != ROOT and ref[parent] == 0 and not children[parent]:
-                push(heap, (last_s[parent], created[parent], parent))
+            while True:
+                parent, block_hash = parents[node], hashes[node]
+                del child_of[parent, block_hash]
+                created[node] = _DEAD
+                free.append(node)
+                children[parent] -= 1
+                evicted += 1
+                if on_evict is not None:
+                    on_evict(block_hash)
+                if parent == ROOT or ref[parent] or children[parent]:
+                    break
+                entry = (last_s[parent], created[parent], parent)
+                if evicted < blocks and (not heap or entry < heap[0]):
+                    node = parent
+                    continue
+                push(heap, entry)
+                break
         self.num_blocks -= evicted
         self.evictable_blocks -= evicted
         return evicted
