@@ -85,6 +85,8 @@ class Network:
         self._reschedule()
 
     def utilization(self, res: Resource) -> float:
+        if not res.flows:
+            return 0.0
         return sum(f.rate_bytes_per_s for f in res.flows.values()) / res.capacity_bytes_per_s
 
     def _remove(self, flow: Flow) -> None:

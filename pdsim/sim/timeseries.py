@@ -58,17 +58,22 @@ class TimeseriesSampler:
             yield self.env.timeout(self.interval_s)
 
     def record(self) -> None:
-        insts, utilization = self.instances, self.network.utilization
-        lengths = [inst.queue_lengths() for inst in insts]
-        self.times.extend([self.env.now] * len(insts))
+        """One row per instance at `now`."""
+        now, insts, queues = self.env.now, self.instances, self.queues
+        columns = [queues[q] for q in QUEUES]
+        kv, batch, nic_out, nic_in = self.kv_used_fraction, self.batch_size, self.nic_out, self.nic_in
+        utilization = self.network.utilization
+        for inst, total in zip(insts, self.kv_total_tokens, strict=True):
+            counts = inst.queue_lengths()
+            for q, column in zip(QUEUES, columns):  # noqa: B905 (same length by construction)
+                column.append(counts.get(q, 0))
+            kv.append(inst.kv_used_tokens() / total if total > 0 else 0.0)
+            batch.append(inst.batch_size)
+            placement = inst.placement
+            nic_out.append(utilization(placement.nic_out))
+            nic_in.append(utilization(placement.nic_in))
+        self.times.extend([now] * len(insts))
         self.positions.extend(range(len(insts)))
-        for q, column in self.queues.items():
-            column.extend([counts.get(q, 0) for counts in lengths])
-        self.kv_used_fraction.extend([inst.kv_used_tokens() / total if total > 0 else 0.0
-                                      for inst, total in zip(insts, self.kv_total_tokens, strict=True)])
-        self.batch_size.extend([inst.batch_size for inst in insts])
-        self.nic_out.extend([utilization(inst.placement.nic_out) for inst in insts])
-        self.nic_in.extend([utilization(inst.placement.nic_in) for inst in insts])
 
     def to_frame(self) -> pd.DataFrame:
         pos = np.frombuffer(self.positions, dtype=np.int64) if len(self.positions) else np.zeros(0, np.int64)
