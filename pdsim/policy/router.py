@@ -20,6 +20,7 @@ import numpy as np
 from pdsim.policy.admission import (
     ACCEPT_ALL,
     ADMISSION_POLICIES,
+    TOKEN_BUCKET,
     AdmissionParams,
     AdmissionState,
     SloPredictor,
@@ -30,6 +31,9 @@ from pdsim.policy.routing import RouterState, route, routing_policy_names
 from pdsim.policy.views import InstanceView, RequestView
 
 ROUTED, REJECTED, NO_INSTANCE = "routed", "rejected", "no_instance"
+# policies that read nothing of an InstanceView but instance_id and healthy
+HEALTH_ONLY_ROUTING = ("random", "round_robin")
+HEALTH_ONLY_ADMISSION = (ACCEPT_ALL, TOKEN_BUCKET)
 NO_HEALTHY_INSTANCE = "no healthy instance to route to"
 ROOM_BITS = 63
 
@@ -116,6 +120,13 @@ class RouterPolicy:
                              f"(choose from {routing_policy_names()})")
         return cls(policy.routing, policy.admission, admission_params(policy, slo), route_rng, room_rng,
                    predictor, RouterState(params=routing_params(policy, block_tokens)))
+
+    @property
+    def reads_load(self) -> bool:
+        """False when neither the routing nor the admission policy reads anything of an
+        instance view but instance_id and healthy: a caller may then pass views with only those
+        set (the decision is the same) and skip measuring load per request."""
+        return self.routing not in HEALTH_ONLY_ROUTING or self.admission not in HEALTH_ONLY_ADMISSION
 
     def decide(
         self, request: RequestView, prefill: Sequence[InstanceView], decode: Sequence[InstanceView],

@@ -33,6 +33,10 @@ class RouterState:
 
     cursors: dict[str, int] = field(default_factory=dict)
     params: RoutingParams = field(default_factory=RoutingParams)
+    # per side: the last views tuple and its healthy instances (tuples of frozen views cannot
+    # change, so a caller passing the same tuple again gets the same list without a sort)
+    healthy_memo: dict[str, tuple[Sequence[InstanceView], list[InstanceView]]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def advance(self, side: str, modulo: int) -> int:
         """Return the cursor for `side` and move it on by one."""
@@ -56,12 +60,24 @@ def _healthy(views: Sequence[InstanceView]) -> list[InstanceView]:
     return sorted((v for v in views if v.healthy), key=lambda v: v.instance_id)
 
 
+def _healthy_memo(views: Sequence[InstanceView], side: str, state: RouterState) -> list[InstanceView]:
+    """_healthy(views), reused while the caller passes the very same tuple."""
+    if type(views) is not tuple:
+        return _healthy(views)
+    memo = state.healthy_memo.get(side)
+    if memo is not None and memo[0] is views:
+        return memo[1]
+    healthy = _healthy(views)
+    state.healthy_memo[side] = (views, healthy)
+    return healthy
+
+
 def choose_round_robin(
     request: RequestView, views: Sequence[InstanceView], side: str, state: RouterState,
     rng: np.random.Generator,
 ) -> int:
     """Cycle through the healthy instances in instance_id order."""
-    healthy = _healthy(views)
+    healthy = _healthy_memo(views, side, state)
     return healthy[state.advance(side, len(healthy))].instance_id
 
 
@@ -79,7 +95,7 @@ def choose_random(
     rng: np.random.Generator,
 ) -> int:
     """Uniform over healthy instances (one draw from `rng`)."""
-    healthy = _healthy(views)
+    healthy = _healthy_memo(views, side, state)
     return healthy[int(rng.integers(len(healthy)))].instance_id
 
 

@@ -61,6 +61,7 @@ class InstanceBase:
         self.view_stale = True
         self._view_valid_until_s = 0.0
         self._last_view: InstanceView | None = None
+        self._health_view: InstanceView | None = None
 
     def dispatch(self, sr: SimRequest) -> None:
         """The router sent `sr` here; `_receive(sr)` runs after one control-plane hop unless the
@@ -103,6 +104,16 @@ class InstanceBase:
 
     def build_view(self) -> InstanceView:
         raise NotImplementedError
+
+    def health_view(self) -> InstanceView:
+        """The instance as a router that reads only health sees it (RouterPolicy.reads_load
+        False): id, role and health; the load fields keep their defaults. The same object while
+        the health is unchanged, and never rebuilt by load changes."""
+        healthy = self._healthy and not self.draining
+        view = self._health_view
+        if view is None or view.healthy != healthy:
+            view = self._health_view = InstanceView(instance_id=self.index, role=self.role, healthy=healthy)
+        return view
 
     def notify(self) -> None:
         """The next scheduling decision may differ: wake the loop if it sleeps, or end a

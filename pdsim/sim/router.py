@@ -40,13 +40,18 @@ class Router:
         self.policy = RouterPolicy.create(cfg.policy, cfg.slo, block_tokens, route_rng, room_rng, predictor)
         self.policy_name = cfg.policy.routing
         self.dispatched = 0
+        self.health_only = not self.policy.reads_load
+        self._health_views: dict[str, tuple[InstanceView, ...]] = {}
 
     def dispatch(self, sr: SimRequest) -> None:
         """Choose a pair and send the request to both halves (or fail it: no healthy instance)."""
         req = sr.req
         view = RequestView(req.request_id, req.input_tokens, req.output_tokens, arrival_s=req.arrival_s,
                            hash_ids=req.hash_ids)
-        prefill, decode = self._prefill_views(sr), [d.view() for d in self.decode]
+        if self.health_only:
+            prefill, decode = self._health("prefill", self.prefill), self._health("decode", self.decode)
+        else:
+            prefill, decode = self._prefill_views(sr), [d.view() for d in self.decode]
         decision = self.policy.decide(view, prefill, decode, self.env.now, first_attempt=sr.attempt == 0)
         if not decision.routed:
             if decision.outcome == REJECTED:
@@ -62,6 +67,16 @@ class Router:
         sr.prefill.dispatch(sr)
         if sr.decode is not None:
             sr.decode.dispatch(sr)
+
+    def _health(self, side: str, instances: Sequence[Any]) -> tuple[InstanceView, ...]:
+        """Health-only views of one side: the same tuple object while no health changed (the
+        routing policy caches its sorted healthy list on it)."""
+        views = tuple(inst.health_view() for inst in instances)
+        last = self._health_views.get(side)
+        if last is not None and last == views:
+            return last
+        self._health_views[side] = views
+        return views
 
     def _prefill_views(self, sr: SimRequest) -> list[InstanceView]:
         views = [p.view() for p in self.prefill]
