@@ -56,6 +56,7 @@ class Simulation:
         self.arrived = 0
         self.terminal = 0
         self.done = self.env.event()
+        self.health_epoch = 0  # bumped whenever an instance's routability changes
         self.on_terminal: Callable[[], None] | None = None
         self.fault_rng = rng.stream(cfg.seed, "faults.transfer")
         ctx = InstanceContext(self.env, cfg, self)
@@ -132,6 +133,9 @@ class Simulation:
         self.router.dispatch(sr)
 
     # -- hooks -------------------------------------------------------------------------------
+    def health_changed(self) -> None:
+        self.health_epoch += 1
+
     def after(self, delay_s: float, fn: Callable[..., Any], *args: Any) -> None:
         """Call fn(*args) `delay_s` from now (0 still goes through the event queue, FIFO)."""
         self.env.timeout(delay_s).callbacks.append(lambda _e: fn(*args))

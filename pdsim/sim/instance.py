@@ -93,6 +93,7 @@ class InstanceBase:
     def healthy(self, value: bool) -> None:
         self._healthy = value
         self.view_stale = True
+        self.hooks.health_changed()
 
     def view(self) -> InstanceView:
         """The instance as the router sees it now (the same frozen object while unchanged)."""
@@ -135,6 +136,7 @@ class InstanceBase:
         """Stop taking new work: the router sees the instance as unhealthy from now on."""
         self.draining = True
         self.view_stale = True
+        self.hooks.health_changed()
 
     def retire(self) -> None:
         """Stop the scheduler loop of a drained instance (its GPUs go to a new instance)."""

@@ -41,7 +41,7 @@ class Router:
         self.policy_name = cfg.policy.routing
         self.dispatched = 0
         self.health_only = not self.policy.reads_load
-        self._health_views: dict[str, tuple[InstanceView, ...]] = {}
+        self._health_views: dict[str, tuple[tuple[int, int], tuple[InstanceView, ...]]] = {}
 
     def dispatch(self, sr: SimRequest) -> None:
         """Choose a pair and send the request to both halves (or fail it: no healthy instance)."""
@@ -69,13 +69,15 @@ class Router:
             sr.decode.dispatch(sr)
 
     def _health(self, side: str, instances: Sequence[Any]) -> tuple[InstanceView, ...]:
-        """Health-only views of one side: the same tuple object while no health changed (the
-        routing policy caches its sorted healthy list on it)."""
+        """Health-only views of one side, rebuilt only when an instance's routability changed
+        (SimHooks.health_changed) or scaling added one: the same tuple object meanwhile, on which
+        the routing policy caches its sorted healthy list. O(1) per request."""
+        key = (self.hooks.health_epoch, len(instances))
+        cached = self._health_views.get(side)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         views = tuple(inst.health_view() for inst in instances)
-        last = self._health_views.get(side)
-        if last is not None and last == views:
-            return last
-        self._health_views[side] = views
+        self._health_views[side] = (key, views)
         return views
 
     def _prefill_views(self, sr: SimRequest) -> list[InstanceView]:

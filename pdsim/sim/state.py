@@ -87,6 +87,8 @@ class SimRequest:
 class SimHooks(Protocol):
     """What instances need from the engine (implemented by `pdsim.sim.engine.Simulation`)."""
 
+    health_epoch: int  # counts health_changed() calls
+
     def after(self, delay_s: float, fn: Any, *args: Any) -> None: ...
 
     def finish(self, sr: SimRequest) -> None: ...
@@ -98,6 +100,9 @@ class SimHooks(Protocol):
     def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None: ...
 
     def transfer_ready(self, sr: SimRequest) -> None: ...
+
+    def health_changed(self) -> None:
+        """An instance's routability (health or draining) changed: routers rebuild health views."""
 
 
 def trace_row(sr: SimRequest, mode: str, status: str, reason: str) -> dict[str, Any]:
