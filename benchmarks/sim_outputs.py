@@ -8,9 +8,9 @@
 A speed change must not change a single result. This runs every scenario of the scenario tree
 at a small size, every routing/admission policy, colocated (both schedules), the other perf
 models, KV tiers, faults, P:D rebalancing, `skip_ahead=false`, and Mooncake conversation on 8P8D
-(whole trace, linear and roofline) and colocated on 16 instances, once with the baseline revision (exported with `git archive`
-into a temporary folder and imported from there) and once with this checkout, each in its own
-process. Per case it writes trace.parquet, trace.summary.json (metrics, instance and link
+(whole trace, linear and roofline) and colocated on 16 instances, once with the baseline revision
+(exported with `git archive` into a temporary folder and imported from there) and once with this
+checkout, each in its own process. Per case it writes trace.parquet, trace.summary.json (metrics, instance and link
 statistics; no wall times) and timeseries.parquet, then compares the files byte for byte; a
 difference is reported with the first differing trace column. Exit status 1 on any difference.
 """
