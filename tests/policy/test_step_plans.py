@@ -1,0 +1,132 @@
+"""The step planners on hand-built states: every field of the plan computed by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pdsim.policy import (
+    DecodeAccess,
+    DecodeMemoryView,
+    GrowthPlan,
+    RequestView,
+    StepLimits,
+    plan_colocated_step,
+    plan_decode_step,
+)
+
+PAGE = 4
+
+
+@dataclass
+class Req:
+    rid: int
+    inputs: int
+    outputs: int
+    generated: int = 0
+    kv: int = 0
+
+    def view(self) -> RequestView:
+        return RequestView(self.rid, self.inputs, self.outputs, generated_tokens=self.generated, kv_tokens=self.kv)
+
+
+ACCESS = DecodeAccess(Req.view, lambda r: r.kv, lambda r: r.generated >= r.outputs)
+
+
+def memory(free_pages: int, active: list[Req], running: list[Req]) -> DecodeMemoryView:
+    return DecodeMemoryView(
+        available_tokens=free_pages * PAGE, num_active=len(active), reserved_decode_tokens=2,
+        remaining_output_tokens=0, largest_need_tokens=max((r.inputs + r.outputs for r in running), default=0),
+        retractable_tokens=sum(r.kv for r in running), page_size_tokens=PAGE,
+    )
+
+
+def test_decode_plan_resumes_first_admits_joins_and_grows() -> None:
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=3, prealloc_slots=4, decode_reserved_tokens=2)
+    running = [Req(0, 8, 20, generated=5, kv=12)]  # 12 tokens = 3 full pages: needs a page
+    retracted = [Req(1, 6, 10, generated=3, kv=8)]  # resumes: 2 pages + reserve 2 tokens
+    waiting = [Req(2, 5, 1, generated=1, kv=5), Req(3, 7, 9, generated=1, kv=7)]  # 2 is complete
+    handshaken = [Req(4, 10, 5)]  # 3 pages now, worst case 15 - 12 retractable
+    plan = plan_decode_step(limits, lambda: memory(20, running + waiting, running), retracted, handshaken,
+                            num_transfer=0, waiting=waiting, running=running, free_pages=20, access=ACCESS)
+    assert [r.rid for r in plan.resume] == [1]
+    assert [r.rid for r in plan.admit] == [4]
+    # waiting in order, then the resumed one; request 2 finishes instead of joining (it needs no slot)
+    assert [r.rid for r in plan.finish_at_join] == [2]
+    assert [r.rid for r in plan.join] == [3, 1]
+    # 20 free - 2 (resume) - 3 (admit) + 2 (request 2's pages) = 17: every page-full request grows
+    assert plan.growth == GrowthPlan((), (), (running[0], retracted[0]))
+    assert [r.rid for r in plan.batch] == [0, 3, 1] and plan.changes and not plan.replan
+
+
+def test_decode_plan_retracts_when_pages_run_short() -> None:
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4)
+    running = [Req(0, 8, 20, generated=9, kv=16), Req(1, 4, 20, generated=1, kv=4), Req(2, 12, 20, generated=1, kv=12)]
+    plan = plan_decode_step(limits, lambda: memory(1, running, running), [], [], 0, [], running, 1, ACCESS)
+    # three need a page, one is free: victims by fewest generated, then longest prompt: 2 (3 pages) frees enough
+    assert [r.rid for r in plan.growth.victims] == [2]
+    assert [r.rid for r in plan.growth.grow] == [0, 1] and not plan.growth.failed
+    assert [r.rid for r in plan.batch] == [0, 1]
+
+
+def test_decode_plan_fails_the_last_request_and_asks_for_a_replan() -> None:
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4)
+    running = [Req(0, 8, 20, generated=1, kv=8)]
+    plan = plan_decode_step(limits, lambda: memory(0, running, running), [], [], 0, [], running, 0, ACCESS)
+    assert plan.growth.failed == (running[0],) and plan.batch == () and plan.replan
+
+
+@dataclass
+class Colocated:
+    """A minimal ColocatedExecutor: running requests, a waiting queue, free pages."""
+
+    running: list[Req]
+    waiting: list[Req]
+    free: int
+    applied: list[GrowthPlan] = field(default_factory=list)
+
+    def running_requests(self) -> list[Req]:
+        return self.running
+
+    def free_pages(self) -> int:
+        return self.free
+
+    def kv_tokens(self, r: Req) -> int:
+        return r.kv
+
+    def running_view(self, r: Req) -> RequestView:
+        return r.view()
+
+    def apply_growth(self, plan: GrowthPlan) -> None:
+        self.applied.append(plan)
+        self.free -= len(plan.grow)
+
+    def prefill_candidates(self):  # noqa: ANN201
+        return (RequestView(r.rid, r.inputs, r.outputs) for r in self.waiting)
+
+    def free_kv_tokens(self) -> int:
+        return self.free * PAGE
+
+    def remaining_outputs(self):  # noqa: ANN201
+        return (r.outputs - r.generated for r in self.running)
+
+
+def test_colocated_mixed_grows_then_fills_the_budget_left_by_decodes() -> None:
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4, max_prefill_tokens=20,
+                        chunk_size_tokens=16, new_token_ratio=0.5, schedule="mixed")
+    ex = Colocated([Req(0, 8, 10, generated=2, kv=8), Req(1, 5, 10, generated=2, kv=6)], [Req(2, 30, 4)], free=10)
+    plan = plan_colocated_step(limits, ex)
+    assert [r.rid for r in plan.decodes] == [0, 1] and ex.applied[0].grow == (ex.running[0],)
+    # budget min(20, 16) - 2 decodes = 14 tokens -> a 12-token chunk (page multiple) of request 2
+    (chunk,) = plan.prefill.chunks
+    assert (chunk.request_id, chunk.new_tokens, chunk.is_last) == (2, 12, False)
+
+
+def test_colocated_prefill_priority_runs_prefill_alone() -> None:
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4, max_prefill_tokens=64,
+                        chunk_size_tokens=0, schedule="prefill_priority")
+    ex = Colocated([Req(0, 8, 10, generated=2, kv=8)], [Req(2, 30, 4)], free=20)
+    plan = plan_colocated_step(limits, ex)
+    assert plan.decodes == () and [c.request_id for c in plan.prefill.chunks] == [2] and not ex.applied
+    ex.waiting.clear()
+    plan = plan_colocated_step(limits, ex)
+    assert plan.prefill.chunks == () and [r.rid for r in plan.decodes] == [0] and len(ex.applied) == 1
