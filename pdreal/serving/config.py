@@ -62,7 +62,9 @@ class NodeConfig:
     stats_interval_s: float = 0.2  # router: how often instances' /stats are polled
     unhealthy_after_misses: int = 3  # router: failed polls before an instance stops being routed to
     request_timeout_s: float = 600.0  # router: give up on a half after this long
-    idle_sleep_s: float = 0.001  # engine loop wait when nothing is ready to run
+    # scheduler: the longest wait while work is pending but nothing can run (KV in flight); a KV
+    # state change or a command wakes it at once, so this only bounds timeout checks
+    poll_interval_s: float = 0.05
     latency_profile: str = ""  # router: a `pdreal profile` CSV; the latency model of early_reject admission
     kv_events: str = "auto"  # KV block events prefill -> router: auto (on for cache_aware/kv_centric) | on | off
     kv_events_port: int = 0  # prefill: ZMQ PUB port, replay on port + 1; 0 = any free ports

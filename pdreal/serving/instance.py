@@ -1,11 +1,12 @@
-"""A prefill, decode or colocated instance server: the engine loop thread plus its HTTP API.
+"""A prefill, decode or colocated instance's HTTP process: its API in front of its scheduler
+process (scheduler.py, reached through scheduler_client.py over ZMQ; the engine never runs here).
 
     POST /generate  one half of a request (wire.py format); NDJSON output lines
     POST /abort     {"request_id", "reason"}: fail it wherever it is
     GET  /stats     JSON: queues, KV use, counters, engine facts, clock
     GET  /metrics   Prometheus text
     GET  /steps     JSON: the engine's recent timed forwards (kind, batch, tokens, latency, end time)
-    GET  /health    200 while the engine loop runs
+    GET  /health    200 while the scheduler process runs (503 while it starts or restarts)
     PUT/GET /route  prefill only: the bootstrap server (bootstrap.py)
 
 A decode instance resolves each request's bootstrap host:port through its connection cache
@@ -34,11 +35,11 @@ from pdreal.serving.bootstrap import (
     PeerEntry,
     add_bootstrap_routes,
 )
-from pdreal.serving.engine_loop import Engine, EngineLoop
+from pdreal.serving.scheduler_client import SchedulerClient
+from pdreal.serving.config import ServeConfig
 from pdreal.serving.metrics import CONTENT_TYPE, MetricsRegistry
 from pdreal.serving.timebase import clock_id, now_s
 from pdreal.serving.wire import failed_line, output_line, request_from_json
-from pdsim.config import FaultConfig
 from pdsim.trace import STATUS_FAILED
 
 log = logging.getLogger(__name__)
@@ -46,21 +47,22 @@ INSTANCE_ROLES = ("prefill", "decode", "colocated")
 
 
 class InstanceServer:
-    def __init__(self, role: str, engine: Engine, config: EngineConfig, facts: dict[str, Any],
-                 faults: FaultConfig, idle_sleep_s: float = 0.001) -> None:
+    def __init__(self, role: str, serve: ServeConfig, config: EngineConfig) -> None:
         if role not in INSTANCE_ROLES:
             raise ValueError(f"instance role {role!r} unknown (choose from {INSTANCE_ROLES})")
-        self.role, self.engine, self.config, self.facts, self.faults = role, engine, config, facts, faults
-        self.idle_sleep_s = idle_sleep_s
-        self.vocab_size = int(facts["vocab_size"])
+        self.role, self.serve, self.config, self.faults = role, serve, config, serve.faults
+        self.facts: dict[str, Any] = {}
         self.bootstrap = BootstrapTable()
-        self.loop: EngineLoop | None = None
+        self.scheduler: SchedulerClient | None = None
         self.session: aiohttp.ClientSession | None = None
         self.cache: ConnectionCache | None = None
         self.heartbeat: HeartbeatChecker | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.num_bootstrap_failures = 0
-        self.kv_events: Any = None  # kv_feed.InstanceEvents of a prefill instance with KV events on
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.facts["vocab_size"])
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -78,8 +80,8 @@ class InstanceServer:
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
-        self.loop = EngineLoop(self.engine, asyncio.get_running_loop(), self.idle_sleep_s)
-        self.loop.start()
+        self.scheduler = SchedulerClient(self.serve, self.role, on_restart=self._on_scheduler_ready)
+        await self._on_scheduler_ready(await self.scheduler.start())
         self.session = aiohttp.ClientSession()
         if self.role == "decode":
             self.cache = ConnectionCache(self.session, timeout_s=max(1.0, self.faults.heartbeat_interval_s))
@@ -92,21 +94,25 @@ class InstanceServer:
             task.cancel()
         if self.session is not None:
             await self.session.close()
-        if self.loop is not None:
-            error = await asyncio.to_thread(self.loop.stop)
+        if self.scheduler is not None:
+            error = await self.scheduler.stop()
             if error:
                 log.error("%s instance invariants: %s", self.role, error)
-        if self.kv_events is not None:  # after the loop thread, the publisher's only caller, stopped
-            self.kv_events.close()
-        if self.engine.kv is not None:
-            self.engine.kv.close()
+
+    async def _on_scheduler_ready(self, facts: dict[str, Any]) -> None:
+        """A (re)started scheduler: its facts; a prefill registers its KV address as rank 0."""
+        self.facts = facts
+        if self.role == "prefill":
+            entry = self.bootstrap.register({"engine_rank": 0, "tp_rank": 0, "tp_size": 1,
+                                             "addr": facts["bootstrap_addr"], "instance_id": self.config.instance_id})
+            log.info("bootstrap: rank 0 at %s", entry["addr"])
 
     def _peer_dead(self, entry: PeerEntry, reason: str) -> None:
-        assert self.loop is not None
-        self.loop.fail_peer(entry.addr, reason)
+        assert self.scheduler is not None
+        self.scheduler.fail_peer(entry.addr, reason)
 
     def healthy(self) -> bool:
-        return self.loop is not None and not self.loop.error
+        return self.scheduler is not None and not self.scheduler.error
 
     async def health(self, request: web.Request) -> web.Response:
         ok = self.healthy()
@@ -114,7 +120,7 @@ class InstanceServer:
                                  status=200 if ok else 503)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        assert self.loop is not None
+        assert self.scheduler is not None
         try:
             req, bootstrap = request_from_json(await request.json(), self.vocab_size)
         except ValueError as exc:  # malformed JSON is a ValueError too
@@ -128,7 +134,7 @@ class InstanceServer:
                 return response
             req = replace(req, bootstrap_addr=addr)
         try:
-            channel = self.loop.submit(req)
+            channel = self.scheduler.submit(req)
         except (ValueError, RuntimeError) as exc:
             await response.write(failed_line(STATUS_FAILED, str(exc), {"request_id": req.request_id}))
             return response
@@ -139,9 +145,9 @@ class InstanceServer:
                 if out.finished:
                     break
         except ConnectionResetError:
-            self.loop.abort(req.request_id, "router connection closed")
+            self.scheduler.abort(req.request_id, "router connection closed")
         except asyncio.CancelledError:
-            self.loop.abort(req.request_id, "router connection closed")
+            self.scheduler.abort(req.request_id, "router connection closed")
             raise
         return response
 
@@ -159,23 +165,23 @@ class InstanceServer:
         return entry.addr, ""
 
     async def abort(self, request: web.Request) -> web.Response:
-        assert self.loop is not None
+        assert self.scheduler is not None
         try:
             body = await request.json()
             rid, reason = int(body["request_id"]), str(body.get("reason", "aborted"))
         except (ValueError, KeyError, TypeError) as exc:
             return web.json_response({"error": f"/abort needs {{'request_id': int}}: {exc}"}, status=400)
-        self.loop.abort(rid, reason)
+        self.scheduler.abort(rid, reason)
         return web.json_response({"ok": True})
 
     def snapshot(self) -> dict[str, Any]:
-        assert self.loop is not None
-        s, c = self.loop.stats, self.loop.counters
+        assert self.scheduler is not None
+        s, c = self.scheduler.stats, self.scheduler.counters
         data = {"role": self.role, "instance_id": self.config.instance_id, "queues": s.queues,
                 "kv_used_tokens": s.kv_used_tokens, "kv_total_tokens": s.kv_total_tokens,
-                "num_finished": s.num_finished, "num_failed": s.num_failed, "num_live": self.loop.num_live(),
-                "steps": c.steps, "transfer_rooms": self.engine.kv.num_rooms() if self.engine.kv is not None else 0,
-                "error": self.loop.error,
+                "num_finished": s.num_finished, "num_failed": s.num_failed, "num_live": self.scheduler.num_live(),
+                "steps": c.steps, "transfer_rooms": c.transfer_rooms, "scheduler_restarts": c.restarts,
+                "error": self.scheduler.error, "starting": self.scheduler.progress if not self.facts else "",
                 "clock_id": clock_id(), "now_s": now_s(), "engine": {**asdict(self.config), **self.facts}}
         if self.role == "prefill":
             data["bootstrap"] = self.bootstrap.layout()
@@ -191,8 +197,8 @@ class InstanceServer:
     async def steps(self, request: web.Request) -> web.Response:
         """The served step latencies (`?since_s=T`: only forwards that ended after T, monotonic)."""
         since = float(request.query.get("since_s", "-inf"))
-        runner = getattr(self.engine, "runner", None)
-        records = [asdict(r) for r in list(runner.steps if runner is not None else []) if r.end_s > since]
+        assert self.scheduler is not None
+        records = [asdict(r) for r in self.scheduler.steps if r.end_s > since]
         return web.json_response({"role": self.role, "instance_id": self.config.instance_id,
                                   "clock_id": clock_id(), "steps": records})
 
@@ -222,5 +228,7 @@ def instance_metrics(snap: dict[str, Any]) -> str:
             heartbeat["rooms_failed"], **labels)
         reg.counter("pdreal_bootstrap_failures_total", "requests failed resolving the bootstrap server").inc(
             heartbeat["bootstrap_failures"], **labels)
-    reg.gauge("pdreal_up", "1 while the engine loop runs").set(0 if snap["error"] else 1, **labels)
+    reg.counter("pdreal_scheduler_restarts_total", "scheduler processes restarted after dying").inc(
+        snap.get("scheduler_restarts", 0), **labels)
+    reg.gauge("pdreal_up", "1 while the scheduler process runs").set(0 if snap["error"] else 1, **labels)
     return reg.render()

@@ -13,10 +13,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from pdreal.serving.config import DEFAULT_NUM_PAGES, ServeConfig
@@ -54,53 +52,14 @@ def model_source(cfg: ServeConfig) -> Any:
 
 
 def build_instance(cfg: ServeConfig, role: str) -> Any:
-    """Model, KV pool, transfer manager (none when colocated) and engine of one instance, wrapped
-    in its server."""
-    import torch
-
-    from pdreal.engine.common import ModelRunner
-    from pdreal.model.weights import load_model
+    """The HTTP process of one instance; its scheduler process (the model, KV pool, transfer
+    manager and engine) starts with the app (instance.py, scheduler.py)."""
     from pdreal.serving.instance import InstanceServer
 
-    torch.set_num_threads(cfg.node.threads)
-    config = engine_config(cfg, role)
-    model = load_model(model_source(cfg)).model
-    runner = ModelRunner(model, config)
-    n = cfg.node
-    spec, layout = model.spec, runner.pool.layout
-    facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
-             "kv_capacity_tokens": config.kv_capacity_tokens,
-             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
-             "threads": n.threads}
-    if role == "colocated":
-        from pdreal.engine.colocated import ColocatedEngine
-
-        return InstanceServer(role, ColocatedEngine(runner, config), config, facts, cfg.faults, n.idle_sleep_s)
-    from pdreal.engine.decode import DecodeEngine
-    from pdreal.engine.prefill import PrefillEngine
-    from pdreal.transfer import TransferConfig, make_kv_manager
-
-    transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
-                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
-    kv = make_kv_manager(transfer, runner.pool)
-    engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
-    facts.update(transfer_backend=n.transfer_backend, transfer_protocol=n.transfer_protocol,
-                 bootstrap_addr=kv.bootstrap_addr)
-    events = None
-    if role == "prefill" and cfg.kv_events_enabled:
-        from pdreal.serving.kv_feed import InstanceEvents
-
-        events = InstanceEvents.start(config.instance_id, n.host, n.public_host, n.kv_events_port,
-                                      config.page_size_tokens)
-        engine.kv_events = events.tracker
-        facts["kv_events"] = events.endpoints
-    server = InstanceServer(role, engine, config, facts, cfg.faults, n.idle_sleep_s)
-    server.kv_events = events
-    return server
+    return InstanceServer(role, cfg, engine_config(cfg, role))
 
 
-async def run_app(app: web.Application, cfg: ServeConfig, role: str,
-                  after_start: Callable[[str], Awaitable[None]] | None = None) -> None:
+async def run_app(app: web.Application, cfg: ServeConfig, role: str) -> None:
     """Listen, announce readiness on stdout, run until SIGTERM/SIGINT, then clean up."""
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
@@ -108,8 +67,6 @@ async def run_app(app: web.Application, cfg: ServeConfig, role: str,
     await site.start()
     port = runner.addresses[0][1]
     url = f"http://{cfg.node.public_host}:{port}"
-    if after_start is not None:
-        await after_start(url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -120,22 +77,12 @@ async def run_app(app: web.Application, cfg: ServeConfig, role: str,
     await runner.cleanup()
 
 
-async def register_prefill(url: str, server: Any) -> None:
-    """The prefill rank registers its KV address with its own bootstrap server (PUT /route)."""
-    entry = {"engine_rank": 0, "tp_rank": 0, "tp_size": 1, "addr": server.engine.kv.bootstrap_addr,
-             "instance_id": server.config.instance_id}
-    async with aiohttp.ClientSession() as session, session.put(f"{url}/route", json=entry) as resp:
-        if resp.status != 200:
-            raise RuntimeError(f"bootstrap registration at {url} failed: HTTP {resp.status} {await resp.text()}")
-
-
 def serve_role(cfg: ServeConfig) -> int:
     """Run the node's role (prefill | decode | colocated | router) in this process until stopped."""
     role = cfg.node.role
     if role in ("prefill", "decode", "colocated"):
         server = build_instance(cfg, role)
-        after = (lambda url: register_prefill(url, server)) if role == "prefill" else None
-        asyncio.run(run_app(server.app(), cfg, role, after))
+        asyncio.run(run_app(server.app(), cfg, role))
         return 0
     if role == "router":
         from pdreal.serving.api import build_router

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,11 +32,14 @@ class KVTransferError(RuntimeError):
 class PollState:
     """A thread-safe monotone KVPoll value with a failure reason, moved by pdsim.kvpoll's one
     transition rule. Transfer threads race (a late Transferring after Success), so an illegal
-    move is ignored here instead of raising as in the single-threaded simulator."""
+    move is ignored here instead of raising as in the single-threaded simulator. `on_change` is
+    called (on the moving thread, outside the lock) after every change: the scheduler's wake-up,
+    so it blocks instead of polling while KV is in flight."""
 
-    def __init__(self, start: KVPoll = KVPoll.Bootstrapping) -> None:
+    def __init__(self, start: KVPoll = KVPoll.Bootstrapping, on_change: Callable[[], None] | None = None) -> None:
         self._state = start
         self._lock = threading.Lock()
+        self._on_change = on_change
         self.reason = ""
 
     def get(self) -> KVPoll:
@@ -59,7 +63,9 @@ class PollState:
             self._state = state
             if state == KVPoll.Failed:
                 self.reason = reason
-            return True
+        if self._on_change is not None:
+            self._on_change()
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ class PagedKVManager(KVManager):
         self._receivers: dict[int, _ReceiverRoom] = {}
         self._early_info: dict[int, tuple[PeerInfo, list[int]]] = {}
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.wakeup: Callable[[], None] | None = None  # called after any room's state changes
         self._worker = threading.Thread(target=self._work, name=f"kv-{self.backend}-worker", daemon=True)
         self._worker.start()
 
@@ -114,11 +115,16 @@ class PagedKVManager(KVManager):
     @abstractmethod
     def _notify(self, peer: PeerInfo, room: int, aux: TransferAux | None, reason: str) -> None: ...
 
+    def _changed(self) -> None:
+        wakeup = self.wakeup
+        if wakeup is not None:
+            wakeup()
+
     # ---- prefill side --------------------------------------------------------------------
     def create_sender(self, room: int) -> KVSender:
         if room in self._senders:
             raise ValueError(f"bootstrap_room {room} already has a sender")
-        self._senders[room] = _SenderRoom(PollState(), self.clock())
+        self._senders[room] = _SenderRoom(PollState(on_change=self._changed), self.clock())
         early = self._early_info.pop(room, None)
         if early is not None:
             self.on_transfer_info(room, *early)
@@ -196,7 +202,7 @@ class PagedKVManager(KVManager):
     def create_receiver(self, bootstrap_addr: str, room: int) -> KVReceiver:
         if room in self._receivers:
             raise ValueError(f"bootstrap_room {room} already has a receiver")
-        r = _ReceiverRoom(PollState(), self.clock(), bootstrap_addr)
+        r = _ReceiverRoom(PollState(on_change=self._changed), self.clock(), bootstrap_addr)
         self._receivers[room] = r
         try:
             self._connect(bootstrap_addr)

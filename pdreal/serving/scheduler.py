@@ -1,0 +1,266 @@
+"""An instance's scheduler process: the engine loop (batch formation on pdsim.policy, forwards,
+KV-transfer polling) alone in its process, as SGLang's Scheduler is (seed 002).
+
+    python -m pdreal.serving.scheduler --config <serve YAML> --role prefill|decode|colocated --ipc <folder>
+
+It connects to the two ipc:// pipes its instance's HTTP process bound (ipc.py), reports progress
+while it loads the model and starts the transfer engine, sends `ready` with the engine's facts,
+then loops: wait for a command or a KV state change (never spinning), apply commands, run one
+engine step, send one `batch` event (outputs, stats when they changed, new step records). It
+never touches HTTP; the HTTP process never touches the engine. On `stop` (or when its parent is
+gone) it checks the engine's invariants, closes the transfer engine and says `stopped`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import zmq
+
+from pdreal.serving.ipc import decode_request, encode_output, encode_stats, encode_steps, pack, unpack
+
+log = logging.getLogger("pdreal.scheduler")
+IDLE_WAIT_S = 1.0  # nothing to do at all: wait this long for a command (parent checks in between)
+
+
+class Waker:
+    """A socketpair the transfer threads write a byte to when a room's state changes; the loop
+    polls its read end next to the command socket."""
+
+    def __init__(self) -> None:
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
+
+    def fileno(self) -> int:
+        return self._read.fileno()
+
+    def wake(self) -> None:
+        try:
+            self._write.send(b"\0")
+        except (BlockingIOError, OSError):  # already full of wake-ups (or closing): enough
+            pass
+
+    def drain(self) -> None:
+        try:
+            while self._read.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        self._read.close()
+        self._write.close()
+
+
+class SchedulerLoop:
+    """One engine, its command pipe and its event pipe; `run` until stopped."""
+
+    def __init__(self, engine: Any, events: zmq.Socket, poll_interval_s: float) -> None:
+        self.engine, self.events, self.poll_interval_s = engine, events, poll_interval_s
+        self.steps = self.peers_failed = self.rooms_failed = 0
+        self._last_stats: Any = None
+        self._last_step_end_s = -1.0
+        self._stop = False
+        set_emitter = getattr(engine, "set_emitter", None)
+        if set_emitter is not None:  # decode: first tokens leave before the step's forward
+            set_emitter(self.publish)
+
+    def wait_s(self) -> float:
+        if self.engine.ready_to_run():
+            return 0.0
+        return self.poll_interval_s if self.engine.has_work() else IDLE_WAIT_S
+
+    def apply(self, message: list[Any]) -> None:
+        kind = message[0]
+        if kind == "add":
+            req = decode_request(message[1])
+            try:
+                self.engine.add_request(req)
+            except ValueError as exc:
+                self.publish([_failed(req.request_id, str(exc), "rejected")])
+        elif kind == "abort":
+            self.engine.abort(int(message[1]), str(message[2]))
+        elif kind == "fail_peer":
+            count = self.engine.kv.fail_peer(message[1], message[2])
+            log.warning("peer %s failed (%s): %d transfer rooms failed", message[1], message[2], count)
+            self.peers_failed, self.rooms_failed = self.peers_failed + 1, self.rooms_failed + count
+        elif kind == "stop":
+            self._stop = True
+        else:
+            raise ValueError(f"scheduler command {kind!r} unknown")
+
+    def step(self) -> None:
+        outputs = self.engine.step()
+        self.steps += 1
+        self.publish(outputs)
+
+    def publish(self, outputs: list[Any]) -> None:
+        """One `batch` event: outputs, the stats if they changed, forwards not yet reported."""
+        stats = self.engine.stats()
+        stats_changed = stats != self._last_stats
+        records = self._new_steps()
+        if not outputs and not stats_changed and not records:
+            return
+        self._last_stats = stats
+        rooms = self.engine.kv.num_rooms() if self.engine.kv is not None else 0
+        counters = [self.steps, self.peers_failed, self.rooms_failed, rooms]
+        self.events.send(pack(["batch", [encode_output(o) for o in outputs],
+                               encode_stats(stats) if stats_changed else None, encode_steps(records), counters]))
+
+    def _new_steps(self) -> list[Any]:
+        runner = getattr(self.engine, "runner", None)
+        if runner is None or not runner.steps or runner.steps[-1].end_s <= self._last_step_end_s:
+            return []
+        new = []
+        for record in reversed(runner.steps):
+            if record.end_s <= self._last_step_end_s:
+                break
+            new.append(record)
+        self._last_step_end_s = runner.steps[-1].end_s
+        return new[::-1]
+
+    def run(self, commands: zmq.Socket, waker: Waker, parent_pid: int) -> None:
+        poller = zmq.Poller()
+        poller.register(commands, zmq.POLLIN)
+        poller.register(waker.fileno(), zmq.POLLIN)
+        while not self._stop:
+            ready = dict(poller.poll(int(1000 * self.wait_s())))
+            if waker.fileno() in ready:
+                waker.drain()
+            while not self._stop and commands.poll(0):
+                self.apply(unpack(commands.recv()))
+            if self._stop or os.getppid() != parent_pid:
+                break
+            self.step()
+
+
+def _failed(request_id: int, reason: str, status: str) -> Any:
+    import math
+
+    from pdreal.engine.common import RequestOutput, trace_row
+
+    row = trace_row(request_id=request_id, status=status, failure_reason=reason, finish_s=math.nan)
+    return RequestOutput(request_id, (), True, status, reason, row)
+
+
+def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any], Any]:
+    """(engine, facts, KV-events publisher or None) of one instance: model, KV pool, transfer
+    manager (none when colocated), engine; `progress(text)` reports each stage."""
+    import torch
+
+    from pdreal.engine.common import ModelRunner
+    from pdreal.model.weights import load_model
+    from pdreal.serving.node import engine_config, model_source
+
+    n = cfg.node
+    torch.set_num_threads(n.threads)
+    config = engine_config(cfg, role)
+    progress(f"loading model {n.model}")
+    model = load_model(model_source(cfg)).model
+    runner = ModelRunner(model, config)
+    spec, layout = model.spec, runner.pool.layout
+    facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
+             "kv_capacity_tokens": config.kv_capacity_tokens,
+             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
+             "threads": n.threads, "scheduler_pid": os.getpid()}
+    if role == "colocated":
+        from pdreal.engine.colocated import ColocatedEngine
+
+        return ColocatedEngine(runner, config), facts, None
+    from pdreal.engine.decode import DecodeEngine
+    from pdreal.engine.prefill import PrefillEngine
+    from pdreal.transfer import TransferConfig, make_kv_manager
+
+    progress(f"starting the {n.transfer_backend} transfer engine on {n.public_host}")
+    transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
+                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
+    kv = make_kv_manager(transfer, runner.pool)
+    engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
+    facts.update(transfer_backend=n.transfer_backend, transfer_protocol=n.transfer_protocol,
+                 bootstrap_addr=kv.bootstrap_addr)
+    events = None
+    if role == "prefill" and cfg.kv_events_enabled:
+        from pdreal.serving.kv_feed import InstanceEvents
+
+        events = InstanceEvents.start(config.instance_id, n.host, n.public_host, n.kv_events_port,
+                                      config.page_size_tokens)
+        engine.kv_events = events.tracker
+        facts["kv_events"] = events.endpoints
+    return engine, facts, events
+
+
+def serve(cfg: Any, role: str, commands_addr: str, events_addr: str) -> int:
+    """Connect, build, announce, loop, check, close. Returns the exit code."""
+    ctx = zmq.Context()
+    events = ctx.socket(zmq.PUSH)
+    events.setsockopt(zmq.LINGER, 2000)
+    events.connect(events_addr)
+    commands = ctx.socket(zmq.PULL)
+    commands.connect(commands_addr)
+    parent_pid, started = os.getppid(), time.perf_counter()
+
+    def progress(text: str) -> None:
+        log.info("%s scheduler: %s", role, text)
+        events.send(pack(["progress", text]))
+
+    engine = closer = None
+    try:
+        engine, facts, closer = build_engine(cfg, role, progress)
+        waker = Waker()
+        if engine.kv is not None:
+            engine.kv.wakeup = waker.wake
+        facts["scheduler_start_s"] = time.perf_counter() - started
+        loop = SchedulerLoop(engine, events, cfg.node.poll_interval_s)
+        events.send(pack(["ready", facts]))
+        loop.run(commands, waker, parent_pid)
+        error = _invariant_error(engine)
+    except Exception as exc:  # noqa: BLE001 - the HTTP process fails live requests with this reason
+        log.exception("%s scheduler died", role)
+        error = f"{type(exc).__name__}: {exc}"
+        events.send(pack(["died", error]))
+        return 1
+    finally:
+        if closer is not None:
+            closer.close()
+        if engine is not None and engine.kv is not None:
+            engine.kv.close()
+    events.send(pack(["stopped", error]))
+    events.close()
+    commands.close(linger=0)
+    ctx.term()
+    return 0
+
+
+def _invariant_error(engine: Any) -> str:
+    try:
+        engine.check_invariants()
+    except AssertionError as exc:
+        return str(exc)
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pdreal.serving.config import load_serve_config
+
+    parser = argparse.ArgumentParser(prog="pdreal.serving.scheduler", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="serve YAML (as `pdreal serve --config`)")
+    parser.add_argument("--role", required=True, choices=("prefill", "decode", "colocated"))
+    parser.add_argument("--commands", required=True, help="ipc:// address of the command pipe")
+    parser.add_argument("--events", required=True, help="ipc:// address of the event pipe")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the HTTP process, which stops us
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return serve(load_serve_config(args.config), args.role, args.commands, args.events)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
