@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pdreal.step_overhead import colocated_step_overhead_facts, step_overhead_facts
 from pdsim.perf.profile import ProfilePoint, write_profile_csv
 
 PROFILE_FILE, FACTS_FILE = "profile.csv", "engine.json"
@@ -147,98 +148,6 @@ def transfer_facts(layout: Any, backend: str, request_pages: int = 64) -> dict[s
     return {"backend": backend, "pages": request_pages, "bytes": big.bytes, "seconds": big.seconds,
             "bandwidth_bytes_per_s": big.bytes / big.seconds, "bandwidth_gbit_per_s": 8 * big.bytes / big.seconds / 1e9,
             "one_page_transfer_s": small.seconds}
-
-
-@dataclass
-class _StepClock:
-    forward_s: float = 0.0
-    step_s: float = 0.0
-    steps_with_forward: int = 0
-
-    @property
-    def overhead_s(self) -> float:
-        return (self.step_s - self.forward_s) / max(1, self.steps_with_forward)
-
-
-def _instrument(engine: Any, group: Callable[[str], str]) -> dict[str, _StepClock]:
-    """Time the engine's steps and forwards; a step with a forward counts in the clock
-    `group(kind of that forward)`."""
-    clocks: dict[str, _StepClock] = {}
-    forward, step, pending = engine.runner.forward, engine.step, {"forward_s": 0.0, "forwards": 0}
-
-    def timed_forward(chunks: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return forward(chunks, **kwargs)
-        finally:
-            pending["forward_s"] += time.perf_counter() - start
-            pending["forwards"] += 1
-
-    def timed_step() -> Any:
-        pending.update(forward_s=0.0, forwards=0)
-        start = time.perf_counter()
-        outputs = step()
-        if pending["forwards"]:
-            clock = clocks.setdefault(group(engine.runner.steps[-1].kind), _StepClock())
-            clock.step_s += time.perf_counter() - start
-            clock.forward_s += pending["forward_s"]
-            clock.steps_with_forward += 1
-        return outputs
-
-    engine.runner.forward, engine.step = timed_forward, timed_step
-    return clocks
-
-
-def _overhead_requests(vocab: int, num_requests: int, prompt_tokens: int, output_tokens: int) -> list[Any]:
-    from pdreal.engine.common import EngineRequest
-    from pdreal.model.sampling import SamplingParams
-
-    return [EngineRequest(i, tuple((13 * i + j) % vocab for j in range(prompt_tokens)),
-                          SamplingParams(max_new_tokens=output_tokens, ignore_eos=True), bootstrap_room=i + 1)
-            for i in range(num_requests)]
-
-
-def step_overhead_facts(model: Any, config: Any, num_requests: int = 4, prompt_tokens: int = 64,
-                        output_tokens: int = 16) -> dict[str, float]:
-    """Seconds per engine step beyond the forward (scheduling, sampling, polling, bookkeeping)."""
-    from pdreal.engine.common import ModelRunner
-    from pdreal.engine.decode import DecodeEngine
-    from pdreal.engine.driver import run_disaggregated
-    from pdreal.engine.prefill import PrefillEngine
-    from pdreal.transfer import LocalHub, TransferConfig, make_kv_manager
-
-    hub, transfer = LocalHub(), TransferConfig(backend="local")
-    engines, clocks = [], []
-    for cls, instance, role in ((PrefillEngine, 0, "prefill"), (DecodeEngine, 1, "decode")):
-        cfg = replace(config, instance_id=instance)
-        runner = ModelRunner(model, cfg)
-        engines.append(cls(runner, make_kv_manager(transfer, runner.pool, hub), cfg))
-        clocks.append(_instrument(engines[-1], lambda kind, role=role: role))
-    reqs = _overhead_requests(model.spec.vocab_size, num_requests, prompt_tokens, output_tokens)
-    try:
-        run_disaggregated(engines[0], engines[1], reqs)
-    finally:
-        for engine in engines:
-            engine.kv.close()
-    return {f"{role}_step_overhead_s": c.get(role, _StepClock()).overhead_s
-            for role, c in zip(("prefill", "decode"), clocks, strict=True)}
-
-
-def colocated_step_overhead_facts(model: Any, config: Any, num_requests: int = 6, prompt_tokens: int = 64,
-                                  output_tokens: int = 16) -> dict[str, float]:
-    """The same on a colocated engine (its schedule), requests arriving every other step:
-    prefill = steps whose forward holds prefill chunks (alone or mixed with decodes), decode =
-    decode-only steps (pdsim adds the larger of the two to a mixed step)."""
-    from pdreal.engine.colocated import ColocatedEngine
-    from pdreal.engine.common import ModelRunner
-    from pdreal.engine.driver import run_colocated
-
-    engine = ColocatedEngine(ModelRunner(model, config), config)
-    clocks = _instrument(engine, lambda kind: "decode" if kind == "decode" else "prefill")
-    run_colocated(engine, _overhead_requests(model.spec.vocab_size, num_requests, prompt_tokens, output_tokens),
-                  add_every_steps=2)
-    engine.check_invariants()
-    return {f"{side}_step_overhead_s": clocks.get(side, _StepClock()).overhead_s for side in ("prefill", "decode")}
 
 
 def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:

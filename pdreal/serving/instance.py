@@ -35,9 +35,9 @@ from pdreal.serving.bootstrap import (
     PeerEntry,
     add_bootstrap_routes,
 )
-from pdreal.serving.scheduler_client import SchedulerClient
 from pdreal.serving.config import ServeConfig
 from pdreal.serving.metrics import CONTENT_TYPE, MetricsRegistry
+from pdreal.serving.scheduler_client import SchedulerClient
 from pdreal.serving.timebase import clock_id, now_s
 from pdreal.serving.wire import failed_line, output_line, request_from_json
 from pdsim.trace import STATUS_FAILED

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from pdreal.serving.config import DEFAULT_NUM_PAGES, ServeConfig
+from pdreal.serving.native_log import filtered_stderr
 
 log = logging.getLogger(__name__)
 READY_PREFIX = "PDREAL_READY "
@@ -49,6 +50,52 @@ def model_source(cfg: ServeConfig) -> Any:
     if n.model == "smollm2":
         return ModelSource("smollm2", dtype=n.dtype, device=n.device)
     return ModelSource("random", spec=catalog_spec(n.model), seed=n.model_seed, dtype=n.dtype, device=n.device)
+
+
+def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any], Any]:
+    """(engine, facts, KV-events publisher or None) of one instance: model, KV pool, transfer
+    manager (none when colocated), engine; `progress(text)` reports each stage."""
+    import torch
+
+    from pdreal.engine.common import ModelRunner
+    from pdreal.model.weights import load_model
+
+    n = cfg.node
+    torch.set_num_threads(n.threads)
+    config = engine_config(cfg, role)
+    progress(f"loading model {n.model}")
+    model = load_model(model_source(cfg)).model
+    runner = ModelRunner(model, config)
+    spec, layout = model.spec, runner.pool.layout
+    facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
+             "kv_capacity_tokens": config.kv_capacity_tokens,
+             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
+             "threads": n.threads, "scheduler_pid": os.getpid()}
+    if role == "colocated":
+        from pdreal.engine.colocated import ColocatedEngine
+
+        return ColocatedEngine(runner, config), facts, None
+    from pdreal.engine.decode import DecodeEngine
+    from pdreal.engine.prefill import PrefillEngine
+    from pdreal.transfer import TransferConfig, make_kv_manager
+
+    progress(f"starting the {n.transfer_backend} transfer engine on {n.public_host}")
+    transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
+                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
+    with filtered_stderr():  # Mooncake's start-up line about its own segment (native_log.py)
+        kv = make_kv_manager(transfer, runner.pool)
+    engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
+    facts.update(transfer_backend=n.transfer_backend, transfer_protocol=n.transfer_protocol,
+                 bootstrap_addr=kv.bootstrap_addr)
+    events = None
+    if role == "prefill" and cfg.kv_events_enabled:
+        from pdreal.serving.kv_feed import InstanceEvents
+
+        events = InstanceEvents.start(config.instance_id, n.host, n.public_host, n.kv_events_port,
+                                      config.page_size_tokens)
+        engine.kv_events = events.tracker
+        facts["kv_events"] = events.endpoints
+    return engine, facts, events
 
 
 def build_instance(cfg: ServeConfig, role: str) -> Any:

@@ -24,7 +24,15 @@ from typing import Any
 
 import zmq
 
-from pdreal.serving.ipc import decode_request, encode_output, encode_stats, encode_steps, pack, unpack
+from pdreal.serving.ipc import (
+    decode_request,
+    encode_output,
+    encode_stats,
+    encode_steps,
+    pack,
+    unpack,
+)
+from pdreal.serving.node import build_engine
 
 log = logging.getLogger("pdreal.scheduler")
 IDLE_WAIT_S = 1.0  # nothing to do at all: wait this long for a command (parent checks in between)
@@ -60,58 +68,25 @@ class Waker:
         self._write.close()
 
 
-class SchedulerLoop:
-    """One engine, its command pipe and its event pipe; `run` until stopped."""
+class EventPublisher:
+    """Sends one `batch` event per call: outputs, the stats if they changed, forwards not yet
+    reported, counters. Also what `pdreal profile` times as the IPC cost of a served step."""
 
-    def __init__(self, engine: Any, events: zmq.Socket, poll_interval_s: float) -> None:
-        self.engine, self.events, self.poll_interval_s = engine, events, poll_interval_s
+    def __init__(self, engine: Any, events: zmq.Socket) -> None:
+        self.engine, self.events = engine, events
         self.steps = self.peers_failed = self.rooms_failed = 0
         self._last_stats: Any = None
         self._last_step_end_s = -1.0
-        self._stop = False
-        set_emitter = getattr(engine, "set_emitter", None)
-        if set_emitter is not None:  # decode: first tokens leave before the step's forward
-            set_emitter(self.publish)
-
-    def wait_s(self) -> float:
-        if self.engine.ready_to_run():
-            return 0.0
-        return self.poll_interval_s if self.engine.has_work() else IDLE_WAIT_S
-
-    def apply(self, message: list[Any]) -> None:
-        kind = message[0]
-        if kind == "add":
-            req = decode_request(message[1])
-            try:
-                self.engine.add_request(req)
-            except ValueError as exc:
-                self.publish([_failed(req.request_id, str(exc), "rejected")])
-        elif kind == "abort":
-            self.engine.abort(int(message[1]), str(message[2]))
-        elif kind == "fail_peer":
-            count = self.engine.kv.fail_peer(message[1], message[2])
-            log.warning("peer %s failed (%s): %d transfer rooms failed", message[1], message[2], count)
-            self.peers_failed, self.rooms_failed = self.peers_failed + 1, self.rooms_failed + count
-        elif kind == "stop":
-            self._stop = True
-        else:
-            raise ValueError(f"scheduler command {kind!r} unknown")
-
-    def step(self) -> None:
-        outputs = self.engine.step()
-        self.steps += 1
-        self.publish(outputs)
 
     def publish(self, outputs: list[Any]) -> None:
-        """One `batch` event: outputs, the stats if they changed, forwards not yet reported."""
         stats = self.engine.stats()
         stats_changed = stats != self._last_stats
         records = self._new_steps()
         if not outputs and not stats_changed and not records:
             return
         self._last_stats = stats
-        rooms = self.engine.kv.num_rooms() if self.engine.kv is not None else 0
-        counters = [self.steps, self.peers_failed, self.rooms_failed, rooms]
+        kv = getattr(self.engine, "kv", None)
+        counters = [self.steps, self.peers_failed, self.rooms_failed, kv.num_rooms() if kv is not None else 0]
         self.events.send(pack(["batch", [encode_output(o) for o in outputs],
                                encode_stats(stats) if stats_changed else None, encode_steps(records), counters]))
 
@@ -126,6 +101,47 @@ class SchedulerLoop:
             new.append(record)
         self._last_step_end_s = runner.steps[-1].end_s
         return new[::-1]
+
+
+class SchedulerLoop:
+    """One engine, its command pipe and its event pipe; `run` until stopped."""
+
+    def __init__(self, engine: Any, events: zmq.Socket, poll_interval_s: float) -> None:
+        self.engine, self.poll_interval_s = engine, poll_interval_s
+        self.out = EventPublisher(engine, events)
+        self._stop = False
+        set_emitter = getattr(engine, "set_emitter", None)
+        if set_emitter is not None:  # decode: first tokens leave before the step's forward
+            set_emitter(self.out.publish)
+
+    def wait_s(self) -> float:
+        if self.engine.ready_to_run():
+            return 0.0
+        return self.poll_interval_s if self.engine.has_work() else IDLE_WAIT_S
+
+    def apply(self, message: list[Any]) -> None:
+        kind = message[0]
+        if kind == "add":
+            req = decode_request(message[1])
+            try:
+                self.engine.add_request(req)
+            except ValueError as exc:
+                self.out.publish([_failed(req.request_id, str(exc), "rejected")])
+        elif kind == "abort":
+            self.engine.abort(int(message[1]), str(message[2]))
+        elif kind == "fail_peer":
+            count = self.engine.kv.fail_peer(message[1], message[2])
+            log.warning("peer %s failed (%s): %d transfer rooms failed", message[1], message[2], count)
+            self.out.peers_failed, self.out.rooms_failed = self.out.peers_failed + 1, self.out.rooms_failed + count
+        elif kind == "stop":
+            self._stop = True
+        else:
+            raise ValueError(f"scheduler command {kind!r} unknown")
+
+    def step(self) -> None:
+        outputs = self.engine.step()
+        self.out.steps += 1
+        self.out.publish(outputs)
 
     def run(self, commands: zmq.Socket, waker: Waker, parent_pid: int) -> None:
         poller = zmq.Poller()
@@ -149,52 +165,6 @@ def _failed(request_id: int, reason: str, status: str) -> Any:
 
     row = trace_row(request_id=request_id, status=status, failure_reason=reason, finish_s=math.nan)
     return RequestOutput(request_id, (), True, status, reason, row)
-
-
-def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any], Any]:
-    """(engine, facts, KV-events publisher or None) of one instance: model, KV pool, transfer
-    manager (none when colocated), engine; `progress(text)` reports each stage."""
-    import torch
-
-    from pdreal.engine.common import ModelRunner
-    from pdreal.model.weights import load_model
-    from pdreal.serving.node import engine_config, model_source
-
-    n = cfg.node
-    torch.set_num_threads(n.threads)
-    config = engine_config(cfg, role)
-    progress(f"loading model {n.model}")
-    model = load_model(model_source(cfg)).model
-    runner = ModelRunner(model, config)
-    spec, layout = model.spec, runner.pool.layout
-    facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
-             "kv_capacity_tokens": config.kv_capacity_tokens,
-             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
-             "threads": n.threads, "scheduler_pid": os.getpid()}
-    if role == "colocated":
-        from pdreal.engine.colocated import ColocatedEngine
-
-        return ColocatedEngine(runner, config), facts, None
-    from pdreal.engine.decode import DecodeEngine
-    from pdreal.engine.prefill import PrefillEngine
-    from pdreal.transfer import TransferConfig, make_kv_manager
-
-    progress(f"starting the {n.transfer_backend} transfer engine on {n.public_host}")
-    transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
-                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
-    kv = make_kv_manager(transfer, runner.pool)
-    engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
-    facts.update(transfer_backend=n.transfer_backend, transfer_protocol=n.transfer_protocol,
-                 bootstrap_addr=kv.bootstrap_addr)
-    events = None
-    if role == "prefill" and cfg.kv_events_enabled:
-        from pdreal.serving.kv_feed import InstanceEvents
-
-        events = InstanceEvents.start(config.instance_id, n.host, n.public_host, n.kv_events_port,
-                                      config.page_size_tokens)
-        engine.kv_events = events.tracker
-        facts["kv_events"] = events.endpoints
-    return engine, facts, events
 
 
 def serve(cfg: Any, role: str, commands_addr: str, events_addr: str) -> int:

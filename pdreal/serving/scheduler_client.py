@@ -29,9 +29,24 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from pdreal.engine.common import STEP_LOG_SIZE, EngineRequest, EngineStats, RequestOutput, StepRecord, trace_row
+from pdreal.engine.common import (
+    STEP_LOG_SIZE,
+    EngineRequest,
+    EngineStats,
+    RequestOutput,
+    StepRecord,
+    trace_row,
+)
 from pdreal.serving.config import ServeConfig, dump_serve_config
-from pdreal.serving.ipc import IpcPaths, decode_output, decode_stats, decode_steps, encode_request, pack, unpack
+from pdreal.serving.ipc import (
+    IpcPaths,
+    decode_output,
+    decode_stats,
+    decode_steps,
+    encode_request,
+    pack,
+    unpack,
+)
 from pdsim.trace import STATUS_FAILED
 
 log = logging.getLogger(__name__)
