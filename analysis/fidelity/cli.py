@@ -103,11 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, path in result.paths.items():
         print(f"  {name}: {path}")
     print("  steps (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()))
-    print(f"  simulation: {result.sim_command}")
+    print(f"  profile-only simulation (the result): {result.sim_command}")
     print(f"  served forwards / offline profile (trimmed ratio of sums): prefill {result.slowdown['prefill']:.2f}x, "
-          f"decode {result.slowdown['decode']:.2f}x (from {result.slowdown_source})")
-    print(f"  profile-only simulation: {result.offline_command}")
-    print("\n" + format_report(result.offline_table, result.scan, result.table, result.slo))
+          f"decode {result.slowdown['decode']:.2f}x (from {result.slowdown_source}; diagnostic)")
+    print(f"  calibrated simulation (diagnostic): {result.calibrated_command}")
+    print("\n" + format_report(result.table, result.scan, result.calibrated_table, result.slo))
     return 0 if targets_met(result.table) else 1
 
 

@@ -116,11 +116,13 @@ def targets_met(table: pd.DataFrame) -> bool:
     return bool(checked["ok"].all())
 
 
-def format_report(offline: pd.DataFrame, scan: pd.DataFrame, table: pd.DataFrame, slo: Slo) -> str:
-    """The profile-only table, the SLO scan and the calibrated table (last) as markdown: what
-    `pdsim fidelity` prints and writes to fidelity.md."""
+def format_report(headline: pd.DataFrame, scan: pd.DataFrame, calibrated: pd.DataFrame, slo: Slo) -> str:
+    """The calibrated diagnostic, the SLO scan and the profile-only table (last: the result,
+    the targets apply to it) as markdown: what `pdsim fidelity` prints and writes to fidelity.md."""
     return "\n".join([
-        "Profile only (offline `pdreal profile` table, no served slowdown):", "", format_table(offline), "",
+        "Calibrated (diagnostic: profile x this run's served slowdown; not a prediction):", "",
+        format_table(calibrated), "",
         f"SLO: TTFT <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s:g} s.  {DEFINITIONS}.", "",
-        "Calibrated goodput at tighter SLOs (both bounds scaled):", "", format_scan(scan), "",
-        "Calibrated (offline table x served slowdown; targets apply here):", "", format_table(table)])
+        "Profile-only goodput at tighter SLOs (both bounds scaled):", "", format_scan(scan), "",
+        "Profile only (the prediction: pdsim told only what `pdreal profile` measured; targets apply here):", "",
+        format_table(headline)])

@@ -12,6 +12,10 @@
    the profiled table and every engine fact from engine.json (facts.py);
 6. the analysis comparison report (sim vs real) and the error table (compare.py).
 
+The result is the profile-only prediction (step 5 told nothing from the run it predicts); a
+calibrated simulation that also takes the served forwards' slowdown (this run's, or with
+`scale_from` another run's) is printed as a diagnostic.
+
 With `from_run` only 5-6 run again, on a finished run's measurements (runs.py): the simulator can
 change without re-measuring. With `scale_from` the calibrated simulation takes the served
 slowdown measured in *another* run against the same profile: a prediction of this run, not a fit.
@@ -61,7 +65,12 @@ class FidelityOptions:
 
 @dataclass
 class FidelityResult:
-    table: pd.DataFrame
+    """The headline is the profile-only prediction (`table`, `sim`, `sim_command`): pdsim told
+    only what `pdreal profile` measured, nothing from the run it predicts. The calibrated
+    simulation (the same, with the served forwards' slowdown) is a diagnostic of where the
+    remaining error comes from."""
+
+    table: pd.DataFrame  # profile-only sim vs real: the result, its targets decide the exit code
     sim: pd.DataFrame
     real: pd.DataFrame
     slo: Slo
@@ -69,10 +78,10 @@ class FidelityResult:
     paths: dict[str, Path]
     timings_s: dict[str, float]
     facts: EngineFacts
-    offline_table: pd.DataFrame  # the same comparison without the served slowdown (profile only)
-    offline_command: str
-    slowdown: dict[str, float]  # served forward latency / offline profile, median per kind
-    scan: pd.DataFrame  # calibrated goodput at tighter SLOs (compare.slo_scan)
+    calibrated_table: pd.DataFrame  # diagnostic: the same with perf.*_step_scale = served slowdown
+    calibrated_command: str
+    slowdown: dict[str, float]  # served forward latency / offline profile, per kind
+    scan: pd.DataFrame  # profile-only goodput at tighter SLOs (compare.slo_scan)
     slowdown_source: str = "this run's served steps"
     shape_name: str = ""
 
@@ -184,11 +193,11 @@ def simulate_and_compare(options: FidelityOptions, measured: Measured, slo: Slo,
     out, paths = options.out_dir, dict(measured.paths)
     facts = EngineFacts.load(paths["engine_json"])
     slo_overrides = [o for o in options.workload_overrides if o.startswith("slo")]
-    offline, _, offline_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
-                                                 slo_overrides)
-    scale, scale_source = step_scale(options, measured, offline_used)
     sim, sim_summary, sim_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
-                                                   slo_overrides, scale)
+                                                   slo_overrides)
+    scale, scale_source = step_scale(options, measured, sim_used)
+    calibrated, _, calibrated_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
+                                                       slo_overrides, scale)
     lap("simulate")
     from pdsim.trace import write_trace
 
@@ -199,8 +208,9 @@ def simulate_and_compare(options: FidelityOptions, measured: Measured, slo: Slo,
         paths["report"] = _report(sim, sim_summary, real, measured.real_summary, slo, out / "report")
     lap("report")
     result = FidelityResult(error_table(sim, real, slo), sim, real, slo, "pdsim run " + " ".join(sim_used), paths,
-                            timings, facts, error_table(offline, real, slo), "pdsim run " + " ".join(offline_used),
-                            scale, slo_scan(sim, real, slo), scale_source, options.shape.name)
+                            timings, facts, error_table(calibrated, real, slo),
+                            "pdsim run " + " ".join(calibrated_used), scale, slo_scan(sim, real, slo), scale_source,
+                            options.shape.name)
     paths["fidelity_json"] = _write_result(out / "fidelity.json", result, options)
     paths["fidelity_md"] = out / "fidelity.md"
     paths["fidelity_md"].write_text(result_markdown(result))
@@ -214,9 +224,10 @@ def result_markdown(result: FidelityResult) -> str:
             f"({int((real['status'] == 'finished').sum())} finished)", "",
             f"- served forwards / offline profile: prefill {scale['prefill']:.3f}x, decode {scale['decode']:.3f}x "
             f"(from {result.slowdown_source})",
-            f"- calibrated simulation: `{result.sim_command}`", f"- profile-only simulation: `{result.offline_command}`",
+            f"- profile-only simulation (the result): `{result.sim_command}`",
+            f"- calibrated simulation (diagnostic): `{result.calibrated_command}`",
             "- timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()), ""]
-    return "\n".join(head) + "\n" + format_report(result.offline_table, result.scan, result.table, result.slo) + "\n"
+    return "\n".join(head) + "\n" + format_report(result.table, result.scan, result.calibrated_table, result.slo) + "\n"
 
 
 def _profile_csv(profile_dir: Path) -> Path:
@@ -247,8 +258,8 @@ def _write_result(path: Path, result: FidelityResult, options: FidelityOptions) 
     data = {"definitions": DEFINITIONS, "slo": asdict(result.slo),
             "table": json.loads(result.table.to_json(orient="records")),
             "sim_command": result.sim_command, "timings_s": result.timings_s,
-            "offline_table": json.loads(result.offline_table.to_json(orient="records")),
-            "offline_command": result.offline_command, "served_slowdown_vs_profile": result.slowdown,
+            "calibrated_table": json.loads(result.calibrated_table.to_json(orient="records")),
+            "calibrated_command": result.calibrated_command, "served_slowdown_vs_profile": result.slowdown,
             "slowdown_source": result.slowdown_source,
             "slo_scan": json.loads(result.scan.to_json(orient="records")),
             "engine_facts": asdict(result.facts),

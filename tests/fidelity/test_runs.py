@@ -63,13 +63,14 @@ def test_from_run_resimulates_without_measuring(tmp_path: Path) -> None:
     assert set(result.timings_s) == {"simulate", "report"}  # nothing profiled, served or replayed
     assert result.shape_name == "1P1D" and result.slowdown_source == "this run's served steps"
     assert result.slowdown == {"prefill": pytest.approx(1.0), "decode": pytest.approx(1.5)}
-    assert (result.offline_table["rel_err"].fillna(0) == 0).all()  # real is the profile-only sim
+    assert (result.table["rel_err"].fillna(0) == 0).all()  # real is the profile-only sim: the headline
     assert (result.slo.ttft_s, result.slo.tpot_s) == (0.5, 0.2)  # the recorded SLO
-    assert (result.table.set_index(["metric", "stat"]).loc[("tpot_s", "p50"), "rel_err"]) > 0.3  # decode x 1.5
+    calibrated = result.calibrated_table.set_index(["metric", "stat"])
+    assert calibrated.loc[("tpot_s", "p50"), "rel_err"] > 0.3  # decode x 1.5
     assert list(result.scan["scale"]) == [0.3, 0.4, 0.5, 0.6, 0.75, 1.0]
     md = result.paths["fidelity_md"].read_text()
     assert md.startswith("# pdsim fidelity: 1P1D, 8 requests (8 finished)")
-    assert md.index("Profile only") < md.index("tighter SLOs") < md.index("Calibrated (offline")  # calibrated last
+    assert md.index("Calibrated (diagnostic") < md.index("tighter SLOs") < md.index("Profile only (the prediction")
     saved = json.loads(result.paths["fidelity_json"].read_text())
     assert saved["options"]["from_run"] == str(run) and saved["paths"]["real_trace"] == str(run / "real" / "trace.parquet")
 
@@ -81,7 +82,7 @@ def test_scale_from_takes_the_other_runs_slowdown(tmp_path: Path) -> None:
     # the other run's served steps against this run's profile: prefill 1.25x, decode 2x
     assert result.slowdown == {"prefill": pytest.approx(1.25), "decode": pytest.approx(2.0)}
     assert result.slowdown_source == f"served steps of {other}"
-    used = dict(o.split("=", 1) for o in result.sim_command.split()[2:])
+    used = dict(o.split("=", 1) for o in result.calibrated_command.split()[2:])
     assert float(used["perf.decode_step_scale"]) == pytest.approx(2.0)
 
 
@@ -103,7 +104,7 @@ def test_from_run_against_another_profile(tmp_path: Path) -> None:
     faster.mkdir()
     (faster / "profile.csv").write_text(PROFILE.replace("decode,1,1,64,0.05", "decode,1,1,64,0.025"))
     result = run_fidelity(FidelityOptions(tmp_path / "out", from_run=run, profile_dir=faster, report=False))
-    assert str(faster / "profile.csv") in result.offline_command
+    assert str(faster / "profile.csv") in result.sim_command
     assert result.slowdown["decode"] > 1.5  # the 1-sequence decode steps now look 3x slower than profiled
     with pytest.raises(FileNotFoundError, match=r"nowhere/profile.csv: no profile.csv"):
         run_fidelity(FidelityOptions(tmp_path / "out2", from_run=run, profile_dir=tmp_path / "nowhere", report=False))

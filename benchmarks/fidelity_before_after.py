@@ -1,0 +1,83 @@
+"""Profile-only fidelity of this checkout and a baseline checkout, interleaved (issue 16's tables).
+
+    .venv/bin/python benchmarks/fidelity_before_after.py --baseline ../base --out outputs/before_after
+
+For each mode (PD 1P1D, colocated) one `pdreal profile` is taken with this checkout and shared by
+both revisions (the forwards are the same code; a shared profile isolates what serving changed),
+then for each load `pdsim fidelity --profile ...` runs with this checkout and with the baseline
+back to back (the baseline is run with its own code: PYTHONPATH=<baseline>). Prints, per run, the
+profile-only errors (TTFT/TPOT p50/p90, goodput) and the served/profiled forward ratios per
+decode batch size and prefill size (served_vs_profile.py). Minutes per run: keep the machine
+quiet, and read the tables side by side only within one invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+PD_LOADS, COLOCATED_LOADS = (0.6, 1.0, 1.6), (0.6, 1.0)
+COLUMNS = (("ttft_s", "p50"), ("ttft_s", "p90"), ("tpot_s", "p50"), ("tpot_s", "p90"), ("goodput_rps", "value"))
+
+
+def fidelity(checkout: Path, out: Path, args: list[str]) -> float:
+    """One `pdsim fidelity` with `checkout`'s code; returns its wall seconds."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    code = "import sys; from pdsim.cli import main; sys.exit(main())"
+    start = time.perf_counter()
+    with (out.parent / f"{out.name}.log").open("w") as log:
+        subprocess.run([sys.executable, "-c", code, "fidelity", *args, "--out", str(out), "--no-report"],
+                       cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    return time.perf_counter() - start
+
+
+def errors(run: Path) -> list[str]:
+    path = run / "fidelity.json"
+    if not path.is_file():
+        return ["failed"] * len(COLUMNS)
+    data = json.loads(path.read_text())
+    table = data.get("table") if "calibrated_table" in data else data.get("offline_table")  # baseline's name
+    rows = {(r["metric"], r["stat"]): r for r in table}
+    return [f"{rows[c]['sim']:.3f}/{rows[c]['real']:.3f} ({rows[c]['rel_err']:+.0%})" for c in COLUMNS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", type=Path, required=True, help="a checkout of the revision to compare with")
+    parser.add_argument("--out", type=Path, default=Path("outputs/before_after"))
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--quick-profile", action="store_true")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: list[tuple[str, Path]] = []
+    for mode, loads, shape in (("pd", PD_LOADS, []), ("colocated", COLOCATED_LOADS, ["--colocated", "1"])):
+        profile = args.out / f"{mode}_profile"
+        if not (profile / "engine.json").is_file():
+            from analysis.fidelity.real import ServeShape, run_profile
+
+            run_profile(profile, ServeShape(colocated=1 if shape else 0).overrides, args.quick_profile)
+        for rate in loads:
+            for name, checkout in (("new", HERE), ("base", args.baseline.resolve())):
+                run = args.out / f"{mode}_{rate}_{name}"
+                wall = fidelity(checkout, run, [*shape, "--requests", str(args.requests), "--rate", str(rate),
+                                                "--profile", str(profile.resolve())])
+                print(f"{run.name}: {wall:.0f} s", flush=True)
+                runs.append((f"{mode} {rate} req/s {name}", run))
+    print("\n| run | " + " | ".join(f"{m} {s}" for m, s in COLUMNS) + " |")
+    print("|---|" + "---|" * len(COLUMNS))
+    for label, run in runs:
+        print(f"| {label} | " + " | ".join(errors(run)) + " |")
+    from served_vs_profile import main as ratios
+
+    return ratios([str(run) for _, run in runs if (run / "served_steps.csv").is_file()])
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.exit(main())
