@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +58,20 @@ def sse(url: str, body: Any, timeout_s: float = 60.0) -> list[dict[str, Any]]:
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
     raise AssertionError(f"stream ended without [DONE] after {len(events)} events")
+
+
+def generate_ids(url: str, max_new_tokens: int, timeout_s: float = 60.0) -> tuple[int, dict[str, Any]]:
+    """POST /generate of a fixed 29-token prompt, greedy, ignoring EOS: (status, body)."""
+    body = {"input_ids": list(range(1, 30)), "sampling_params": {"max_new_tokens": max_new_tokens,
+                                                                  "temperature": 0, "ignore_eos": True}}
+    return post(f"{url}/generate", body, timeout_s)
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll `predicate` every 50 ms until it holds (True) or `timeout_s` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

@@ -19,7 +19,7 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("mooncake.engine")
 
 import zmq  # noqa: E402
-from serving_helpers import get_text, post, tiny_model_file  # noqa: E402
+from serving_helpers import generate_ids, get_text, tiny_model_file, wait_for  # noqa: E402
 
 from pdreal.engine.common import EngineStats  # noqa: E402
 from pdreal.serving.config import load_serve_config  # noqa: E402
@@ -99,21 +99,6 @@ def _engine_facts(url: str) -> dict[str, Any]:
     return json.loads(get_text(f"{url}/stats"))["engine"]
 
 
-def _generate(url: str, max_new_tokens: int, timeout_s: float = 60.0) -> tuple[int, dict]:
-    body = {"input_ids": list(range(1, 30)), "sampling_params": {"max_new_tokens": max_new_tokens,
-                                                                  "temperature": 0, "ignore_eos": True}}
-    return post(f"{url}/generate", body, timeout_s)
-
-
-def _wait_for(predicate, timeout_s: float = 20.0) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _cluster(tmp_path: Path) -> LocalCluster:
     cfg = load_serve_config(None, [f"node.model={tiny_model_file(tmp_path)}", "node.stats_interval_s=0.1",
                                    "faults.bootstrap_timeout_s=30"])
@@ -123,12 +108,12 @@ def _cluster(tmp_path: Path) -> LocalCluster:
 @pytest.mark.slow
 def test_decode_waiting_for_kv_does_not_spin(tmp_path: Path) -> None:
     with _cluster(tmp_path) as cluster, ThreadPoolExecutor(1) as pool:
-        assert _generate(cluster.url, 2)[0] == 200
+        assert generate_ids(cluster.url, 2)[0] == 200
         prefill_pid = _engine_facts(cluster.children["prefill0"].url)["scheduler_pid"]
         decode_pid = _engine_facts(cluster.children["decode0"].url)["scheduler_pid"]
         os.kill(prefill_pid, signal.SIGSTOP)  # the KV never comes: decode holds a pre-allocated request
         try:
-            future = pool.submit(_generate, cluster.url, 4)
+            future = pool.submit(generate_ids, cluster.url, 4)
             time.sleep(0.5)
             before = _cpu_s(decode_pid)
             time.sleep(2.0)
@@ -144,7 +129,7 @@ def test_dead_scheduler_fails_its_requests_fast_and_is_replaced(tmp_path: Path) 
     with _cluster(tmp_path) as cluster, ThreadPoolExecutor(4) as pool:
         decode_url = cluster.children["decode0"].url
         old_pid = _engine_facts(decode_url)["scheduler_pid"]
-        futures = [pool.submit(_generate, cluster.url, 3000) for _ in range(4)]
+        futures = [pool.submit(generate_ids, cluster.url, 3000) for _ in range(4)]
         time.sleep(1.0)
         killed_at = time.monotonic()
         os.kill(old_pid, signal.SIGKILL)
@@ -156,13 +141,13 @@ def test_dead_scheduler_fails_its_requests_fast_and_is_replaced(tmp_path: Path) 
         def restarted() -> bool:
             return _engine_facts(decode_url).get("scheduler_pid") not in (None, old_pid)
 
-        assert _wait_for(restarted)
-        assert _wait_for(lambda: _generate(cluster.url, 3)[0] == 200)
+        assert wait_for(restarted, 20.0)
+        assert wait_for(lambda: generate_ids(cluster.url, 3)[0] == 200, 20.0)
         decode = parse_metrics(get_text(f"{decode_url}/metrics"))
         assert sample_value(decode, "pdreal_scheduler_restarts_total") == 1
         assert sample_value(decode, "pdreal_up") == 1
         prefill = parse_metrics(get_text(f"{cluster.children['prefill0'].url}/metrics"))
-        assert _wait_for(lambda: sample_value(parse_metrics(get_text(f"{cluster.children['prefill0'].url}/metrics")),
+        assert wait_for(lambda: sample_value(parse_metrics(get_text(f"{cluster.children['prefill0'].url}/metrics")),
                                               "pdreal_kv_used_tokens") == 0), prefill
 
 
@@ -179,4 +164,4 @@ def test_scheduler_exits_when_its_http_process_is_killed(tmp_path: Path) -> None
             except FileNotFoundError:
                 return True
 
-        assert _wait_for(gone, 5.0), f"scheduler {pid} outlived its HTTP process"
+        assert wait_for(gone, 5.0), f"scheduler {pid} outlived its HTTP process"

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
 pytest.importorskip("mooncake.engine")
 
-from serving_helpers import get_text, post, tiny_model_file  # noqa: E402
+from serving_helpers import generate_ids, get_text, tiny_model_file, wait_for  # noqa: E402
 
 from pdreal.serving.config import load_serve_config  # noqa: E402
 from pdreal.serving.launch import LocalCluster  # noqa: E402
@@ -32,36 +32,21 @@ def _cluster(tmp_path: Path) -> LocalCluster:
     return LocalCluster(cfg, tmp_path / "cluster", log_dir=tmp_path)
 
 
-def _generate(url: str, max_new_tokens: int, timeout_s: float = 60.0) -> tuple[int, dict]:
-    body = {"input_ids": list(range(1, 30)), "sampling_params": {"max_new_tokens": max_new_tokens,
-                                                                  "temperature": 0, "ignore_eos": True}}
-    return post(f"{url}/generate", body, timeout_s)
-
-
-def _wait_for(predicate, timeout_s: float = 10.0) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_heartbeat_fails_requests_of_a_frozen_prefill_peer(tmp_path: Path) -> None:
     with _cluster(tmp_path) as cluster:
-        assert _generate(cluster.url, 2)[0] == 200  # the decode side now caches the prefill connection
+        assert generate_ids(cluster.url, 2)[0] == 200  # the decode side now caches the prefill connection
         prefill = cluster.children["prefill0"].process
         os.kill(prefill.pid, signal.SIGSTOP)  # alive to the kernel, silent to its peers
         try:
             start = time.monotonic()
-            status, out = _generate(cluster.url, 4)
+            status, out = generate_ids(cluster.url, 4)
             elapsed = time.monotonic() - start
             assert status == 500 and out["meta_info"]["status"] == "failed", out
             assert "missed 2 heartbeats" in out["meta_info"]["failure_reason"], out
             assert elapsed < 5.0, f"failure took {elapsed:.2f} s"
-            assert _wait_for(lambda: sample_value(parse_metrics(get_text(f"{cluster.url}/metrics")),
+            assert wait_for(lambda: sample_value(parse_metrics(get_text(f"{cluster.url}/metrics")),
                                                   "pdreal_instance_healthy", role="prefill") == 0)
-            status, out = _generate(cluster.url, 2)
+            status, out = generate_ids(cluster.url, 2)
             assert status == 500 and "no healthy instance" in out["error"]["message"]
         finally:
             os.kill(prefill.pid, signal.SIGKILL)
@@ -76,7 +61,7 @@ def test_heartbeat_fails_requests_of_a_frozen_prefill_peer(tmp_path: Path) -> No
 
 def test_killed_decode_fails_its_requests_and_frees_prefill_pages(tmp_path: Path) -> None:
     with _cluster(tmp_path) as cluster, ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(_generate, cluster.url, 3000) for _ in range(6)]
+        futures = [pool.submit(generate_ids, cluster.url, 3000) for _ in range(6)]
         time.sleep(0.5)
         os.kill(cluster.children["decode0"].process.pid, signal.SIGKILL)
         results = [f.result(timeout=30) for f in futures]
@@ -88,8 +73,8 @@ def test_killed_decode_fails_its_requests_and_frees_prefill_pages(tmp_path: Path
             samples = parse_metrics(get_text(f"{prefill_url}/metrics"))
             return sample_value(samples, "pdreal_kv_used_tokens") == 0 and sample_value(samples, "pdreal_transfer_rooms") == 0
 
-        assert _wait_for(prefill_idle), get_text(f"{prefill_url}/metrics")
-        assert _wait_for(lambda: sample_value(parse_metrics(get_text(f"{cluster.url}/metrics")),
+        assert wait_for(prefill_idle), get_text(f"{prefill_url}/metrics")
+        assert wait_for(lambda: sample_value(parse_metrics(get_text(f"{cluster.url}/metrics")),
                                               "pdreal_instance_healthy", role="decode") == 0)
-        status, out = _generate(cluster.url, 2)
+        status, out = generate_ids(cluster.url, 2)
         assert status == 500 and "no healthy instance" in out["error"]["message"]
