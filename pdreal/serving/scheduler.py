@@ -14,6 +14,7 @@ gone) it checks the engine's invariants, closes the transfer engine and says `st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from pdreal.serving.node import build_engine
 
 log = logging.getLogger("pdreal.scheduler")
 IDLE_WAIT_S = 1.0  # nothing to do at all: wait this long for a command (parent checks in between)
+SEND_SLICE_MS = 500  # an event send blocked this long checks that the HTTP process still lives
 
 
 class Waker:
@@ -68,12 +70,29 @@ class Waker:
         self._write.close()
 
 
+class ParentGone(Exception):
+    """The HTTP process that started this scheduler is gone: stop."""
+
+
+def send(events: zmq.Socket, data: bytes, parent_pid: int) -> None:
+    """Send on the event pipe (its SNDTIMEO set to SEND_SLICE_MS): a PUSH socket with no peer
+    blocks for good, so between slices check that the HTTP process (the only peer) still lives."""
+    while True:
+        try:
+            events.send(data)
+            return
+        except zmq.Again:
+            if os.getppid() != parent_pid:
+                raise ParentGone(f"HTTP process {parent_pid} gone") from None
+
+
 class EventPublisher:
     """Sends one `batch` event per call: outputs, the stats if they changed, forwards not yet
     reported, counters. Also what `pdreal profile` times as the IPC cost of a served step."""
 
-    def __init__(self, engine: Any, events: zmq.Socket) -> None:
+    def __init__(self, engine: Any, events: zmq.Socket, parent_pid: int | None = None) -> None:
         self.engine, self.events = engine, events
+        self.parent_pid = os.getppid() if parent_pid is None else parent_pid
         self.steps = self.peers_failed = self.rooms_failed = 0
         self._last_stats: Any = None
         self._last_step_end_s = -1.0
@@ -87,8 +106,9 @@ class EventPublisher:
         self._last_stats = stats
         kv = getattr(self.engine, "kv", None)
         counters = [self.steps, self.peers_failed, self.rooms_failed, kv.num_rooms() if kv is not None else 0]
-        self.events.send(pack(["batch", [encode_output(o) for o in outputs],
-                               encode_stats(stats) if stats_changed else None, encode_steps(records), counters]))
+        send(self.events, pack(["batch", [encode_output(o) for o in outputs],
+                                    encode_stats(stats) if stats_changed else None, encode_steps(records), counters]),
+             self.parent_pid)
 
     def _new_steps(self) -> list[Any]:
         runner = getattr(self.engine, "runner", None)
@@ -106,9 +126,9 @@ class EventPublisher:
 class SchedulerLoop:
     """One engine, its command pipe and its event pipe; `run` until stopped."""
 
-    def __init__(self, engine: Any, events: zmq.Socket, poll_interval_s: float) -> None:
+    def __init__(self, engine: Any, events: zmq.Socket, poll_interval_s: float, parent_pid: int | None = None) -> None:
         self.engine, self.poll_interval_s = engine, poll_interval_s
-        self.out = EventPublisher(engine, events)
+        self.out = EventPublisher(engine, events, parent_pid)
         self._stop = False
         set_emitter = getattr(engine, "set_emitter", None)
         if set_emitter is not None:  # decode: first tokens leave before the step's forward
@@ -143,7 +163,7 @@ class SchedulerLoop:
         self.out.steps += 1
         self.out.publish(outputs)
 
-    def run(self, commands: zmq.Socket, waker: Waker, parent_pid: int) -> None:
+    def run(self, commands: zmq.Socket, waker: Waker) -> None:
         poller = zmq.Poller()
         poller.register(commands, zmq.POLLIN)
         poller.register(waker.fileno(), zmq.POLLIN)
@@ -153,7 +173,7 @@ class SchedulerLoop:
                 waker.drain()
             while not self._stop and commands.poll(0):
                 self.apply(unpack(commands.recv()))
-            if self._stop or os.getppid() != parent_pid:
+            if self._stop or os.getppid() != self.out.parent_pid:
                 break
             self.step()
 
@@ -171,7 +191,7 @@ def serve(cfg: Any, role: str, commands_addr: str, events_addr: str) -> int:
     """Connect, build, announce, loop, check, close. Returns the exit code."""
     ctx = zmq.Context()
     events = ctx.socket(zmq.PUSH)
-    events.setsockopt(zmq.LINGER, 2000)
+    events.setsockopt(zmq.SNDTIMEO, SEND_SLICE_MS)
     events.connect(events_addr)
     commands = ctx.socket(zmq.PULL)
     commands.connect(commands_addr)
@@ -179,34 +199,36 @@ def serve(cfg: Any, role: str, commands_addr: str, events_addr: str) -> int:
 
     def progress(text: str) -> None:
         log.info("%s scheduler: %s", role, text)
-        events.send(pack(["progress", text]))
+        send(events, pack(["progress", text]), parent_pid)
 
     engine = closer = None
+    error, code = "", 0
     try:
         engine, facts, closer = build_engine(cfg, role, progress)
         waker = Waker()
         if engine.kv is not None:
             engine.kv.wakeup = waker.wake
         facts["scheduler_start_s"] = time.perf_counter() - started
-        loop = SchedulerLoop(engine, events, cfg.node.poll_interval_s)
-        events.send(pack(["ready", facts]))
-        loop.run(commands, waker, parent_pid)
+        loop = SchedulerLoop(engine, events, cfg.node.poll_interval_s, parent_pid)
+        send(events, pack(["ready", facts]), parent_pid)
+        loop.run(commands, waker)
         error = _invariant_error(engine)
+    except ParentGone as exc:
+        log.warning("%s scheduler: %s; stopping", role, exc)
     except Exception as exc:  # noqa: BLE001 - the HTTP process fails live requests with this reason
         log.exception("%s scheduler died", role)
-        error = f"{type(exc).__name__}: {exc}"
-        events.send(pack(["died", error]))
-        return 1
+        error, code = f"{type(exc).__name__}: {exc}", 1
     finally:
         if closer is not None:
             closer.close()
         if engine is not None and engine.kv is not None:
             engine.kv.close()
-    events.send(pack(["stopped", error]))
-    events.close()
+    with contextlib.suppress(zmq.Again):  # the last word; nobody may be listening any more
+        events.send(pack(["died" if code else "stopped", error]))
+    events.close(linger=SEND_SLICE_MS)
     commands.close(linger=0)
     ctx.term()
-    return 0
+    return code
 
 
 def _invariant_error(engine: Any) -> str:

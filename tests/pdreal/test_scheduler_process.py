@@ -64,7 +64,7 @@ def test_loop_blocks_while_waiting_and_wakes_on_a_kv_change() -> None:
     feed.connect("inproc://commands")
     engine, waker = _WaitingEngine(), Waker()
     loop = SchedulerLoop(engine, events, poll_interval_s=5.0)  # only a wake-up can end a wait early
-    runner = threading.Thread(target=loop.run, args=(commands, waker, os.getppid()))
+    runner = threading.Thread(target=loop.run, args=(commands, waker))
     try:
         runner.start()
         time.sleep(0.5)
@@ -153,15 +153,23 @@ def test_dead_scheduler_fails_its_requests_fast_and_is_replaced(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_scheduler_exits_when_its_http_process_is_killed(tmp_path: Path) -> None:
-    with _cluster(tmp_path) as cluster:
-        child = cluster.children["decode0"]
-        pid = _engine_facts(child.url)["scheduler_pid"]
-        child.process.kill()
+    """Busy (streaming tokens into a pipe nobody reads any more) or idle, a scheduler whose HTTP
+    process is gone stops: nothing is left running."""
+    with _cluster(tmp_path) as cluster, ThreadPoolExecutor(2) as pool:
+        busy, idle = cluster.children["decode0"], cluster.children["prefill0"]
+        pids = {name: _engine_facts(c.url)["scheduler_pid"] for name, c in (("busy", busy), ("idle", idle))}
+        futures = [pool.submit(generate_ids, cluster.url, 3000) for _ in range(2)]
+        time.sleep(1.0)
+        busy.process.kill()
+        idle.process.kill()
 
-        def gone() -> bool:
+        def gone(pid: int) -> bool:
             try:
                 return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
             except FileNotFoundError:
                 return True
 
-        assert wait_for(gone, 5.0), f"scheduler {pid} outlived its HTTP process"
+        for name, pid in pids.items():
+            assert wait_for(lambda pid=pid: gone(pid), 10.0), f"{name} scheduler {pid} outlived its HTTP process"
+        for future in futures:
+            assert future.result(timeout=30)[0] == 500
