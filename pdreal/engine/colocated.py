@@ -21,6 +21,7 @@ non-disaggregated retraction). There is no KV transfer (`kv` is None).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -40,7 +41,9 @@ from pdreal.engine.common import (
     engine_stats,
     generation_row,
     oversize_reason,
+    step_failure_reason,
     stop_reached,
+    unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
@@ -55,6 +58,8 @@ from pdsim.policy import (
 from pdsim.policy.decisions import DecisionLog
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class ColocatedState:
@@ -66,6 +71,7 @@ class ColocatedState:
     output_ids: list[int] = field(default_factory=list)
     num_retractions: int = 0
     times: dict[str, float] = field(default_factory=dict)
+    done: bool = False  # finished (any status): a failed step must not finish it twice
     token_times_s: list[float] = field(default_factory=list)
 
     @property
@@ -104,6 +110,7 @@ class ColocatedEngine:
         self.running: list[ColocatedState] = []
         self._outputs: list[RequestOutput] = []
         self._aborts: dict[int, str] = {}
+        self._batch: list[ColocatedState] = []  # the requests of the forward being run
         self.emit: Callable[[list[RequestOutput]], None] | None = None
         self.num_added = self.num_finished = self.num_failed = self.num_retractions = 0
 
@@ -143,6 +150,30 @@ class ColocatedEngine:
         self.waiting.append(state)
 
     def step(self) -> list[RequestOutput]:
+        """One iteration. Guarded: an exception fails the requests of the step's forward (every
+        live request when it came from outside one), frees their pages; the engine goes on."""
+        self._batch = []
+        try:
+            self._step()
+        except Exception as exc:  # noqa: BLE001 - one bad step must not take the instance down
+            self._fail_step(exc)
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def _fail_step(self, exc: Exception) -> None:
+        reason = step_failure_reason(exc)
+        victims = [s for s in unique_states(self._batch or self.live()) if not s.done]
+        log.exception("%s: %d request(s) failed: %s", self.name, len(victims), reason)
+        ids = {id(s) for s in victims}
+        self.waiting = deque(s for s in self.waiting if id(s) not in ids)
+        self.running = [s for s in self.running if id(s) not in ids]
+        if self.chunked is not None and id(self.chunked) in ids:
+            self.chunked = None
+        self._batch = []
+        for state in victims:
+            self._finish(state, STATUS_FAILED, reason)
+
+    def _step(self) -> None:
         self._apply_aborts()
         self._victims = []
         now = self.clock()
@@ -154,11 +185,11 @@ class ColocatedEngine:
                                      self._victims)
         self._emit_early()
         if plan or decodes:
+            self._batch = [s for s, _ in plan] + decodes
             chunks = [s.prefill_chunk(c) for s, c in plan] + [s.decode_chunk() for s in decodes]
             logits = self.runner.forward(chunks, num_decodes=len(decodes))
             self._postprocess(plan, decodes, logits)
-        outputs, self._outputs = self._outputs, []
-        return outputs
+        self._batch = []
 
     def _emit_early(self) -> None:
         if self.emit is not None and self._outputs:
@@ -220,6 +251,7 @@ class ColocatedEngine:
                 if state.req.request_id != chunk.request_id:
                     raise AssertionError(f"request {chunk.request_id} scheduled out of FIFO order")
                 state.times.setdefault("prefill_start_s", self.clock())
+            self._batch.append(state)
             state.pages.extend(self.allocator.allocate(chunk.new_pages))
             plan.append((state, chunk))
         return plan
@@ -265,6 +297,7 @@ class ColocatedEngine:
 
     def _finish(self, state: ColocatedState, status: str, reason: str) -> None:
         now = self.clock()
+        state.done = True
         self.allocator.free(state.pages)
         state.pages = []
         self.num_finished += status == STATUS_FINISHED

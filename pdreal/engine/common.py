@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +159,17 @@ class ModelRunner:
     def reload_kv(self, pages: list[int], host_kv: torch.Tensor) -> None:
         """Copy an offloaded request's KV back into its newly allocated pages."""
         self.pool.write_pages(pages, host_kv)
+
+
+def step_failure_reason(exc: BaseException) -> str:
+    """The failure reason of the requests an engine step failed with `exc` (guarded steps)."""
+    return f"engine step failed: {type(exc).__name__}: {exc}"[:500]
+
+
+def unique_states(states: Iterable[Any]) -> list[Any]:
+    """`states` without repeats (by identity), in order: the victims of a failed step."""
+    seen: set[int] = set()
+    return [s for s in states if s is not None and not (id(s) in seen or seen.add(id(s)))]
 
 
 def oversize_reason(req: EngineRequest, config: EngineConfig, num_pages: int) -> str:

@@ -19,6 +19,8 @@ decode side, seed 001 section 7.4); they rejoin the waiting queue's tail.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,7 +38,9 @@ from pdreal.engine.common import (
     engine_stats,
     generation_row,
     oversize_reason,
+    step_failure_reason,
     stop_reached,
+    unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
@@ -54,6 +58,8 @@ from pdsim.policy import (
 from pdsim.policy.decisions import DecisionLog
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class DecodeState:
@@ -65,6 +71,7 @@ class DecodeState:
     host_kv: torch.Tensor | None = None  # the offloaded KV while retracted
     num_retractions: int = 0
     times: dict[str, float] = field(default_factory=dict)
+    done: bool = False  # finished (any status): a failed step must not finish it twice
     token_times_s: list[float] = field(default_factory=list)
 
     def view(self) -> RequestView:
@@ -96,6 +103,7 @@ class DecodeEngine:
         self.running: list[DecodeState] = []
         self._outputs: list[RequestOutput] = []
         self._aborts: dict[int, str] = {}
+        self._batch: list[DecodeState] = []  # the requests the current forward (or plan) works on
         self.num_added = self.num_finished = self.num_failed = 0
         self.emit: Callable[[list[RequestOutput]], None] | None = None
 
@@ -129,6 +137,35 @@ class DecodeEngine:
         return bool(self.running or self.waiting)
 
     def step(self) -> list[RequestOutput]:
+        """One loop iteration. Guarded: an exception fails the requests the step was working on
+        (its batch, or the requests its plan moved; every live request when it came from polling),
+        frees their pages and receivers; the engine goes on."""
+        self._batch = []
+        try:
+            self._step()
+        except Exception as exc:  # noqa: BLE001 - one bad step must not take the instance down
+            self._fail_step(exc)
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+    def _fail_step(self, exc: Exception) -> None:
+        reason = step_failure_reason(exc)
+        victims = [s for s in unique_states(self._batch or self.live()) if not s.done]
+        log.exception("decode %d: %d request(s) failed: %s", self.config.instance_id, len(victims), reason)
+        ids = {id(s) for s in victims}
+        for name in ("prealloc", "transfer", "running"):
+            setattr(self, name, [s for s in getattr(self, name) if id(s) not in ids])
+        self.retracted = deque(s for s in self.retracted if id(s) not in ids)
+        self.waiting = deque(s for s in self.waiting if id(s) not in ids)
+        self._batch = []
+        for state in victims:
+            state.host_kv = None
+            if state.receiver is not None:
+                with contextlib.suppress(Exception):  # its room may be gone already
+                    state.receiver.abort(reason)
+            self._finish(state, STATUS_FAILED, reason)
+
+    def _step(self) -> None:
         self._apply_aborts()
         handshaken = self._poll_prealloc()
         self._poll_transfer()
@@ -143,11 +180,10 @@ class DecodeEngine:
             handshaken = [s for s in handshaken if id(s) in waiting_ids]
         self._emit_early()
         if self.running:
-            batch = list(self.running)
+            batch = self._batch = list(self.running)
             logits = self.runner.forward([s.chunk() for s in batch])
             self._postprocess(batch, logits)
-        outputs, self._outputs = self._outputs, []
-        return outputs
+        self._batch = []
 
     def _emit_early(self) -> None:
         """First tokens (made by prefill, delivered on joining) leave now, not after the forward."""
@@ -203,6 +239,9 @@ class DecodeEngine:
         requests goes out before the resumed requests' KV reload, which delays only the forward)."""
         if self.decisions is not None:
             self.decisions.decode(now, f"decode:{self.config.instance_id}", plan, _request_id)
+        # the requests this plan moves between queues: the victims should executing it fail
+        self._batch = [*plan.admit, *plan.resume, *plan.finish_at_join, *plan.join, *plan.growth.victims,
+                       *plan.growth.grow]
         page = self.config.page_size_tokens
         for state in plan.admit:
             self.prealloc.remove(state)
@@ -232,6 +271,7 @@ class DecodeEngine:
                          f"cannot hold request {state.req.request_id}")
         for state in plan.growth.grow:
             state.pages.extend(self.allocator.allocate(1))
+        self._batch = []
 
     def _deliver_first_token(self, state: DecodeState, now: float) -> None:
         if state.delivered:
@@ -271,6 +311,7 @@ class DecodeEngine:
 
     def _finish(self, state: DecodeState, status: str, reason: str) -> None:
         now = self.clock()
+        state.done = True
         self.allocator.free(state.pages)
         state.pages = []
         if state.receiver is not None:

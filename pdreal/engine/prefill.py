@@ -13,6 +13,7 @@ Each `step()` is schedule -> run -> postprocess; the policy call is in `_schedul
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -27,7 +28,9 @@ from pdreal.engine.common import (
     RequestOutput,
     check_engine_invariants,
     engine_stats,
+    step_failure_reason,
     trace_row,
+    unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
@@ -51,6 +54,7 @@ class PrefillState:
     sent_pages: int = 0
     first_token: int = -1
     times: dict[str, float] = field(default_factory=dict)
+    done: bool = False  # finished (any status): a failed step must not finish it twice
     block_hashes: tuple[int, ...] = ()  # published as stored (kv_events), removed on release
 
     def view(self) -> RequestView:
@@ -69,6 +73,7 @@ class PrefillEngine:
         self.chunked: PrefillState | None = None
         self.inflight: list[PrefillState] = []
         self._outputs: list[RequestOutput] = []
+        self._batch: list[PrefillState] = []  # the requests of the forward being formed or run
         self.num_added = self.num_finished = self.num_failed = 0
         # pdreal.kv_events.RequestBlockTracker: stored/removed events for routers (None = off)
         self.kv_events: Any = None
@@ -103,15 +108,39 @@ class PrefillEngine:
         return bool(self.waiting or self.chunked)
 
     def step(self) -> list[RequestOutput]:
-        """One loop iteration; returns the outputs (finished half-rows) it produced."""
-        self._poll_bootstrap()
-        plan = self._schedule()
-        if plan:
-            logits = self.runner.forward([chunk for _, _, chunk in plan])
-            self._postprocess(plan, logits)
-        self._poll_inflight()
+        """One loop iteration; returns the outputs (finished half-rows) it produced. Guarded: an
+        exception fails the requests of the step's batch (every live request when it came from
+        polling, outside a batch), frees their pages and closes their rooms; the engine goes on."""
+        self._batch = []
+        try:
+            self._poll_bootstrap()
+            plan = self._schedule()
+            if plan:
+                logits = self.runner.forward([chunk for _, _, chunk in plan])
+                self._postprocess(plan, logits)
+            self._batch = []
+            self._poll_inflight()
+        except Exception as exc:  # noqa: BLE001 - one bad step must not take the instance down
+            self._fail_step(exc)
         outputs, self._outputs = self._outputs, []
         return outputs
+
+    def _fail_step(self, exc: Exception) -> None:
+        reason = step_failure_reason(exc)
+        victims = [s for s in unique_states(self._batch or self.live()) if not s.done]
+        log.exception("prefill %d: %d request(s) failed: %s", self.config.instance_id, len(victims), reason)
+        ids = {id(s) for s in victims}
+        self.bootstrap = [s for s in self.bootstrap if id(s) not in ids]
+        self.waiting = deque(s for s in self.waiting if id(s) not in ids)
+        self.inflight = [s for s in self.inflight if id(s) not in ids]
+        if self.chunked is not None and id(self.chunked) in ids:
+            self.chunked = None
+        self._batch = []
+        for state in victims:
+            if state.sender is not None:
+                with contextlib.suppress(Exception):  # its room may be gone already
+                    state.sender.abort(reason)
+            self._finish(state, STATUS_FAILED, reason)
 
     def _poll_bootstrap(self) -> None:
         still: list[PrefillState] = []
@@ -141,6 +170,7 @@ class PrefillEngine:
         plan = []
         for chunk in batch.chunks:
             state = by_id[chunk.request_id]
+            self._batch.append(state)
             if state is self.chunked:
                 self.chunked = None
             else:
@@ -192,6 +222,7 @@ class PrefillEngine:
 
     def _finish(self, state: PrefillState, status: str, reason: str) -> None:
         now = self.clock()
+        state.done = True
         if state.times.get("inflight_enter_s") is not None:
             state.times["inflight_leave_s"] = now
         self.allocator.free(state.pages)

@@ -74,6 +74,7 @@ def read_spec(reader: Any, name: str) -> LlamaSpec:
         rope_theta=float(_field(reader, "llama.rope.freq_base")),
         rms_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
         eos_token_ids=(int(_field(reader, "tokenizer.ggml.eos_token_id")),),
+        context_length=int(_field(reader, "llama.context_length")),
     )
 
 

@@ -23,6 +23,7 @@ class LlamaSpec:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
     eos_token_ids: tuple[int, ...] = ()
+    context_length: int = 0  # trained context (prompt + output tokens); 0 = unknown (the KV pool bounds it)
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size"):
