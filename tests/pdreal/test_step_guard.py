@@ -27,11 +27,13 @@ class Boom:
 
     def __init__(self, runner: ModelRunner, fail_on: int) -> None:
         self.forward, self.calls, self.fail_on = runner.forward, 0, fail_on
+        self.failed_chunks = 0  # sequences in the forward that raised
         runner.forward = self  # type: ignore[method-assign]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
         if self.calls == self.fail_on:
+            self.failed_chunks = len(args[0])
             raise RuntimeError("injected forward failure")
         return self.forward(*args, **kwargs)
 
@@ -85,13 +87,14 @@ def test_prefill_step_failure_frees_pages_and_rooms_decode_side_follows(pd_facto
 
 def test_decode_step_failure_fails_the_running_batch_only(pd_factory: Any) -> None:
     pd = pd_factory()
-    Boom(pd.decode.runner, fail_on=1)  # the first decode forward (both requests in one batch)
-    results = run_disaggregated(pd.prefill, pd.decode, [_req(0), _req(1)], timeout_s=30)
-    for rid in (0, 1):
-        row = results[rid].row
-        assert row["status"] == STATUS_FAILED
-        assert row["failure_reason"] == "engine step failed: RuntimeError: injected forward failure"
-        assert results[rid].token_ids == results[rid].token_ids[:1]  # only the first token got out
+    boom = Boom(pd.decode.runner, fail_on=1)  # the first decode forward
+    results = run_disaggregated(pd.prefill, pd.decode, [_req(i) for i in range(3)], timeout_s=30)
+    failed = [r for r in results.values() if r.row["status"] == STATUS_FAILED]
+    assert boom.failed_chunks >= 1 and len(failed) == boom.failed_chunks  # that batch, no other request
+    for result in failed:
+        assert result.row["failure_reason"] == "engine step failed: RuntimeError: injected forward failure"
+        assert len(result.token_ids) == 1  # the first token (made by prefill) got out, nothing else
+    assert all(len(r.token_ids) == 4 for r in results.values() if r.row["status"] == STATUS_FINISHED)
     assert pd.decode.allocator.num_used == 0 and pd.decode.kv.num_rooms() == 0
     pd.check_invariants()
     again = run_disaggregated(pd.prefill, pd.decode, [_req(2)], timeout_s=30)
