@@ -143,7 +143,7 @@ class ColocatedEngine:
             raise ValueError(f"request_id {req.request_id} is already in this colocated engine")
         self.num_added += 1
         state = ColocatedState(req, req.input_ids, times={"prefill_waiting_enter_s": self.clock()})
-        reason = oversize_reason(req, self.config, self.allocator.num_pages)
+        reason = oversize_reason(req, self.config, self.allocator.num_pages, self.runner.model.spec.context_length)
         if reason:
             self._finish(state, STATUS_REJECTED, reason)
             return

@@ -172,9 +172,20 @@ def unique_states(states: Iterable[Any]) -> list[Any]:
     return [s for s in states if s is not None and not (id(s) in seen or seen.add(id(s)))]
 
 
-def oversize_reason(req: EngineRequest, config: EngineConfig, num_pages: int) -> str:
-    """Why a generating engine must reject `req` at once (prompt + max_new_tokens need more pages
-    than its pool of `num_pages` holds), or '' if it fits."""
+def context_reason(req: EngineRequest, context_length: int) -> str:
+    """Why any engine must reject `req` at once (prompt + max_new_tokens beyond the model's
+    context length; 0 = unknown), or ''. The router answers such a request 400 before dispatch."""
+    total = len(req.input_ids) + req.sampling.max_new_tokens
+    if not context_length or total <= context_length:
+        return ""
+    return f"{total} tokens (prompt + max_new_tokens) exceed the model's context length ({context_length} tokens)"
+
+
+def oversize_reason(req: EngineRequest, config: EngineConfig, num_pages: int, context_length: int = 0) -> str:
+    """Why a generating engine must reject `req` at once (beyond the model's context length, or
+    prompt + max_new_tokens need more pages than its pool of `num_pages` holds), or '' if it fits."""
+    if context_reason(req, context_length):
+        return context_reason(req, context_length)
     total = len(req.input_ids) + req.sampling.max_new_tokens
     if pages_for(total, config.page_size_tokens) <= num_pages:
         return ""

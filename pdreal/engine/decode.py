@@ -122,7 +122,7 @@ class DecodeEngine:
             raise ValueError(f"request_id {req.request_id} is already in this decode engine")
         self.num_added += 1
         state = DecodeState(req, None, times={"prealloc_enter_s": self.clock()})
-        reason = oversize_reason(req, self.config, self.allocator.num_pages)
+        reason = oversize_reason(req, self.config, self.allocator.num_pages, self.runner.model.spec.context_length)
         if reason:
             self._finish(state, STATUS_REJECTED, reason)
             return

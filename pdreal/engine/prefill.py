@@ -27,6 +27,7 @@ from pdreal.engine.common import (
     ModelRunner,
     RequestOutput,
     check_engine_invariants,
+    context_reason,
     engine_stats,
     step_failure_reason,
     trace_row,
@@ -93,6 +94,10 @@ class PrefillEngine:
         self.num_added += 1
         state = PrefillState(req, None, times={"bootstrap_enter_s": now})
         need = pages_for(len(req.input_ids), self.config.page_size_tokens)
+        too_long = context_reason(req, self.runner.model.spec.context_length)
+        if too_long:
+            self._finish(state, STATUS_REJECTED, too_long)
+            return
         if need > self.allocator.num_pages:
             self._finish(state, STATUS_REJECTED, f"prompt of {len(req.input_ids)} tokens exceeds the KV pool "
                          f"({self.config.kv_capacity_tokens} tokens)")

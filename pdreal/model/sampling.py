@@ -2,11 +2,14 @@
 
 Randomness is counter-based: token k of a request is drawn from a generator seeded with
 (seed, k), so the prefill instance (token 0) and the decode instance (tokens 1..) together draw
-exactly what one process would.
+exactly what one process would. The router gives a request that names no seed a fresh random one
+(`fresh_seed`), so unseeded requests differ from call to call and seeded ones repeat.
 """
 
 from __future__ import annotations
 
+import math
+import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,12 +26,39 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        """Every value a client can send is checked here, so no request reaches an engine with a
+        value that fails inside a step (ValueError naming the field and value)."""
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(f"field 'max_new_tokens' must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not _is_number(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
+            raise ValueError(f"field 'temperature' must be a number in [0, {MAX_TEMPERATURE:g}], got {self.temperature!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"field 'top_p' must be a number in (0, 1], got {self.top_p!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"field 'seed' must be an integer in [0, 2**63), got {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"field 'ignore_eos' must be true or false, got {self.ignore_eos!r}")
+        bad = next((t for t in self.stop_token_ids if not _is_int(t) or t < 0), None)
+        if bad is not None:
+            raise ValueError(f"field 'stop_token_ids': {bad!r} is not a token id (an integer >= 0)")
+
+
+MAX_TEMPERATURE = 100.0
+SEED_LIMIT = 1 << 63
+GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (logits / t would overflow)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def fresh_seed() -> int:
+    """A seed from the OS's entropy, for a request that names none."""
+    return secrets.randbits(63)
 
 
 def token_generator(seed: int, token_index: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -38,7 +68,7 @@ def token_generator(seed: int, token_index: int, device: torch.device | str = "c
 
 def sample_one(logits: torch.Tensor, params: SamplingParams, token_index: int) -> int:
     """One token from a [vocab] fp32 logits row."""
-    if params.temperature == 0.0:
+    if params.temperature < GREEDY_BELOW:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1.0:
@@ -51,6 +81,6 @@ def sample_one(logits: torch.Tensor, params: SamplingParams, token_index: int) -
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], token_indices: list[int]) -> list[int]:
     """One token per row of [batch, vocab] logits; rows that are all greedy use one argmax."""
-    if all(p.temperature == 0.0 for p in params):
+    if all(p.temperature < GREEDY_BELOW for p in params):
         return torch.argmax(logits, dim=-1).tolist()
     return [sample_one(row, p, k) for row, p, k in zip(logits, params, token_indices, strict=True)]

@@ -8,9 +8,13 @@
     GET  /stats                 JSON: instances' last stats (?fresh=1: poll now), health, the clock
     GET  /health, /v1/models
 
-Bad requests (malformed JSON, missing fields, max_tokens <= 0, prompts that fit no instance's KV
-pool) get HTTP 400 with a message and are never dispatched; admission rejections 429; failures
-500 (non-streaming) or an `error` event (streaming).
+Bodies are decoded, parsed and tokenized on a worker thread (`requests.parse_body`): a large
+body never holds the event loop, so /health and other requests stay responsive. Bad requests
+(malformed or too deeply nested JSON, missing fields, wrong types, out-of-range sampling values,
+token ids outside the vocabulary, text that is not valid Unicode, unsupported OpenAI parameters,
+prompt + max_tokens beyond the model's context length or any instance's KV pool) get HTTP 400
+naming the field and value and are never dispatched; an unknown model 404; admission rejections
+429; no healthy instance 503; failures 500 (non-streaming) or an `error` event (streaming).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import asdict
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,13 +33,16 @@ import zmq
 from aiohttp import web
 
 from pdreal.kv_events import CacheSummary
+from pdreal.serving.auth import read_token
 from pdreal.serving.config import ServeConfig
 from pdreal.serving.kv_feed import KVEventFollower, advertised_endpoints
 from pdreal.serving.metrics import CONTENT_TYPE
 from pdreal.serving.requests import (
     ApiRequest,
     Detokenizer,
+    Parser,
     TextCodec,
+    parse_body,
     parse_chat,
     parse_completion,
     parse_generate,
@@ -47,6 +56,7 @@ from pdsim.trace import STATUS_FINISHED, STATUS_REJECTED
 
 log = logging.getLogger(__name__)
 STARTUP_WAIT_S = 120.0
+PARSE_THREADS = 2
 
 
 class RouterServer:
@@ -57,6 +67,9 @@ class RouterServer:
         self._poller: asyncio.Task[None] | None = None
         self.kv_follower = KVEventFollower() if router.kv_summary is not None else None
         self._kv_task: asyncio.Task[None] | None = None
+        self.context_length = 0  # the model's (from the instances' facts); 0 = unknown
+        self.model_names = {model_name}
+        self.parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="router-parse")
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -82,6 +95,9 @@ class RouterServer:
         engine = next((u.stats["engine"] for u in self.upstreams if u.stats), {})
         self.codec.vocab_size = int(engine.get("vocab_size", self.codec.vocab_size))
         self.eos_ids = frozenset(engine.get("eos_token_ids", ()))
+        self.context_length = int(engine.get("context_length", 0))
+        if engine.get("model"):
+            self.model_names.add(str(engine["model"]))
         self._poller = asyncio.create_task(self._poll_forever())
         if self.kv_follower is not None:
             self._kv_task = asyncio.create_task(self._follow_kv_events(self.kv_follower))
@@ -93,6 +109,7 @@ class RouterServer:
         if self.kv_follower is not None:  # waits for a poll still running on its worker thread
             await asyncio.to_thread(self.kv_follower.close)
         await self.router.session.close()
+        self.parsers.shutdown(wait=False, cancel_futures=True)
 
     async def _poll_once(self) -> None:
         timeout = max(0.5, self.router.cfg.node.stats_interval_s * 2)
@@ -118,6 +135,9 @@ class RouterServer:
 
     def _capacity_error(self, req: ApiRequest) -> str:
         prompt, total = len(req.input_ids), len(req.input_ids) + req.sampling.max_new_tokens
+        if self.context_length and total > self.context_length:
+            return (f"prompt ({prompt} tokens) + max_tokens ({req.sampling.max_new_tokens}) = {total} tokens exceeds "
+                    f"the model's context length ({self.context_length} tokens)")
         prefill = max((u.kv_total_tokens for u in self.router.prefill if u.healthy), default=0)
         decode = max((u.kv_total_tokens for u in self.router.decode if u.healthy), default=0)
         if self.router.colocated:
@@ -130,21 +150,21 @@ class RouterServer:
             return (f"prompt + max_tokens = {total} tokens exceeds the decode KV pool ({decode} tokens)")
         return ""
 
-    async def _api(self, request: web.Request, kind: str, parse: Any) -> web.StreamResponse:
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            return web.json_response(error_body(f"malformed JSON: {exc}", "invalid_request_error"), status=400)
-        try:
-            req = parse(body, self.codec)
+    async def _api(self, request: web.Request, kind: str, parse: Parser) -> web.StreamResponse:
+        raw = await request.read()
+        try:  # decoding, parsing and tokenizing a large body must not hold the event loop
+            req = await asyncio.get_running_loop().run_in_executor(self.parsers, parse_body, raw, parse, self.codec)
         except ValueError as exc:
             return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
+        if req.model and req.model not in self.model_names:
+            message = f"model {req.model!r} does not exist here; this router serves {sorted(self.model_names)}"
+            return web.json_response(error_body(message, "invalid_request_error", "model_not_found"), status=404)
         problem = self._capacity_error(req)
         if problem:
             return web.json_response(error_body(problem, "invalid_request_error"), status=400)
         rid = req.request_id if req.request_id is not None else self.router.new_request_id()
-        fmt = ResponseFormat(kind, f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{rid}", int(datetime.now(UTC).timestamp()),
-                             req.model or self.model_name, len(req.input_ids))
+        fmt = ResponseFormat(kind, f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
+                             int(datetime.now(UTC).timestamp()), req.model or self.model_name, len(req.input_ids))
         return await self._serve(request, req, rid, fmt)
 
     async def _serve(self, request: web.Request, req: ApiRequest, rid: int, fmt: ResponseFormat) -> web.StreamResponse:
@@ -155,6 +175,7 @@ class RouterServer:
             await response.prepare(request)
         events = self.router.generate(req.input_ids, req.sampling, rid, stop)
         final: FinalEvent | None = None
+        used_tokens = -1  # tokens up to the one that completed a stop string (usage counts those)
         try:
             async for event in events:
                 if isinstance(event, FinalEvent):
@@ -162,21 +183,32 @@ class RouterServer:
                     break
                 delta = self._visible_delta(detok, event.token_ids, req.stop, stop, len(text))
                 text += delta
+                if stop.is_set() and used_tokens < 0:
+                    used_tokens = len(detok.ids)
                 if response is not None and (delta or fmt.kind == "generate"):
                     await response.write(fmt.sse(fmt.chunk(delta, event.token_ids)))
-        except ConnectionResetError:
-            log.info("client of request %d went away", rid)
+        except (ConnectionError, asyncio.CancelledError) as exc:  # the client went away
+            log.info("client of request %d went away (%s)", rid, type(exc).__name__)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             return response
         finally:
             await events.aclose()
         assert final is not None
+        if used_tokens >= 0:
+            final = replace(final, output_ids=final.output_ids[:used_tokens])
         reason = self._finish_reason(final, req, stop.is_set())
         if response is None:
             status = 200 if final.status == STATUS_FINISHED else 429 if final.status == STATUS_REJECTED else 500
-            return web.json_response(fmt.body(text, final, reason), status=status, dumps=_dumps)
-        for payload in fmt.final_chunks(final, reason):
-            await response.write(fmt.sse(payload))
-        await response.write(b"data: [DONE]\n\n")
+            status = 503 if final.unavailable else status
+            headers = {"Retry-After": "1"} if status == 503 else None
+            return web.json_response(fmt.body(text, final, reason), status=status, dumps=_dumps, headers=headers)
+        try:
+            for payload in fmt.final_chunks(final, reason):
+                await response.write(fmt.sse(payload))
+            await response.write(b"data: [DONE]\n\n")
+        except ConnectionError:
+            log.info("client of request %d went away before the last chunk", rid)
         return response
 
     @staticmethod
@@ -206,7 +238,7 @@ class RouterServer:
                             headers={"Content-Type": CONTENT_TYPE})
 
     async def stats(self, request: web.Request) -> web.Response:
-        if request.query.get("fresh"):  # poll every instance now instead of using the last poll
+        if request.query.get("fresh", "1") != "0":  # poll every instance now (?fresh=0: the last poll)
             await self._poll_once()
         data = {"clock_id": clock_id(), "now_s": now_s(), "model": self.model_name,
                 "routing": self.router.cfg.policy.routing, "admission": self.router.cfg.policy.admission,
@@ -254,13 +286,15 @@ def build_router(cfg: ServeConfig) -> RouterServer:
     """The router over node.prefill_urls + node.decode_urls, or over node.colocated_urls (then the
     colocated instances stand on the prefill side and the decode side is empty, as in pdsim)."""
     n = cfg.node
+    token = read_token(n.token_file)
     if n.colocated_urls:
-        prefill = [Upstream("colocated", i, url.rstrip("/"), n.unhealthy_after_misses)
+        prefill = [Upstream("colocated", i, url.rstrip("/"), n.unhealthy_after_misses, token=token)
                    for i, url in enumerate(n.colocated_urls)]
     else:
-        prefill = [Upstream("prefill", i, url.rstrip("/"), n.unhealthy_after_misses)
+        prefill = [Upstream("prefill", i, url.rstrip("/"), n.unhealthy_after_misses, token=token)
                    for i, url in enumerate(n.prefill_urls)]
-    decode = [Upstream("decode", i, url.rstrip("/"), n.unhealthy_after_misses) for i, url in enumerate(n.decode_urls)]
+    decode = [Upstream("decode", i, url.rstrip("/"), n.unhealthy_after_misses, token=token)
+              for i, url in enumerate(n.decode_urls)]
     tokenizer = load_tokenizer(n.model)
     codec = TextCodec(tokenizer, tokenizer.get_vocab_size() if tokenizer is not None else 0)
     return RouterServer(Router(cfg, prefill, decode), codec, n.model)

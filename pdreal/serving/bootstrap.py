@@ -5,13 +5,15 @@ Prefill instance, HTTP on its own port (SGLang's bootstrap server):
     PUT /route   register a rank: {"engine_rank", "tp_rank", "tp_size", "addr" (the KV
                  manager's ZMQ host:port), "instance_id"}; the instance registers itself at start
     GET /route   ?engine_rank=N: that rank's entry; no argument: the parallel layout and ranks
-    GET /health  liveness (the decode side's heartbeat target), with the clock id and time
+    GET /health  liveness (the decode side's heartbeat target), with the clock id and time and
+                 rank 0's KV address (`addr`: a restarted instance has a new one)
 
 Decode instance: a `ConnectionCache` resolves a request's bootstrap host:port to the rank's
 ZMQ address once and keeps it; a `HeartbeatChecker` polls /health of every cached bootstrap
-server every `interval_s` and, after `misses` consecutive failures, calls `on_dead` (which fails
-the peer's in-flight transfer rooms) and drops the cached connection, so the next request to
-that server resolves again (and fails at once while it is down).
+server every `interval_s` and, after `misses` consecutive failures - or at once when /health names
+another KV address than the cached one (the prefill instance was restarted behind the same HTTP
+port) - calls `on_dead` (which fails the peer's in-flight transfer rooms) and drops the cached
+connection, so the next request to that server resolves again (and fails at once while it is down).
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ def add_bootstrap_routes(app: web.Application, table: BootstrapTable, healthy: C
 
     async def health(request: web.Request) -> web.Response:
         ok = healthy()
-        return web.json_response({"status": "ok" if ok else "unhealthy", "clock_id": clock_id(), "now_s": now_s()},
-                                 status=200 if ok else 503)
+        addr = table.ranks.get(0, {}).get("addr", "")
+        return web.json_response({"status": "ok" if ok else "unhealthy", "clock_id": clock_id(), "now_s": now_s(),
+                                  "addr": addr}, status=200 if ok else 503)
 
     app.router.add_put("/route", put_route)
     app.router.add_get("/route", get_route)
@@ -147,22 +150,28 @@ class HeartbeatChecker:
             await asyncio.gather(*(self._check(e) for e in self.cache.entries()))
 
     async def _check(self, entry: PeerEntry) -> None:
-        why = ""
+        why, body = "", None
         try:
             timeout = aiohttp.ClientTimeout(total=self.interval_s)
             async with self.cache.session.get(f"http://{entry.bootstrap}/health", timeout=timeout) as resp:
+                body = await resp.json(content_type=None)
                 if resp.status != 200:
                     why = f"HTTP {resp.status}"
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             why = type(exc).__name__
-        if not why:
+        addr = body.get("addr") if not why and isinstance(body, dict) else None
+        restarted = bool(addr) and addr != entry.addr
+        if not why and not restarted:
             entry.misses = 0
             return
-        entry.misses += 1
-        self.num_missed += 1
+        entry.misses = self.misses if restarted else entry.misses + 1
+        self.num_missed += not restarted
+        if restarted:
+            why = f"restarted: KV address {entry.addr} is now {addr}"
         if entry.misses >= self.misses and self.cache.get(entry.bootstrap) is entry:
             self.num_dead += 1
             self.cache.drop(entry.bootstrap)
-            reason = f"prefill peer {entry.bootstrap} missed {entry.misses} heartbeats ({why})"
+            reason = (f"prefill peer {entry.bootstrap} {why}" if restarted
+                      else f"prefill peer {entry.bootstrap} missed {entry.misses} heartbeats ({why})")
             log.warning("%s: failing its in-flight requests", reason)
             self.on_dead(entry, reason)

@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pdreal.serving.auth import is_loopback
 from pdsim.config import ClusterConfig, FaultConfig, PolicyConfig, SloConfig
 from pdsim.paths import SCENARIOS_DIR
 from pdsim.policy.limits import check_schedule
@@ -68,6 +69,9 @@ class NodeConfig:
     latency_profile: str = ""  # router: a `pdreal profile` CSV; the latency model of early_reject admission
     kv_events: str = "auto"  # KV block events prefill -> router: auto (on for cache_aware/kv_centric) | on | off
     kv_events_port: int = 0  # prefill: ZMQ PUB port, replay on port + 1; 0 = any free ports
+    # shared secret of the control plane (PUT /route, instance /generate and /abort; auth.py);
+    # required for an instance bound beyond loopback; the router sends it to the instances
+    token_file: str = ""
 
     @property
     def public_host(self) -> str:
@@ -110,6 +114,9 @@ class ServeConfig:
             raise ValueError("policy.admission=early_reject needs node.latency_profile (a `pdreal profile` CSV)")
         if n.kv_events not in KV_EVENTS_MODES:
             raise ValueError(f"node.kv_events: unknown value {n.kv_events!r} (choose from {KV_EVENTS_MODES})")
+        if n.role in ("prefill", "decode", "colocated") and not is_loopback(n.host) and not n.token_file:
+            raise ValueError(f"node.host={n.host!r} binds beyond loopback: set node.token_file=PATH (a shared "
+                             "secret, the same file on every node and the router) to protect the control plane")
         if self.faults.heartbeat_interval_s <= 0 or self.faults.heartbeat_misses < 1:
             raise ValueError(f"faults: heartbeat_interval_s must be > 0 and heartbeat_misses >= 1, got "
                              f"{self.faults.heartbeat_interval_s} and {self.faults.heartbeat_misses}")

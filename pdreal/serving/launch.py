@@ -4,7 +4,15 @@ subprocesses.
 Each child is `python -m pdreal.cli serve --config <its YAML>` with one role; the parent waits
 for each child's `PDREAL_READY` line (instances load their models in parallel, then the router
 starts with their URLs). `LocalCluster` is what `pdreal serve` with no arguments runs, and what
-the tests start on loopback.
+the tests start on loopback. The cluster writes a fresh control-plane token (auth.py) into its
+work folder for its children unless node.token_file names one.
+
+Supervision (`LocalCluster.supervise`, called every SUPERVISE_INTERVAL_S by `pdreal serve`): a
+child that exited, or an instance whose /health answers 503 (its engine died) on
+UNHEALTHY_CHECKS checks in a row, is restarted on the same port with the same config, and the
+reason is printed; the router stays up throughout (it fails the requests in flight on a dead
+instance and routes to it again once it answers). A stopped (SIGSTOP) child is left alone: it
+may resume. A child that cannot start again is retried every RETRY_S.
 """
 
 from __future__ import annotations
@@ -16,12 +24,19 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from pdreal.serving.auth import write_token
 from pdreal.serving.config import ServeConfig, dump_serve_config
 from pdreal.serving.node import READY_PREFIX
+
+SUPERVISE_INTERVAL_S = 0.5
+UNHEALTHY_CHECKS = 4
+RETRY_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +47,15 @@ class Child:
     process: subprocess.Popen[str]
     url: str = ""
     log_file: IO[str] | None = None
+    cfg: ServeConfig | None = None  # what it was started with (a restart reuses it, port pinned)
+    restarts: int = 0
+    sick_checks: int = 0  # consecutive /health answers of 503
+
+    def exit_reason(self) -> str:
+        code = self.process.returncode
+        if code is not None and code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exited with code {code}"
 
     def stop(self, timeout_s: float = 15.0) -> int:
         if self.process.poll() is None:
@@ -50,10 +74,10 @@ class Child:
 def spawn(cfg: ServeConfig, role: str, workdir: Path, name: str, log_dir: Path | None = None) -> Child:
     """Start one role in a child process (its config written to `workdir/<name>.yaml`)."""
     path = dump_serve_config(replace(cfg, node=replace(cfg.node, role=role)), workdir / f"{name}.yaml")
-    log_file = (log_dir / f"{name}.log").open("w") if log_dir is not None else None
+    log_file = (log_dir / f"{name}.log").open("a") if log_dir is not None else None
     process = subprocess.Popen([sys.executable, "-m", "pdreal.cli", "serve", "--config", str(path)],
                                stdout=subprocess.PIPE, stderr=log_file, text=True)
-    return Child(name, process, log_file=log_file)
+    return Child(name, process, log_file=log_file, cfg=cfg)
 
 
 def wait_ready(child: Child, timeout_s: float) -> Child:
@@ -104,6 +128,12 @@ class LocalCluster:
     def start(self, timeout_s: float = 300.0) -> str:
         """Start every process; returns the router URL."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        if not self.cfg.node.token_file:
+            token_path = self.workdir / "control.token"
+            write_token(token_path)
+            self.cfg = replace(self.cfg, node=replace(self.cfg.node, token_file=str(token_path)))
         try:
             for role, count in self.counts.items():
                 for i in range(count):
@@ -122,6 +152,54 @@ class LocalCluster:
             self.stop()
             raise
         return self.url
+
+    def supervise(self, timeout_s: float = 120.0) -> list[str]:
+        """Restart every child that exited or whose engine died; returns what happened (lines)."""
+        lines = []
+        for name, child in list(self.children.items()):
+            why = self._trouble(child)
+            if why:
+                lines += self._restart(name, child, why, timeout_s)
+        return lines
+
+    def _trouble(self, child: Child) -> str:
+        if child.process.poll() is not None:
+            return child.exit_reason()
+        if child.role == "router" or not child.url:
+            return ""
+        try:
+            with urllib.request.urlopen(f"{child.url}/health", timeout=1.0):
+                child.sick_checks = 0
+        except urllib.error.HTTPError as err:
+            child.sick_checks += err.code == 503
+        except OSError:  # busy or stopped: not a reason to restart it
+            return ""
+        return f"unhealthy (/health 503 x{child.sick_checks})" if child.sick_checks >= UNHEALTHY_CHECKS else ""
+
+    def _restart(self, name: str, child: Child, why: str, timeout_s: float) -> list[str]:
+        if child.process.poll() is None:
+            child.process.kill()
+        child.stop(5.0)
+        port = int(child.url.rsplit(":", 1)[1]) if child.url else 0
+        assert child.cfg is not None
+        cfg = replace(child.cfg, node=replace(child.cfg.node, port=port))
+        lines = [f"pdreal serve: {name} (pid {child.process.pid}) {why}; restarting it on port {port} "
+                 f"(restart {child.restarts + 1}){self._log_hint(name)}"]
+        fresh = spawn(cfg, cfg.node.role, self.workdir, name, self.log_dir)
+        fresh.restarts, fresh.url = child.restarts + 1, child.url
+        self.children[name] = fresh
+        try:
+            wait_ready(fresh, timeout_s)
+        except RuntimeError as exc:
+            lines.append(f"pdreal serve: {name} did not come back ({exc}); retrying in {RETRY_S:g} s")
+            fresh.url = child.url
+            time.sleep(RETRY_S)
+            return lines
+        lines.append(f"pdreal serve: {name} (pid {fresh.process.pid}) is back at {fresh.url}")
+        return lines
+
+    def _log_hint(self, name: str) -> str:
+        return f"; its log: {self.log_dir / (name + '.log')}" if self.log_dir is not None else ""
 
     def stop(self) -> None:
         """Router first (no new work), then the instances."""
@@ -156,17 +234,18 @@ def serve_local(cfg: ServeConfig, log_dir: Path | None = None, prefill: int = 1,
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             url = cluster.start()
+            for name, child in cluster.children.items():
+                print(f"pdreal serve: {name} (pid {child.process.pid}) at {child.url}", flush=True)
             print(f"pdreal serve: ready at {url}\n"
                   f"  curl {url}/v1/completions -H 'Content-Type: application/json' "
                   "-d '{\"prompt\": \"The capital of France is\", \"max_tokens\": 16, \"temperature\": 0}'\n"
-                  f"  pdreal replay --url {url} scenario=chat scenario.num_requests=20\n"
+                  f"  pdreal replay --url {url} scenario=chat scenario.num_requests=20 scenario.rate_rps=0.5 "
+                  "--max-input-tokens 256 --max-output-tokens 32\n"
                   f"  metrics: {url}/metrics    stop: Ctrl-C", flush=True)
             while not stopping["signal"]:
-                dead = [n for n, c in cluster.children.items() if c.process.poll() is not None]
-                if dead:
-                    print(f"pdreal serve: {', '.join(dead)} exited; stopping", file=sys.stderr)
-                    return 1
-                time.sleep(0.5)
+                for line in cluster.supervise():
+                    print(line, flush=True)
+                time.sleep(SUPERVISE_INTERVAL_S)
         finally:
             cluster.stop()
             for sig, handler in previous.items():

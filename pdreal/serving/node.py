@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pdreal.serving.auth import read_token, with_token
 from pdreal.serving.config import DEFAULT_NUM_PAGES, ServeConfig
 from pdreal.serving.native_log import filtered_stderr
 
@@ -68,6 +69,7 @@ def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any
     runner = ModelRunner(model, config)
     spec, layout = model.spec, runner.pool.layout
     facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
+             "context_length": spec.context_length,
              "kv_capacity_tokens": config.kv_capacity_tokens,
              "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
              "threads": n.threads, "scheduler_pid": os.getpid()}
@@ -129,7 +131,8 @@ def serve_role(cfg: ServeConfig) -> int:
     role = cfg.node.role
     if role in ("prefill", "decode", "colocated"):
         server = build_instance(cfg, role)
-        asyncio.run(run_app(server.app(), cfg, role))
+        app = with_token(server.app(), read_token(cfg.node.token_file))  # the control plane's secret
+        asyncio.run(run_app(app, cfg, role))
         return 0
     if role == "router":
         from pdreal.serving.api import build_router

@@ -4,18 +4,32 @@ Every parser returns an `ApiRequest` or raises `ValueError` naming the bad field
 API answers HTTP 400 with that message). Defaults follow OpenAI: max_tokens 16, temperature 1.0,
 top_p 1.0; /generate follows SGLang: sampling_params.max_new_tokens 128. `ignore_eos` (bool) is
 accepted by all three as an extension. Chat messages are rendered with the ChatML template the
-SmolLM2-Instruct model was trained on (no default system prompt is added).
+SmolLM2-Instruct model was trained on (no default system prompt is added); a message's content is
+a string or a list of text parts. A request without a seed samples from fresh entropy (a random
+seed is drawn for it); with one, its output repeats. OpenAI parameters this server does not
+implement (UNSUPPORTED) are refused unless they carry their neutral value (null, false, 0, ...).
+`parse_body` (JSON decoding + parsing + tokenizing) is what the router runs off its event loop.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pdreal.model.sampling import SamplingParams
+from pdreal.model.sampling import SamplingParams, fresh_seed
 from pdreal.serving.wire import check_token_ids, sampling_from_json
 
-CHAT_ROLES = ("system", "user", "assistant")
+CHAT_ROLES = ("system", "developer", "user", "assistant")
+# OpenAI parameters not implemented here, and the values that mean "not used" (accepted)
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "echo": (None, False), "logprobs": (None, False, 0), "top_logprobs": (None, 0), "suffix": (None, ""),
+    "best_of": (None, 1), "logit_bias": (None, {}), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+    "response_format": (None, {"type": "text"}), "tools": (None, []), "tool_choice": (None, "none", "auto"),
+    "functions": (None, []), "function_call": (None, "none", "auto"), "modalities": (None, ["text"]),
+    "audio": (None,), "prediction": (None,),
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,11 @@ class TextCodec:
     def encode(self, text: str, where: str) -> tuple[int, ...]:
         if self.tokenizer is None:
             raise ValueError(f"{where}: this model has no tokenizer; send token ids instead of text")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800" (valid JSON, not text)
+            raise ValueError(f"{where}: not valid Unicode text ({exc.reason} {text[exc.start]!r} at index "
+                             f"{exc.start})") from None
         ids = tuple(self.tokenizer.encode(text).ids)
         if not ids:
             raise ValueError(f"{where}: empty prompt")
@@ -50,10 +69,33 @@ class TextCodec:
             raise ValueError("messages must be a non-empty list of {role, content} objects")
         parts = []
         for i, m in enumerate(messages):
-            if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES or not isinstance(m.get("content"), str):
-                raise ValueError(f"messages[{i}] must be {{'role': one of {CHAT_ROLES}, 'content': str}}, got {m!r}")
-            parts.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
+            if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
+                raise ValueError(f"messages[{i}] must be {{'role': one of {CHAT_ROLES}, 'content': ...}}, "
+                                 f"got {_short(m)}")
+            role = "system" if m["role"] == "developer" else m["role"]
+            parts.append(f"<|im_start|>{role}\n{_content_text(m.get('content'), i)}<|im_end|>\n")
         return self.encode("".join(parts) + "<|im_start|>assistant\n", "messages")
+
+
+def _content_text(content: Any, i: int) -> str:
+    """A message's text: a string, or a list of {"type": "text", "text": str} parts (joined)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ValueError(f"messages[{i}].content must be a string or a list of text parts, got {_short(content)}")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise ValueError(f"messages[{i}].content[{j}]: only text parts {{'type': 'text', 'text': str}} "
+                             f"are supported, got {kind!r}")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class Detokenizer:
@@ -90,7 +132,20 @@ def _stop(value: Any) -> tuple[str, ...]:
     raise ValueError(f"field 'stop' must be a string or a list of strings, got {value!r}")
 
 
+def _same(value: Any, neutral: Any) -> bool:
+    """Equal, without taking true for 1 or false for 0."""
+    return value == neutral and isinstance(value, bool) == isinstance(neutral, bool)
+
+
+def _check_supported(body: dict[str, Any]) -> None:
+    for name, neutral in UNSUPPORTED.items():
+        if name in body and not any(_same(body[name], v) for v in neutral):
+            raise ValueError(f"field {name!r} is not supported by this server, got {_short(body[name])} "
+                             f"(leave it out or send {neutral[-1]!r})")
+
+
 def _openai_sampling(body: dict[str, Any]) -> tuple[SamplingParams, bool, tuple[str, ...]]:
+    _check_supported(body)
     if _number(body, "n", 1, int) != 1:
         raise ValueError(f"field 'n' must be 1 (one choice per request), got {body['n']!r}")
     max_tokens = _number(body, "max_tokens", body.get("max_completion_tokens") or 16, int)
@@ -99,9 +154,14 @@ def _openai_sampling(body: dict[str, Any]) -> tuple[SamplingParams, bool, tuple[
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ValueError(f"field 'stream' must be true or false, got {stream!r}")
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ValueError(f"field 'ignore_eos' must be true or false, got {_short(ignore_eos)}")
+    seed = body.get("seed")
     sampling = SamplingParams(max_new_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float),
-                              top_p=_number(body, "top_p", 1.0, float), seed=_number(body, "seed", 0, int),
-                              ignore_eos=bool(body.get("ignore_eos", False)))
+                              top_p=_number(body, "top_p", 1.0, float),
+                              seed=fresh_seed() if seed is None else _number(body, "seed", 0, int),
+                              ignore_eos=ignore_eos)
     return sampling, stream, _stop(body.get("stop"))
 
 
@@ -141,8 +201,13 @@ def parse_generate(body: Any, codec: TextCodec) -> ApiRequest:
     if ("text" in body) == ("input_ids" in body):
         raise ValueError("give exactly one of 'text' and 'input_ids'")
     ids = codec.encode(body["text"], "text") if "text" in body else check_token_ids(body["input_ids"], codec.vocab_size)
-    params = dict(body.get("sampling_params") or {})
-    params.setdefault("max_new_tokens", 128)
+    params = body.get("sampling_params")
+    params = {} if params is None else params
+    if not isinstance(params, dict):
+        raise ValueError(f"field 'sampling_params' must be a JSON object, got {_short(params)}")
+    params = {"max_new_tokens": 128, **params}
+    if params.get("seed") is None:
+        params["seed"] = fresh_seed()
     sampling = sampling_from_json(params, "sampling_params")
     stream, rid = body.get("stream", False), body.get("rid")
     if not isinstance(stream, bool):
@@ -150,3 +215,22 @@ def parse_generate(body: Any, codec: TextCodec) -> ApiRequest:
     if rid is not None and (not isinstance(rid, int) or isinstance(rid, bool) or rid < 0):
         raise ValueError(f"field 'rid' must be an integer >= 0, got {rid!r}")
     return ApiRequest(ids, sampling, stream, request_id=rid)
+
+
+Parser = Callable[[Any, TextCodec], ApiRequest]
+
+
+def parse_body(raw: bytes, parse: Parser, codec: TextCodec) -> ApiRequest:
+    """Decode a request body and parse it (the router runs this on a worker thread: a large body
+    never holds its event loop). ValueError (HTTP 400) names the problem, for malformed or too
+    deeply nested JSON too."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise ValueError("malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"malformed JSON: {exc}") from None
+    try:
+        return parse(body, codec)
+    except RecursionError:
+        raise ValueError("request nested too deeply") from None

@@ -9,6 +9,13 @@ are yielded as they arrive. If one half fails or is rejected while the other sti
 other is aborted; if the client goes away, both are. The final event carries one trace row on
 the router's clock (both halves' times converted with each instance's clock offset).
 
+Deadlines follow health: each half is read by a pump task; when the router marks an instance
+unhealthy (Upstream.watchers) every unfinished half on it ends at once with a failed line naming
+the instance and why, so a stalled or dead instance fails its requests within the health check's
+delay, not at node.request_timeout_s. A request whose decode half finished is finished: its text
+is complete, and a prefill half that has not reported (a long prefill forward on that instance)
+only leaves its prefill times out of the row after PREFILL_ROW_GRACE_S.
+
 Colocated mode (no decode upstreams; the `prefill` list holds the colocated instances, as in
 pdsim's router): the policy picks one instance (RouteDecision.decode_id is -1), the request goes
 there alone (no bootstrap address; a room is still drawn, keeping the RNG streams in step with
@@ -33,7 +40,7 @@ from pdreal.model.sampling import SamplingParams
 from pdreal.serving.config import ServeConfig
 from pdreal.serving.router_metrics import RouterMetrics
 from pdreal.serving.timebase import now_s
-from pdreal.serving.upstream import Upstream, post_abort, stream_half
+from pdreal.serving.upstream import Upstream, failed_line, post_abort, stream_half
 from pdreal.serving.wire import request_to_json
 from pdsim.policy import RequestView, SloPredictor
 from pdsim.policy.router import REJECTED, RouterPolicy
@@ -56,9 +63,26 @@ class FinalEvent:
     failure_reason: str
     output_ids: tuple[int, ...]
     row: dict[str, Any]
+    unavailable: bool = False  # not dispatched: no healthy instance (HTTP 503)
 
 
 NO_PREFILL_HALF = {"finished": True, "status": STATUS_FINISHED, "failure_reason": "", "row": {}}
+CLIENT_GONE = "client disconnected"
+PREFILL_ROW_GRACE_S = 4.0
+
+
+@dataclass
+class _Pump:
+    """Reads one half's lines into a queue; `cut` ends it with a failed line."""
+
+    upstream: Upstream
+    queue: asyncio.Queue[dict[str, Any]]
+    task: asyncio.Task[None]
+
+    def cut(self, reason: str) -> None:
+        if not self.task.done():
+            self.task.cancel()
+            self.queue.put_nowait(failed_line(reason))
 
 
 @dataclass
@@ -75,6 +99,13 @@ class _Flight:
     first_failure: str = ""
     token_times_s: list[float] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
+    pumps: list[_Pump] = field(default_factory=list)
+
+    def lose(self, upstream: Upstream, reason: str) -> None:
+        """`upstream` was marked unhealthy: its unfinished halves end now, failed with `reason`."""
+        for pump in self.pumps:
+            if pump.upstream is upstream:
+                pump.cut(reason)
 
     def note(self, line: dict[str, Any]) -> None:
         if line["status"] != STATUS_FINISHED and not self.first_failure:
@@ -112,7 +143,8 @@ class Router:
         return self._next_id - 1
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
+        """Keep a background coroutine (or task) referenced until it ends."""
+        task = coro if isinstance(coro, asyncio.Task) else asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -140,7 +172,7 @@ class Router:
         if pair is None:
             row = {**base, "status": status, "failure_reason": reason, "finish_s": now_s()}
             self.metrics.observe(row, 0)
-            yield FinalEvent(status, reason, (), row)
+            yield FinalEvent(status, reason, (), row, unavailable=status != STATUS_REJECTED)
             return
         flight = _Flight(pair[0], pair[1], engine_id=room, stop=stop or asyncio.Event(),
                          prefill_line=dict(NO_PREFILL_HALF) if self.colocated else None)
@@ -150,37 +182,63 @@ class Router:
         base.update(route_s=now_s(), prefill_instance=flight.prefill.index, decode_instance=flight.decode.index,
                     bootstrap_room=room)
         self.metrics.inflight += 1
-        prefill_task = None if self.colocated else asyncio.create_task(self._prefill_half(flight, payload))
+        for upstream in {id(u): u for u in (flight.prefill, flight.decode)}.values():
+            upstream.watchers[room] = lambda why, u=upstream: flight.lose(u, why)
+        prefill_task = None
+        if not self.colocated:
+            prefill_task = asyncio.create_task(self._prefill_half(flight, self._pump(flight, flight.prefill, payload)))
+        decode_queue = self._pump(flight, flight.decode, payload)
+        ended = False
         try:
-            async for event in self._decode_half(flight, payload):
+            async for event in self._decode_half(flight, decode_queue):
                 yield event
             if prefill_task is not None:
                 await self._await_prefill(flight, prefill_task)
+            ended = True
             yield self._final(flight, base)
         finally:
             self.metrics.inflight -= 1
-            flight.prefill.queued.pop(room, None)
-            flight.decode.queued.pop(room, None)
-            if flight.decode_line is None or flight.prefill_line is None:  # client gone mid-way
-                if prefill_task is not None:
-                    prefill_task.cancel()
-                for upstream in (flight.decode,) if self.colocated else (flight.prefill, flight.decode):
-                    self._spawn(post_abort(self.session, upstream, room, "client disconnected"))
+            for upstream in (flight.prefill, flight.decode):
+                upstream.queued.pop(room, None)
+                upstream.watchers.pop(room, None)
+            if not ended:
+                self._client_gone(flight, base, prefill_task)
 
-    async def _prefill_half(self, flight: _Flight, payload: dict[str, Any]) -> None:
-        timeout = self.cfg.node.request_timeout_s
-        async for line in stream_half(self.session, flight.prefill, payload, timeout):
-            if line.get("finished"):
-                flight.prefill_line = line
-                flight.prefill.queued.pop(flight.engine_id, None)
-                flight.note(line)
-                if line["status"] != STATUS_FINISHED and flight.decode_line is None:
-                    why = f"prefill half {line['status']}: {line['failure_reason']}"
-                    self._spawn(post_abort(self.session, flight.decode, flight.engine_id, why))
+    def _pump(self, flight: _Flight, upstream: Upstream, payload: dict[str, Any]) -> asyncio.Queue[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
-    async def _decode_half(self, flight: _Flight, payload: dict[str, Any]) -> AsyncIterator[TokenEvent]:
-        timeout = self.cfg.node.request_timeout_s
-        async for line in stream_half(self.session, flight.decode, payload, timeout):
+        async def run() -> None:
+            async for line in stream_half(self.session, upstream, payload, self.cfg.node.request_timeout_s):
+                queue.put_nowait(line)
+
+        flight.pumps.append(_Pump(upstream, queue, asyncio.create_task(run())))
+        return queue
+
+    def _client_gone(self, flight: _Flight, base: dict[str, Any], prefill_task: asyncio.Task[None] | None) -> None:
+        """The client went away mid-way: abort both halves; the request counts as failed."""
+        for pump in flight.pumps:
+            pump.task.cancel()
+        if prefill_task is not None:
+            prefill_task.cancel()
+        if flight.decode_line is None or flight.prefill_line is None:
+            for upstream in {id(u): u for u in (flight.prefill, flight.decode)}.values():
+                self._spawn(post_abort(self.session, upstream, flight.engine_id, CLIENT_GONE))
+        row = {**base, "status": STATUS_FAILED, "failure_reason": CLIENT_GONE, "finish_s": now_s()}
+        self.metrics.observe(row, len(flight.output_ids))
+
+    async def _prefill_half(self, flight: _Flight, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        while not (line := await queue.get()).get("finished"):
+            continue
+        flight.prefill_line = line
+        flight.prefill.queued.pop(flight.engine_id, None)
+        flight.note(line)
+        if line["status"] != STATUS_FINISHED and flight.decode_line is None:
+            why = f"prefill half {line['status']}: {line['failure_reason']}"
+            self._spawn(post_abort(self.session, flight.decode, flight.engine_id, why))
+
+    async def _decode_half(self, flight: _Flight, queue: asyncio.Queue[dict[str, Any]]) -> AsyncIterator[TokenEvent]:
+        while True:
+            line = await queue.get()
             if not line.get("finished"):
                 t = now_s()
                 flight.decode.queued.pop(flight.engine_id, None)
@@ -191,27 +249,42 @@ class Router:
                     flight.first_failure = STOPPED
                     self._spawn(post_abort(self.session, flight.decode, flight.engine_id, STOPPED))
                 continue
-            flight.decode_line = line
             if flight.first_failure == STOPPED:
                 line = {**line, "status": STATUS_FINISHED, "failure_reason": ""}
-                flight.decode_line = line
+            flight.decode_line = line
             flight.note(line)
             if line["status"] != STATUS_FINISHED and flight.prefill_line is None:
                 why = f"decode half {line['status']}: {line['failure_reason']}"
                 self._spawn(post_abort(self.session, flight.prefill, flight.engine_id, why))
+            return
 
     async def _await_prefill(self, flight: _Flight, task: asyncio.Task[None]) -> None:
-        """The prefill half normally ends before the first token; a stuck one is given up on."""
-        f = self.cfg.faults
-        grace_s = max(1.0, f.heartbeat_interval_s * (f.heartbeat_misses + 1))
+        """The prefill half normally reports before the first token. After a finished decode half
+        the request is finished whatever the prefill half says later: a late report (its instance
+        busy with a long forward) only leaves the prefill times out of the row; the half is left
+        to end in the background. A failed decode half waits as long, then the prefill half is
+        given up (its instance was told to abort). An unhealthy instance ends the wait at once."""
+        decode_ok = flight.decode_line is not None and flight.decode_line["status"] == STATUS_FINISHED
         try:
-            await asyncio.wait_for(asyncio.shield(task), grace_s)
+            await asyncio.wait_for(asyncio.shield(task), PREFILL_ROW_GRACE_S)
         except asyncio.TimeoutError:
+            if decode_ok:
+                log.info("%s: prefill half of room %d unreported %g s after decode finished; row without its "
+                         "times", flight.prefill.name, flight.engine_id, PREFILL_ROW_GRACE_S)
+                self._spawn(task)
+                flight.prefill_line = dict(NO_PREFILL_HALF)
+                return
             task.cancel()
-            line = {"finished": True, "status": STATUS_FAILED, "row": {},
-                    "failure_reason": f"{flight.prefill.name}: prefill half unfinished {grace_s:g} s after decode"}
+            line = failed_line(f"{flight.prefill.name}: prefill half unfinished {PREFILL_ROW_GRACE_S:g} s after decode")
             flight.prefill_line = line
             flight.note(line)
+            return
+        if decode_ok and flight.prefill_line["status"] != STATUS_FINISHED:  # the KV did arrive
+            log.info("room %d finished although its prefill half reports %s", flight.engine_id,
+                     flight.prefill_line["failure_reason"])
+            flight.prefill_line = {**flight.prefill_line, "status": STATUS_FINISHED, "failure_reason": ""}
+            if flight.first_failure != STOPPED:
+                flight.first_failure = ""
 
     def _final(self, flight: _Flight, base: dict[str, Any]) -> FinalEvent:
         halves = []

@@ -15,7 +15,7 @@ from pdsim.trace import STATUS_FINISHED
 
 
 def _failure_side(reason: str) -> str:
-    for side in ("prefill", "decode", "colocated", "bootstrap", "heartbeat"):
+    for side in ("prefill", "decode", "colocated", "bootstrap", "heartbeat", "client"):
         if side in reason:
             return side
     return "router"

@@ -7,6 +7,10 @@ router's own accounting, as in pdsim's router: a request counts as queued on the
 from dispatch until its prefill half finishes, on the decode side until its first token, so
 back-to-back decisions see each other before any poll does.
 
+When an instance turns unhealthy (failed polls, or its engine reports an error) every in-flight
+request using it is told at once through `watchers` (the router fails its unfinished halves), so
+no client waits for a stalled or dead instance beyond the health check's own delay.
+
 `stream_half` posts one half of a request and yields its NDJSON lines; any HTTP or connection
 error ends the stream with a synthetic failed line naming the instance.
 """
@@ -16,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from pdreal.serving.auth import TOKEN_HEADER
 from pdreal.serving.timebase import ClockSync, clock_id, now_s
 from pdsim.policy import InstanceView
 from pdsim.trace import STATUS_FAILED
@@ -40,6 +45,8 @@ class Upstream:
     stats: dict[str, Any] = field(default_factory=dict)
     sync: ClockSync = field(default_factory=lambda: ClockSync(clock_id()))
     queued: dict[int, int] = field(default_factory=dict)  # engine request id -> prompt tokens
+    watchers: dict[int, Callable[[str], None]] = field(default_factory=dict)  # room -> told when it turns unhealthy
+    token: str = ""  # the control-plane token sent to the instance (X-PDReal-Token)
 
     @property
     def name(self) -> str:
@@ -59,14 +66,24 @@ class Upstream:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             self.misses += 1
             if self.healthy and self.misses >= self.unhealthy_after:
-                log.warning("%s unhealthy after %d failed polls (%s)", self.name, self.misses, exc)
-                self.healthy = False
+                self._mark_unhealthy(f"{self.misses} failed /stats polls ({type(exc).__name__} {exc})".rstrip())
             return
         self.sync.add_sample(stats["clock_id"], sent, stats["now_s"], now_s())
         self.stats, self.misses = stats, 0
+        if stats.get("error"):
+            if self.healthy:
+                self._mark_unhealthy(f"engine error: {stats['error']}")
+            return
         if not self.healthy:
             log.info("%s healthy", self.name)
-        self.healthy = not stats.get("error")
+        self.healthy = True
+
+    def _mark_unhealthy(self, why: str) -> None:
+        """No longer routed to; every in-flight request using it is failed now (watchers)."""
+        self.healthy = False
+        log.warning("%s unhealthy: %s; failing its %d in-flight request(s)", self.name, why, len(self.watchers))
+        for notify in list(self.watchers.values()):
+            notify(f"{self.name} marked unhealthy by the router: {why}")
 
     def view(self) -> InstanceView:
         queues = self.stats.get("queues", {})
@@ -97,7 +114,8 @@ async def stream_half(session: aiohttp.ClientSession, upstream: Upstream, payloa
     """POST /generate to `upstream`; yields its lines, always ending with one `finished` line."""
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 10.0))
-        async with session.post(f"{upstream.url}/generate", json=payload, timeout=timeout) as resp:
+        async with session.post(f"{upstream.url}/generate", json=payload, timeout=timeout,
+                                headers=control_headers(upstream.token)) as resp:
             if resp.status != 200:
                 text = await resp.text()
                 yield _failed(upstream, f"HTTP {resp.status}: {text[:300]}")
@@ -113,6 +131,14 @@ async def stream_half(session: aiohttp.ClientSession, upstream: Upstream, payloa
         yield _failed(upstream, f"{type(exc).__name__}: {exc}".rstrip(": "))
 
 
+def control_headers(token: str) -> dict[str, str]:
+    return {TOKEN_HEADER: token} if token else {}
+
+
+def failed_line(reason: str) -> dict[str, Any]:
+    return {"finished": True, "status": STATUS_FAILED, "failure_reason": reason, "token_ids": [], "row": {}}
+
+
 def _failed(upstream: Upstream, why: str) -> dict[str, Any]:
     return {"finished": True, "status": STATUS_FAILED, "failure_reason": f"{upstream.name}: {why}",
             "token_ids": [], "row": {}}
@@ -121,7 +147,7 @@ def _failed(upstream: Upstream, why: str) -> dict[str, Any]:
 async def post_abort(session: aiohttp.ClientSession, upstream: Upstream, request_id: int, reason: str) -> None:
     try:
         async with session.post(f"{upstream.url}/abort", json={"request_id": request_id, "reason": reason},
-                                timeout=aiohttp.ClientTimeout(total=5.0)) as resp:
+                                timeout=aiohttp.ClientTimeout(total=5.0), headers=control_headers(upstream.token)) as resp:
             await resp.read()
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         log.info("abort of %d on %s not delivered: %s", request_id, upstream.name, exc)

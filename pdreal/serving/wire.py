@@ -25,18 +25,27 @@ SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
 
 
 def sampling_from_json(data: Any, where: str = "sampling") -> SamplingParams:
+    """SamplingParams from a JSON object; ValueError names `where`, the field and the value."""
     if not isinstance(data, dict):
-        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__} {_short(data)}")
     unknown = sorted(set(data) - set(SAMPLING_FIELDS))
     if unknown:
         raise ValueError(f"{where}: unknown fields {unknown} (known: {list(SAMPLING_FIELDS)})")
     values = dict(data)
     if "stop_token_ids" in values:
-        values["stop_token_ids"] = tuple(int(t) for t in values["stop_token_ids"])
-    for name in ("max_new_tokens", "seed"):
-        if name in values and (not isinstance(values[name], int) or isinstance(values[name], bool)):
-            raise ValueError(f"{where}: field {name!r} must be an integer, got {values[name]!r}")
-    return SamplingParams(**values)
+        ids = values["stop_token_ids"]
+        if not isinstance(ids, list):
+            raise ValueError(f"{where}: field 'stop_token_ids' must be a list of token ids, got {_short(ids)}")
+        values["stop_token_ids"] = tuple(ids)
+    try:
+        return SamplingParams(**values)
+    except (ValueError, TypeError) as exc:  # SamplingParams names the field and value
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def sampling_to_json(params: SamplingParams) -> dict[str, Any]:
@@ -72,9 +81,12 @@ def request_from_json(body: Any, vocab_size: int) -> tuple[EngineRequest, str]:
     rid, room = body["request_id"], body["bootstrap_room"]
     if not isinstance(rid, int) or not isinstance(room, int):
         raise ValueError(f"request_id and bootstrap_room must be integers, got {rid!r}, {room!r}")
+    arrival = body.get("arrival_s", math.nan)
+    if not isinstance(arrival, int | float) or isinstance(arrival, bool):
+        raise ValueError(f"field 'arrival_s' must be a number, got {_short(arrival)}")
     req = EngineRequest(rid, check_token_ids(body["input_ids"], vocab_size),
                         sampling_from_json(body.get("sampling", {})), bootstrap_room=room,
-                        arrival_s=float(body.get("arrival_s", math.nan)))
+                        arrival_s=float(arrival))
     bootstrap = f"{body.get('bootstrap_host', '')}:{body.get('bootstrap_port', '')}"
     return req, bootstrap
 

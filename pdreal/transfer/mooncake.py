@@ -45,6 +45,9 @@ class MooncakeKVManager(PagedKVManager):
 
     def __init__(self, config: TransferConfig, pool: KVPool, clock: Clock = time.monotonic) -> None:
         os.environ.setdefault("MC_LOG_LEVEL", "ERROR")
+        # Mooncake's documented bind knob; 0.3.13 still listens on every interface whatever it
+        # says (docs/PDREAL.md, "Network exposure", gives the firewall rule)
+        os.environ.setdefault("MC_TCP_BIND_ADDRESS", config.host)
         import msgpack
         import zmq
         from mooncake.engine import TransferEngine
