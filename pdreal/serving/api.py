@@ -96,6 +96,9 @@ class RouterServer:
         self.codec.vocab_size = int(engine.get("vocab_size", self.codec.vocab_size))
         self.eos_ids = frozenset(engine.get("eos_token_ids", ()))
         self.context_length = int(engine.get("context_length", 0))
+        pools = [u.kv_total_tokens for u in self.upstreams if u.healthy]
+        bounds = [b for b in (self.context_length, max(pools, default=0)) if b]
+        self.codec.max_prompt_tokens = min(bounds, default=0)  # longer prompts are cut before any work
         if engine.get("model"):
             self.model_names.add(str(engine["model"]))
         self._poller = asyncio.create_task(self._poll_forever())

@@ -43,23 +43,41 @@ class ApiRequest:
 
 
 class TextCodec:
-    """Tokenizer wrapper; without a tokenizer (random weights) only token ids are accepted."""
+    """Tokenizer wrapper; without a tokenizer (random weights) only token ids are accepted.
 
-    def __init__(self, tokenizer: Any | None, vocab_size: int) -> None:
-        self.tokenizer, self.vocab_size = tokenizer, vocab_size
+    `max_prompt_tokens` (0 = unknown; the router sets it from the model's context length or the
+    largest KV pool) cuts hopeless prompts before any work: a token-id list longer than it, or a
+    text longer than it times the longest token's characters. Tokenizing uses `encode_batch`,
+    which releases the GIL (plain `encode` holds it: seconds for a 10 MB prompt)."""
+
+    def __init__(self, tokenizer: Any | None, vocab_size: int, max_prompt_tokens: int = 0) -> None:
+        self.tokenizer, self.vocab_size, self.max_prompt_tokens = tokenizer, vocab_size, max_prompt_tokens
+        vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+        self.max_token_chars = max((len(t) for t in vocab), default=0)
 
     def encode(self, text: str, where: str) -> tuple[int, ...]:
         if self.tokenizer is None:
             raise ValueError(f"{where}: this model has no tokenizer; send token ids instead of text")
+        limit = self.max_prompt_tokens * self.max_token_chars
+        if limit and len(text) > limit:
+            raise ValueError(f"{where}: a text of {len(text)} characters cannot fit in {self.max_prompt_tokens} "
+                             f"tokens (the longest token has {self.max_token_chars} characters)")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800" (valid JSON, not text)
             raise ValueError(f"{where}: not valid Unicode text ({exc.reason} {text[exc.start]!r} at index "
                              f"{exc.start})") from None
-        ids = tuple(self.tokenizer.encode(text).ids)
+        ids = tuple(self.tokenizer.encode_batch([text])[0].ids)
         if not ids:
             raise ValueError(f"{where}: empty prompt")
         return ids
+
+    def token_ids(self, ids: Any, where: str) -> tuple[int, ...]:
+        """A client's token-id prompt, checked against the vocabulary and the length limit."""
+        if self.max_prompt_tokens and isinstance(ids, list) and len(ids) > self.max_prompt_tokens:
+            raise ValueError(f"{where}: {len(ids)} token ids exceed the longest prompt this server takes "
+                             f"({self.max_prompt_tokens} tokens)")
+        return check_token_ids(ids, self.vocab_size, where)
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
         return self.tokenizer.decode(list(ids)) if self.tokenizer is not None else ""
@@ -181,7 +199,7 @@ def parse_completion(body: Any, codec: TextCodec) -> ApiRequest:
     if isinstance(prompt, str):
         ids = codec.encode(prompt, "prompt")
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        ids = check_token_ids(prompt, codec.vocab_size, "prompt")
+        ids = codec.token_ids(prompt, "prompt")
     else:
         raise ValueError("field 'prompt' must be a string or a list of token ids (one prompt per request)")
     sampling, stream, stop = _openai_sampling(body)
@@ -200,7 +218,7 @@ def parse_generate(body: Any, codec: TextCodec) -> ApiRequest:
     body = _object(body)
     if ("text" in body) == ("input_ids" in body):
         raise ValueError("give exactly one of 'text' and 'input_ids'")
-    ids = codec.encode(body["text"], "text") if "text" in body else check_token_ids(body["input_ids"], codec.vocab_size)
+    ids = codec.encode(body["text"], "text") if "text" in body else codec.token_ids(body["input_ids"], "input_ids")
     params = body.get("sampling_params")
     params = {} if params is None else params
     if not isinstance(params, dict):

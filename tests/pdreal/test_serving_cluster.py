@@ -98,11 +98,42 @@ def test_chat_completion_streams_text(cluster) -> None:  # noqa: ANN001
     ("/v1/completions", {"prompt": [5] * 2000, "max_tokens": 4}, "exceeds the prefill KV pool (1024 tokens)"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0]"),
     ("/generate", {"input_ids": [1, 99999]}, "token id 99999"),
-    ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 1"),
+    ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens' must be an integer >= 1"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "temperature": 0.7, "seed": -1}, "field 'seed'"),
+    ("/v1/completions", {"prompt": "hi", "temperature": float("nan")}, "field 'temperature'"),
+    ("/v1/completions", {"prompt": "\ud800", "max_tokens": 2}, "not valid Unicode text"),
+    ("/v1/completions", {"prompt": [5] * 9000, "max_tokens": 4}, "exceed the longest prompt this server takes"),
+    ("/v1/completions", {"prompt": "word " * 1100, "max_tokens": 4}, "exceeds the prefill KV pool (1024 tokens)"),
+    ("/v1/completions", {"prompt": [5] * 1000, "max_tokens": 8000}, "exceeds the model's context length (8192 tokens)"),
+    ("/v1/completions", {"prompt": "hi", "logprobs": 2}, "field 'logprobs' is not supported"),
+    ("/generate", {"text": "hi", "sampling_params": [1]}, "field 'sampling_params' must be a JSON object"),
+    ("/generate", {"text": "hi", "sampling_params": {"stop_token_ids": ["x"]}}, "'stop_token_ids': 'x'"),
 ])
 def test_bad_requests_are_400_with_a_message(cluster, path: str, body, needle: str) -> None:  # noqa: ANN001
     status, out = post(cluster.url + path, body, raw=b"{not json" if body is None else None)
     assert status == 400 and needle in out["error"]["message"], out
+
+
+def test_unknown_model_is_404_and_content_parts_are_text(cluster) -> None:  # noqa: ANN001
+    status, out = post(f"{cluster.url}/v1/completions", {"prompt": "hi", "model": "gpt-4"})
+    assert status == 404 and out["error"]["code"] == "model_not_found", out
+    status, out = post(f"{cluster.url}/v1/chat/completions", {
+        "model": "smollm2", "max_tokens": 3, "temperature": 0,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}]})
+    assert status == 200 and out["usage"]["completion_tokens"] == 3, out
+    status, deep = post(f"{cluster.url}/generate", None, raw=b"[" * 50_000 + b"]" * 50_000)
+    assert status == 400 and "nested too deeply" in deep["error"]["message"]
+
+
+def test_stop_string_usage_agrees_streamed_and_not(cluster, tokenizer) -> None:  # noqa: ANN001
+    prompt_ids, golden = SMOLLM2_GOLDEN[0]  # " Paris.\n\nThe answer is: 201"
+    body = {"prompt": prompt_ids, "max_tokens": 12, "temperature": 0, "stop": "."}
+    status, out = post(f"{cluster.url}/v1/completions", body)
+    events = sse(f"{cluster.url}/v1/completions", {**body, "stream": True})
+    assert status == 200 and out["choices"][0]["text"] == " Paris" and out["choices"][0]["finish_reason"] == "stop"
+    assert out["usage"]["completion_tokens"] == events[-1]["usage"]["completion_tokens"] == 2  # " Paris", "."
+    ids = {out["id"], post(f"{cluster.url}/v1/completions", body)[1]["id"]}
+    assert len(ids) == 2 and all(i.startswith("cmpl-") and len(i) > 20 for i in ids)
 
 
 def test_metrics_parse_and_nothing_leaks(cluster) -> None:  # noqa: ANN001
