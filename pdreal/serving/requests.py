@@ -76,7 +76,7 @@ class TextCodec:
         """A client's token-id prompt, checked against the vocabulary and the length limit."""
         if self.max_prompt_tokens and isinstance(ids, list) and len(ids) > self.max_prompt_tokens:
             raise ValueError(f"{where}: {len(ids)} token ids exceed the longest prompt this server takes "
-                             f"({self.max_prompt_tokens} tokens)")
+                             f"({self.max_prompt_tokens} tokens: the model's context length or the largest KV pool)")
         return check_token_ids(ids, self.vocab_size, where)
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
