@@ -26,6 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
@@ -73,20 +74,22 @@ class Child:
 
 def spawn(cfg: ServeConfig, role: str, workdir: Path, name: str, log_dir: Path | None = None) -> Child:
     """Start one role in a child process (its config written to `workdir/<name>.yaml`)."""
-    path = dump_serve_config(replace(cfg, node=replace(cfg.node, role=role)), workdir / f"{name}.yaml")
+    cfg = replace(cfg, node=replace(cfg.node, role=role))
+    path = dump_serve_config(cfg, workdir / f"{name}.yaml")
     log_file = (log_dir / f"{name}.log").open("a") if log_dir is not None else None
     process = subprocess.Popen([sys.executable, "-m", "pdreal.cli", "serve", "--config", str(path)],
                                stdout=subprocess.PIPE, stderr=log_file, text=True)
     return Child(name, process, log_file=log_file, cfg=cfg)
 
 
-def wait_ready(child: Child, timeout_s: float) -> Child:
-    """Read the child's stdout until its READY line; raise naming the child if it dies or times out."""
+def wait_ready(child: Child, timeout_s: float, give_up: Callable[[], bool] = lambda: False) -> Child:
+    """Read the child's stdout until its READY line; raise naming the child if it dies or times out
+    (or `give_up()` turns true: the cluster is being stopped)."""
     assert child.process.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(child.process.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not give_up():
         if not selector.select(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
             if child.process.poll() is not None:
                 break
@@ -113,6 +116,7 @@ class LocalCluster:
     decode_count: int = 1
     log_dir: Path | None = None
     children: dict[str, Child] = field(default_factory=dict)
+    stopping: bool = False  # set by a signal handler: restarts give up
 
     @property
     def counts(self) -> dict[str, int]:
@@ -153,14 +157,12 @@ class LocalCluster:
             raise
         return self.url
 
-    def supervise(self, timeout_s: float = 120.0) -> list[str]:
-        """Restart every child that exited or whose engine died; returns what happened (lines)."""
-        lines = []
+    def supervise(self, say: Callable[[str], None], timeout_s: float = 120.0) -> None:
+        """Restart every child that exited or whose engine died, saying why and when it is back."""
         for name, child in list(self.children.items()):
             why = self._trouble(child)
             if why:
-                lines += self._restart(name, child, why, timeout_s)
-        return lines
+                self._restart(name, child, why, say, timeout_s)
 
     def _trouble(self, child: Child) -> str:
         if child.process.poll() is not None:
@@ -176,27 +178,28 @@ class LocalCluster:
             return ""
         return f"unhealthy (/health 503 x{child.sick_checks})" if child.sick_checks >= UNHEALTHY_CHECKS else ""
 
-    def _restart(self, name: str, child: Child, why: str, timeout_s: float) -> list[str]:
+    def _restart(self, name: str, child: Child, why: str, say: Callable[[str], None], timeout_s: float) -> None:
         if child.process.poll() is None:
             child.process.kill()
         child.stop(5.0)
         port = int(child.url.rsplit(":", 1)[1]) if child.url else 0
         assert child.cfg is not None
         cfg = replace(child.cfg, node=replace(child.cfg.node, port=port))
-        lines = [f"pdreal serve: {name} (pid {child.process.pid}) {why}; restarting it on port {port} "
-                 f"(restart {child.restarts + 1}){self._log_hint(name)}"]
+        say(f"pdreal serve: {name} (pid {child.process.pid}) {why}; restarting it on port {port} "
+            f"(restart {child.restarts + 1}){self._log_hint(name)}")
         fresh = spawn(cfg, cfg.node.role, self.workdir, name, self.log_dir)
         fresh.restarts, fresh.url = child.restarts + 1, child.url
         self.children[name] = fresh
         try:
-            wait_ready(fresh, timeout_s)
+            wait_ready(fresh, timeout_s, lambda: self.stopping)
         except RuntimeError as exc:
-            lines.append(f"pdreal serve: {name} did not come back ({exc}); retrying in {RETRY_S:g} s")
+            if self.stopping:
+                return
+            say(f"pdreal serve: {name} did not come back ({exc}); retrying in {RETRY_S:g} s")
             fresh.url = child.url
             time.sleep(RETRY_S)
-            return lines
-        lines.append(f"pdreal serve: {name} (pid {fresh.process.pid}) is back at {fresh.url}")
-        return lines
+            return
+        say(f"pdreal serve: {name} (pid {fresh.process.pid}) is back at {fresh.url}")
 
     def _log_hint(self, name: str) -> str:
         return f"; its log: {self.log_dir / (name + '.log')}" if self.log_dir is not None else ""
@@ -230,6 +233,7 @@ def serve_local(cfg: ServeConfig, log_dir: Path | None = None, prefill: int = 1,
 
         def on_signal(signum: int, frame: object) -> None:
             stopping["signal"] = signum
+            cluster.stopping = True
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -243,8 +247,7 @@ def serve_local(cfg: ServeConfig, log_dir: Path | None = None, prefill: int = 1,
                   "--max-input-tokens 256 --max-output-tokens 32\n"
                   f"  metrics: {url}/metrics    stop: Ctrl-C", flush=True)
             while not stopping["signal"]:
-                for line in cluster.supervise():
-                    print(line, flush=True)
+                cluster.supervise(lambda line: print(line, flush=True))
                 time.sleep(SUPERVISE_INTERVAL_S)
         finally:
             cluster.stop()

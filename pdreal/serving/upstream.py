@@ -66,7 +66,8 @@ class Upstream:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             self.misses += 1
             if self.healthy and self.misses >= self.unhealthy_after:
-                self._mark_unhealthy(f"{self.misses} failed /stats polls ({type(exc).__name__} {exc})".rstrip())
+                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self._mark_unhealthy(f"{self.misses} failed /stats polls ({detail})")
             return
         self.sync.add_sample(stats["clock_id"], sent, stats["now_s"], now_s())
         self.stats, self.misses = stats, 0
