@@ -172,8 +172,10 @@ def _row(req: PlannedRequest, result: _Result, start_s: float, sync: ClockSync) 
 
 
 async def replay(url: str, requests: list[PlannedRequest], vocab_size: int, options: ReplayOptions,
-                 on_done: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Send every request at its time; returns (trace rows, replay facts for the summary)."""
+                 on_done: Callable[[str], None] | None = None,
+                 on_sent: Callable[[], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Send every request at its time; returns (trace rows, replay facts for the summary).
+    `on_sent()` is called as each request leaves, `on_done(status)` as each ends (progress)."""
     url = url.rstrip("/")
     prompts = [prompt_ids(r, vocab_size, options.seed) for r in requests]
     results = [_Result() for _ in requests]
@@ -188,6 +190,8 @@ async def replay(url: str, requests: list[PlannedRequest], vocab_size: int, opti
                 await asyncio.sleep(delay)
             lags.append(now_s() - start - req.send_s)
             task = asyncio.create_task(_send(session, url, req, ids, result, options.request_timeout_s))
+            if on_sent is not None:
+                on_sent()
             if on_done is not None:
                 task.add_done_callback(lambda _, r=result: on_done(r.status or STATUS_FAILED))
             tasks[task] = result

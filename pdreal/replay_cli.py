@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -107,8 +107,16 @@ def run_replay_command(args: argparse.Namespace) -> int:
         raise ValueError("the workload has no requests inside --max-requests / --max-duration-s")
     before = router_state(args.url)
     vocab = int(next(i["stats"]["engine"]["vocab_size"] for i in before["instances"] if i["stats"]))
-    bar = tqdm(total=len(requests), unit="req", disable=args.no_progress, file=sys.stderr, desc="replay")
-    rows, facts = asyncio.run(replay(args.url, requests, vocab, options, on_done=lambda status: bar.update(1)))
+    bar = tqdm(total=len(requests), unit="req", disable=args.no_progress, file=sys.stderr, desc="replay (ended)")
+    counts = Counter()
+
+    def note(key: str) -> None:
+        counts[key] += 1
+        bar.set_postfix(sent=counts["sent"], finished=counts["finished"], failed=counts["failed"],
+                        rejected=counts["rejected"], refresh=False)
+        bar.update(0 if key == "sent" else 1)
+
+    rows, facts = asyncio.run(replay(args.url, requests, vocab, options, on_done=note, on_sent=lambda: note("sent")))
     bar.close()
     recorder = TraceRecorder()
     for row in rows:
@@ -125,6 +133,22 @@ def run_replay_command(args: argparse.Namespace) -> int:
     print(format_summary(summary, f"pdreal replay: {summary['replay']['workload']} -> {args.url}  "
                                   f"({len(requests)} requests, speedup {args.speedup:g})"))
     print(f"\nTTFT/TPOT measured at the client. outputs: {path} and {path.with_name('trace.summary.json')}")
-    if facts["requests_unfinished_at_stop"]:
-        print(json.dumps({"unfinished_at_stop": facts["requests_unfinished_at_stop"]}), file=sys.stderr)
+    print(ending(rows, facts, args.drain_timeout_s), file=sys.stderr)
     return 0
+
+
+def ending(rows: list[dict[str, Any]], facts: dict[str, Any], drain_timeout_s: float) -> str:
+    """The replay's last words: what ended how, and what to change when requests were left running."""
+    statuses = Counter(row["status"] for row in rows)
+    text = (f"pdreal replay: {statuses['finished']} finished, {statuses['failed']} failed, "
+            f"{statuses['rejected']} rejected of {len(rows)} requests in {facts['wall_s']:.1f} s")
+    unfinished = facts["requests_unfinished_at_stop"]
+    if unfinished:
+        text += (f"\npdreal replay: {unfinished} of them were still running {drain_timeout_s:g} s after the last "
+                 "send (--drain-timeout-s) and count as failed: the server is slower than this workload here. "
+                 "Lower scenario.rate_rps or the lengths (--max-input-tokens, --max-output-tokens), or raise "
+                 "--drain-timeout-s.")
+    reasons = Counter(row["failure_reason"][:80] for row in rows if row["status"] != "finished")
+    if reasons:
+        text += "\npdreal replay: reasons: " + "; ".join(f"{n} x {r}" for r, n in reasons.most_common(4))
+    return text

@@ -68,8 +68,9 @@ class Serve:
         threading.Thread(target=self._read, daemon=True).start()
         ready = self.wait_line(r"pdreal serve: ready at (\S+)", 120.0)
         self.url = ready.group(1)
-        self.pids = {m.group(1): int(m.group(2)) for m in
-                     (re.match(r"pdreal serve: (\w+) \(pid (\d+)\) at ", line) for line in self.lines) if m}
+        started = [m for m in (re.match(r"pdreal serve: (\w+) \(pid (\d+)\) at (\S+)", x) for x in self.lines) if m]
+        self.pids = {m.group(1): int(m.group(2)) for m in started}
+        self.urls = {m.group(1): m.group(3) for m in started}
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -198,12 +199,12 @@ def test_chaos_every_request_ends_and_nothing_leaks(tmp_path: Path) -> None:
         outcome: dict[str, Any] = {}
         options = ReplayOptions(drain_timeout_s=40.0, request_timeout_s=60.0)
         replayer = threading.Thread(target=lambda: outcome.update(
-            zip(("rows", "facts"), asyncio.run(replay(url, planned, 101, options)))))
+            zip(("rows", "facts"), asyncio.run(replay(url, planned, 101, options)), strict=True)))
         replayer.start()
         _bad_requests_are_refused(url)
         _big_body_keeps_health_responsive(url)
         _sampling_is_fresh_unless_seeded(url)
-        _control_plane_needs_the_token(f"http://127.0.0.1:{serve.lines and _port(serve, 'prefill0')}")
+        _control_plane_needs_the_token(serve.urls["prefill0"])
         _drop_a_client(url)
         stalled: list[tuple[float, int, dict[str, Any]]] = []
         long_one = _long_request(url, stalled)
@@ -238,7 +239,3 @@ def test_chaos_every_request_ends_and_nothing_leaks(tmp_path: Path) -> None:
         serve.stop()
     assert serve.process.returncode == 0, "\n".join(serve.lines)
 
-
-def _port(serve: Serve, name: str) -> str:
-    match = serve.wait_line(rf"pdreal serve: {name} \(pid \d+\) at http://[\d.]+:(\d+)", 1.0)
-    return match.group(1)
