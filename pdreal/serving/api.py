@@ -115,7 +115,9 @@ class RouterServer:
         self.parsers.shutdown(wait=False, cancel_futures=True)
 
     async def _poll_once(self) -> None:
-        timeout = max(0.5, self.router.cfg.node.stats_interval_s * 2)
+        # a poll that misses marks the instance toward unhealthy, which fails its in-flight requests:
+        # lenient enough that a busy instance is not taken for a dead one
+        timeout = max(1.0, self.router.cfg.node.stats_interval_s * 5)
         await asyncio.gather(*(u.poll(self.router.session, timeout) for u in self.upstreams))
 
     async def _poll_forever(self) -> None:

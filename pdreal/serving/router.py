@@ -112,6 +112,21 @@ class _Flight:
             self.first_failure = line["failure_reason"]
 
 
+def _unwatch_when_done(flight: _Flight) -> None:
+    """Stop watching the flight's instances once its last pump ends (a prefill half left to report
+    in the background stays bound to its instance's health until then)."""
+    room, pending = flight.engine_id, [p.task for p in flight.pumps if not p.task.done()]
+
+    def unwatch(_: object = None) -> None:
+        if all(task.done() for task in pending):
+            flight.prefill.watchers.pop(room, None)
+            flight.decode.watchers.pop(room, None)
+
+    for task in pending:
+        task.add_done_callback(unwatch)
+    unwatch()
+
+
 def slo_predictor(cfg: ServeConfig) -> SloPredictor | None:
     """early_reject's latency model: the table of a `pdreal profile` CSV (node.latency_profile)."""
     if not cfg.node.latency_profile:
@@ -131,6 +146,7 @@ class Router:
                                           stream(cfg.seed, "router.route"), stream(cfg.seed, "router.bootstrap_room"),
                                           slo_predictor(cfg))
         self.metrics = RouterMetrics()
+        self.prefill_row_grace_s = PREFILL_ROW_GRACE_S
         self.session: aiohttp.ClientSession | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._next_id = 0
@@ -200,9 +216,9 @@ class Router:
             self.metrics.inflight -= 1
             for upstream in (flight.prefill, flight.decode):
                 upstream.queued.pop(room, None)
-                upstream.watchers.pop(room, None)
             if not ended:
                 self._client_gone(flight, base, prefill_task)
+            _unwatch_when_done(flight)
 
     def _pump(self, flight: _Flight, upstream: Upstream, payload: dict[str, Any]) -> asyncio.Queue[dict[str, Any]]:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -266,16 +282,18 @@ class Router:
         given up (its instance was told to abort). An unhealthy instance ends the wait at once."""
         decode_ok = flight.decode_line is not None and flight.decode_line["status"] == STATUS_FINISHED
         try:
-            await asyncio.wait_for(asyncio.shield(task), PREFILL_ROW_GRACE_S)
+            await asyncio.wait_for(asyncio.shield(task), self.prefill_row_grace_s)
         except asyncio.TimeoutError:
             if decode_ok:
                 log.info("%s: prefill half of room %d unreported %g s after decode finished; row without its "
-                         "times", flight.prefill.name, flight.engine_id, PREFILL_ROW_GRACE_S)
+                         "times", flight.prefill.name, flight.engine_id, self.prefill_row_grace_s)
                 self._spawn(task)
                 flight.prefill_line = dict(NO_PREFILL_HALF)
                 return
             task.cancel()
-            line = failed_line(f"{flight.prefill.name}: prefill half unfinished {PREFILL_ROW_GRACE_S:g} s after decode")
+            next(p for p in flight.pumps if p.upstream is flight.prefill).task.cancel()  # told to abort
+            line = failed_line(f"{flight.prefill.name}: prefill half unfinished {self.prefill_row_grace_s:g} s "
+                               "after decode")
             flight.prefill_line = line
             flight.note(line)
             return
