@@ -83,7 +83,8 @@ def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any
 
     progress(f"starting the {n.transfer_backend} transfer engine on {n.public_host}")
     transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
-                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s)
+                              device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s,
+                              token=read_token(n.token_file))
     with filtered_stderr():  # Mooncake's start-up line about its own segment (native_log.py)
         kv = make_kv_manager(transfer, runner.pool)
     engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)

@@ -47,6 +47,7 @@ class TransferConfig:
     bootstrap_timeout_s: float = 300.0
     transfer_timeout_s: float = 600.0  # decode: max wait from receiver creation to Success
     coalesce: bool = True  # False: one entry per page (for measuring the benefit)
+    token: str = ""  # control-plane secret carried by every control message (mooncake); '' = none
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,12 @@ Both sides register their whole pool once (`register_memory`). The engine runs i
 P2PHANDSHAKE mode (no metadata server): a peer's session name is `host:rpc_port`. Control
 messages are msgpack over ZMQ PUSH/PULL and carry page indices only:
 
-    decode -> prefill  {"kind": "info", "room", "peer": PeerInfo, "pages": [...]}
-    prefill -> decode  {"kind": "status", "room", "aux": TransferAux | None, "reason"}
+    decode -> prefill  {"kind": "info", "room", "peer": PeerInfo, "pages": [...], "token"}
+    prefill -> decode  {"kind": "status", "room", "aux": TransferAux | None, "reason", "token"}
+
+Every message carries the control-plane token (TransferConfig.token, node.token_file); a message
+with another token is dropped and logged, so no one who can reach the PULL socket can point a
+prefill's KV writes elsewhere or fail a room.
 
 A prefill manager's bootstrap address is its ZMQ `host:port` (the HTTP bootstrap server of
 the serving layer maps instances to it). Each chunk is written with `batch_transfer_sync_write`
@@ -17,6 +21,7 @@ thread owns the PULL socket.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import threading
@@ -92,7 +97,8 @@ class MooncakeKVManager(PagedKVManager):
 
     def _send(self, cache: dict[str, Any], addr: str, message: dict[str, Any]) -> None:
         try:
-            self._socket(cache, addr).send(self._msgpack.packb(message), flags=self._zmq.NOBLOCK)
+            signed = {**message, "token": self.config.token}
+            self._socket(cache, addr).send(self._msgpack.packb(signed), flags=self._zmq.NOBLOCK)
         except self._zmq.Again:
             raise KVTransferError(f"control queue to {addr} is full (peer unreachable?)") from None
 
@@ -128,6 +134,9 @@ class MooncakeKVManager(PagedKVManager):
                 log.exception("bad control message")
 
     def _handle(self, message: dict[str, Any]) -> None:
+        if not hmac.compare_digest(str(message.get("token", "")).encode(), self.config.token.encode()):
+            log.warning("control message of kind %r dropped: wrong token", message.get("kind"))
+            return
         kind, room = message["kind"], int(message["room"])
         if kind == "info":
             self.on_transfer_info(room, PeerInfo.from_dict(message["peer"]), list(message["pages"]))

@@ -82,3 +82,32 @@ def test_killed_decode_process_fails_request_and_frees_prefill_pages() -> None:
     assert row is not None
     assert row["status"] == "failed" and "mooncake write" in row["failure_reason"], row
     assert error == "" and stats.kv_used_tokens == 0
+
+
+def test_control_messages_need_the_token(pd_factory) -> None:  # noqa: ANN001
+    import msgpack
+    import zmq
+
+    from pdreal.transfer.base import KVPoll
+
+    pd = pd_factory(transfer=TransferConfig(backend="mooncake", host="127.0.0.1", protocol="tcp", token="s" * 32))
+    receiver = pd.decode.kv.create_receiver(pd.prefill.kv.bootstrap_addr, 9)
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"tcp://{pd.decode.kv.bootstrap_addr}")
+    try:
+        for token in ("guess", "s" * 32):  # a forged status fails the room only with the right token
+            push.send(msgpack.packb({"kind": "status", "room": 9, "aux": None, "reason": "forged", "token": token}))
+            time.sleep(0.3)
+            assert (receiver.poll() == KVPoll.Failed) == (token == "s" * 32)
+        assert receiver.failure_reason == "prefill side failed: forged"
+    finally:
+        push.close()
+        ctx.term()
+        receiver.close()
+    gen = torch.Generator().manual_seed(2)
+    reqs = [EngineRequest(0, tuple(torch.randint(0, 100, (12,), generator=gen).tolist()),
+                          SamplingParams(max_new_tokens=3, ignore_eos=True), bootstrap_room=31)]
+    assert run_disaggregated(pd.prefill, pd.decode, reqs)[0].row["status"] == "finished"  # same token: works
+    pd.check_invariants()
