@@ -239,3 +239,37 @@ def test_chaos_every_request_ends_and_nothing_leaks(tmp_path: Path) -> None:
         serve.stop()
     assert serve.process.returncode == 0, "\n".join(serve.lines)
 
+
+
+def test_supervisor_restarts_on_exit_or_a_dead_engine_only(tmp_path: Path) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from pdreal.serving.config import load_serve_config
+    from pdreal.serving.launch import UNHEALTHY_CHECKS, Child, LocalCluster
+
+    class DeadEngine(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), DeadEngine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cluster = LocalCluster(load_serve_config(None, []), tmp_path)
+        child = Child("prefill0", process, url=f"http://127.0.0.1:{server.server_address[1]}")
+        reasons = [cluster._trouble(child) for _ in range(UNHEALTHY_CHECKS)]
+        assert reasons == [""] * (UNHEALTHY_CHECKS - 1) + [f"unhealthy (/health 503 x{UNHEALTHY_CHECKS})"]
+        os.kill(process.pid, signal.SIGSTOP)  # an instance that does not answer (busy, stopped) is left alone
+        child.url, child.sick_checks = "http://127.0.0.1:9", 0
+        assert cluster._trouble(child) == ""
+        process.kill()
+        process.wait(10)
+        assert cluster._trouble(child) == "killed by SIGKILL"
+    finally:
+        server.shutdown()
+        if process.poll() is None:
+            process.kill()
