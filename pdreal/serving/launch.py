@@ -8,17 +8,19 @@ the tests start on loopback. The cluster writes a fresh control-plane token (aut
 work folder for its children unless node.token_file names one.
 
 Supervision (`LocalCluster.supervise`, called every SUPERVISE_INTERVAL_S by `pdreal serve`): a
-child that exited, or an instance whose /health answers 503 (its engine died) on
-UNHEALTHY_CHECKS checks in a row, is restarted on the same port with the same config, and the
-reason is printed; the router stays up throughout (it fails the requests in flight on a dead
-instance and routes to it again once it answers). A stopped (SIGSTOP) child is left alone: it
-may resume. A child that cannot start again is retried every RETRY_S.
+child that exited, or an instance whose /health has answered 503 for `unhealthy_restart_s` (its
+own scheduler restarts failed; a scheduler restart normally ends the 503 within seconds), is
+restarted on the same port with the same config, and the reason is printed; the router stays up
+throughout (it fails the requests in flight on a dead instance and routes to it again once it
+answers). A child that does not answer (busy, or stopped with SIGSTOP) is left alone: it may
+resume. A child that cannot start again is retried every RETRY_S.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import selectors
 import signal
 import subprocess
@@ -36,7 +38,7 @@ from pdreal.serving.config import ServeConfig, dump_serve_config
 from pdreal.serving.node import READY_PREFIX
 
 SUPERVISE_INTERVAL_S = 0.5
-UNHEALTHY_CHECKS = 4
+UNHEALTHY_RESTART_S = 60.0
 RETRY_S = 5.0
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ class Child:
     log_file: IO[str] | None = None
     cfg: ServeConfig | None = None  # what it was started with (a restart reuses it, port pinned)
     restarts: int = 0
-    sick_checks: int = 0  # consecutive /health answers of 503
+    sick_since_s: float = math.nan  # monotonic time of the first 503 of the current run of them
 
     def exit_reason(self) -> str:
         code = self.process.returncode
@@ -117,6 +119,7 @@ class LocalCluster:
     log_dir: Path | None = None
     children: dict[str, Child] = field(default_factory=dict)
     stopping: bool = False  # set by a signal handler: restarts give up
+    unhealthy_restart_s: float = UNHEALTHY_RESTART_S
 
     @property
     def counts(self) -> dict[str, int]:
@@ -171,12 +174,14 @@ class LocalCluster:
             return ""
         try:
             with urllib.request.urlopen(f"{child.url}/health", timeout=1.0):
-                child.sick_checks = 0
+                child.sick_since_s = math.nan
         except urllib.error.HTTPError as err:
-            child.sick_checks += err.code == 503
+            if err.code == 503 and math.isnan(child.sick_since_s):
+                child.sick_since_s = time.monotonic()
         except OSError:  # busy or stopped: not a reason to restart it
             return ""
-        return f"unhealthy (/health 503 x{child.sick_checks})" if child.sick_checks >= UNHEALTHY_CHECKS else ""
+        sick_s = time.monotonic() - child.sick_since_s
+        return f"unhealthy (/health 503 for {sick_s:.0f} s)" if sick_s >= self.unhealthy_restart_s else ""
 
     def _restart(self, name: str, child: Child, why: str, say: Callable[[str], None], timeout_s: float) -> None:
         if child.process.poll() is None:

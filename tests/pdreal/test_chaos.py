@@ -171,6 +171,11 @@ def _drop_a_client(url: str) -> None:
         resp.readline()
 
 
+def _healthy(url: str, role: str) -> bool:
+    stats = json.loads(get_text(f"{url}/stats"))
+    return all(i["healthy"] for i in stats["instances"] if i["role"] == role)
+
+
 def _settled(url: str) -> tuple[bool, str]:
     stats = json.loads(get_text(f"{url}/stats"))
     router = parse_metrics(get_text(f"{url}/metrics"))
@@ -195,7 +200,7 @@ def test_chaos_every_request_ends_and_nothing_leaks(tmp_path: Path) -> None:
     serve = Serve(tmp_path)
     try:
         url = serve.url
-        planned = [PlannedRequest(i, 0.25 * i, 16 + i % 24, 60 + 7 * (i % 9)) for i in range(40)]
+        planned = [PlannedRequest(i, 0.3 * i, 16 + i % 24, 60 + 7 * (i % 9)) for i in range(45)]
         outcome: dict[str, Any] = {}
         options = ReplayOptions(drain_timeout_s=40.0, request_timeout_s=60.0)
         replayer = threading.Thread(target=lambda: outcome.update(
@@ -216,9 +221,12 @@ def test_chaos_every_request_ends_and_nothing_leaks(tmp_path: Path) -> None:
         elapsed, status, out = stalled[0]
         assert status == 500 and "decode:0" in out["meta_info"]["failure_reason"], out
         assert elapsed < 5.0, f"the stalled decode's request ended after {elapsed:.1f} s"
+        assert _wait(lambda: _healthy(url, "decode"), 10.0), "the resumed decode is not routed to again"
         os.kill(serve.pids["prefill0"], signal.SIGKILL)
+        killed = time.monotonic()
         serve.wait_line(r"prefill0 \(pid \d+\) killed by SIGKILL; restarting it on port \d+", 10.0)
         serve.wait_line(r"prefill0 \(pid \d+\) is back at ", 90.0)
+        assert time.monotonic() - killed < 90.0
         replayer.join(120.0)
         rows, facts = outcome["rows"], outcome["facts"]
         assert facts["requests_unfinished_at_stop"] == 0
@@ -226,7 +234,9 @@ def test_chaos_every_request_ends_and_nothing_leaks(tmp_path: Path) -> None:
         assert all(r["failure_reason"] for r in rows if r["status"] != "finished")
         took = max(r["finish_s"] - r["arrival_s"] for r in rows)
         assert took < REQUEST_BOUND_S, f"a request took {took:.1f} s"
-        assert sum(r["status"] == "finished" for r in rows) >= 10, [(r["status"], r["failure_reason"]) for r in rows]
+        # the first second's requests, before any fault, finish at least (more when the restart is quick)
+        assert sum(r["status"] == "finished" for r in rows) >= 3, "\n".join(
+            f"{r['arrival_s']:.1f} {r['finish_s']:.1f} {r['status']} {r['failure_reason'][:120]}" for r in rows)
         # the service answers afterwards, and everything it held is released
         assert _wait(lambda: post(f"{url}/generate", {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 4}},
                                   timeout_s=10.0)[0] == 200, 30.0)
@@ -245,7 +255,7 @@ def test_supervisor_restarts_on_exit_or_a_dead_engine_only(tmp_path: Path) -> No
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from pdreal.serving.config import load_serve_config
-    from pdreal.serving.launch import UNHEALTHY_CHECKS, Child, LocalCluster
+    from pdreal.serving.launch import Child, LocalCluster
 
     class DeadEngine(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -259,12 +269,13 @@ def test_supervisor_restarts_on_exit_or_a_dead_engine_only(tmp_path: Path) -> No
     threading.Thread(target=server.serve_forever, daemon=True).start()
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cluster = LocalCluster(load_serve_config(None, []), tmp_path)
+        cluster = LocalCluster(load_serve_config(None, []), tmp_path, unhealthy_restart_s=0.5)
         child = Child("prefill0", process, url=f"http://127.0.0.1:{server.server_address[1]}")
-        reasons = [cluster._trouble(child) for _ in range(UNHEALTHY_CHECKS)]
-        assert reasons == [""] * (UNHEALTHY_CHECKS - 1) + [f"unhealthy (/health 503 x{UNHEALTHY_CHECKS})"]
+        assert cluster._trouble(child) == ""  # 503 for a while is a scheduler restarting: wait
+        time.sleep(0.6)
+        assert cluster._trouble(child) == "unhealthy (/health 503 for 1 s)"
         os.kill(process.pid, signal.SIGSTOP)  # an instance that does not answer (busy, stopped) is left alone
-        child.url, child.sick_checks = "http://127.0.0.1:9", 0
+        child.url, child.sick_since_s = "http://127.0.0.1:9", float("nan")
         assert cluster._trouble(child) == ""
         process.kill()
         process.wait(10)
