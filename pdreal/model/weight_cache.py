@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,9 @@ def load_cached(path: Path) -> tuple[LlamaModel, Any] | None:
     try:
         saved = torch.load(weights, mmap=True, weights_only=True)
         spec = saved["spec"]
+        missing = sorted({f.name for f in fields(LlamaSpec)} - set(spec))
+        if missing:  # written before LlamaSpec had these fields: rebuild it from the GGUF
+            raise ValueError(f"spec fields {missing} missing")
         model = LlamaModel(LlamaSpec(**{**spec, "eos_token_ids": tuple(spec["eos_token_ids"])}))
         params = dict(model.named_parameters())
         if set(params) != set(saved["params"]):
