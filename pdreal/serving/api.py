@@ -57,6 +57,8 @@ from pdsim.trace import STATUS_FINISHED, STATUS_REJECTED
 log = logging.getLogger(__name__)
 STARTUP_WAIT_S = 120.0
 PARSE_THREADS = 2
+MIN_BODY_BYTES = 1 << 20
+MAX_BODY_BYTES = 64 << 20  # aiohttp's client_max_size here (413 beyond it)
 
 
 class RouterServer:
@@ -72,7 +74,7 @@ class RouterServer:
         self.parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="router-parse")
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/completions", lambda r: self._api(r, "completion", parse_completion))
         app.router.add_post("/v1/chat/completions", lambda r: self._api(r, "chat", parse_chat))
         app.router.add_post("/generate", lambda r: self._api(r, "generate", parse_generate))
@@ -97,8 +99,10 @@ class RouterServer:
         self.eos_ids = frozenset(engine.get("eos_token_ids", ()))
         self.context_length = int(engine.get("context_length", 0))
         pools = [u.kv_total_tokens for u in self.upstreams if u.healthy]
-        bounds = [b for b in (self.context_length, max(pools, default=0)) if b]
-        self.codec.max_prompt_tokens = min(bounds, default=0)  # longer prompts are cut before any work
+        bounds = [(b, name) for b, name in ((self.context_length, "the model's context length"),
+                                            (max(pools, default=0), "the largest KV pool")) if b]
+        if bounds:  # longer prompts are cut before any work
+            self.codec.max_prompt_tokens, self.codec.limit_name = min(bounds)
         if engine.get("model"):
             self.model_names.add(str(engine["model"]))
         self._poller = asyncio.create_task(self._poll_forever())
@@ -155,7 +159,18 @@ class RouterServer:
             return (f"prompt + max_tokens = {total} tokens exceeds the decode KV pool ({decode} tokens)")
         return ""
 
+    def _max_body_bytes(self) -> int:
+        """The largest body a prompt that fits can need: 8 bytes per character of the longest
+        prompt (JSON escapes, token ids with separators), at least MIN_BODY_BYTES."""
+        longest = self.codec.max_prompt_tokens * max(8, self.codec.max_token_chars)
+        return max(MIN_BODY_BYTES, 8 * longest) if longest else MAX_BODY_BYTES
+
     async def _api(self, request: web.Request, kind: str, parse: Parser) -> web.StreamResponse:
+        limit = self._max_body_bytes()
+        if request.content_length is not None and request.content_length > limit:  # not even read
+            message = (f"request body of {request.content_length} bytes exceeds {limit} bytes, more than a prompt "
+                       f"of at most {self.codec.max_prompt_tokens} tokens ({self.codec.limit_name}) needs")
+            return web.json_response(error_body(message, "invalid_request_error"), status=413)
         raw = await request.read()
         try:  # decoding, parsing and tokenizing a large body must not hold the event loop
             req = await asyncio.get_running_loop().run_in_executor(self.parsers, parse_body, raw, parse, self.codec)

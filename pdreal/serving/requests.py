@@ -52,6 +52,7 @@ class TextCodec:
 
     def __init__(self, tokenizer: Any | None, vocab_size: int, max_prompt_tokens: int = 0) -> None:
         self.tokenizer, self.vocab_size, self.max_prompt_tokens = tokenizer, vocab_size, max_prompt_tokens
+        self.limit_name = "the longest prompt this server takes"  # what max_prompt_tokens is
         vocab = tokenizer.get_vocab() if tokenizer is not None else {}
         self.max_token_chars = max((len(t) for t in vocab), default=0)
 
@@ -75,8 +76,7 @@ class TextCodec:
     def token_ids(self, ids: Any, where: str) -> tuple[int, ...]:
         """A client's token-id prompt, checked against the vocabulary and the length limit."""
         if self.max_prompt_tokens and isinstance(ids, list) and len(ids) > self.max_prompt_tokens:
-            raise ValueError(f"{where}: {len(ids)} token ids exceed the longest prompt this server takes "
-                             f"({self.max_prompt_tokens} tokens: the model's context length or the largest KV pool)")
+            raise ValueError(f"{where}: {len(ids)} token ids exceed {self.limit_name} ({self.max_prompt_tokens} tokens)")
         return check_token_ids(ids, self.vocab_size, where)
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:

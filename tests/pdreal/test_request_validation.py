@@ -47,7 +47,7 @@ class CharTokenizer:
     (parse_chat, {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      "messages[0].content[0]: only text parts"),
     (parse_completion, {"prompt": "ab\ud800cd"}, "prompt: not valid Unicode text (surrogates not allowed '\\ud800' at index 2)"),
-    (parse_completion, {"prompt": [1] * 65}, "prompt: 65 token ids exceed the longest prompt this server takes (64 tokens:"),
+    (parse_completion, {"prompt": [1] * 65}, "prompt: 65 token ids exceed the longest prompt this server takes (64 tokens)"),
     (parse_completion, {"prompt": "a" * 500}, "a text of 500 characters cannot fit in 64 tokens"),
     (parse_generate, {"input_ids": [1], "sampling_params": [1, 2]}, "field 'sampling_params' must be a JSON object, got [1, 2]"),
     (parse_generate, {"input_ids": [1], "sampling_params": {"stop_token_ids": ["a"]}},

@@ -95,7 +95,7 @@ def test_chat_completion_streams_text(cluster) -> None:  # noqa: ANN001
     ("/v1/completions", None, "malformed JSON"),
     ("/v1/completions", {"max_tokens": 4}, "missing field 'prompt'"),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens' must be >= 1, got 0"),
-    ("/v1/completions", {"prompt": [5] * 2000, "max_tokens": 4}, "2000 token ids exceed the longest prompt"),
+    ("/v1/completions", {"prompt": [5] * 2000, "max_tokens": 4}, "2000 token ids exceed the largest KV pool (1024 tokens)"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0]"),
     ("/generate", {"input_ids": [1, 99999]}, "token id 99999"),
     ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens' must be an integer >= 1"),

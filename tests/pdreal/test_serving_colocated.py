@@ -102,7 +102,7 @@ def test_completions_equal_single_process_greedy(cluster, reference) -> None:  #
 @pytest.mark.slow
 def test_stats_steps_metrics_and_bad_requests(cluster) -> None:  # noqa: ANN001
     status, out = post(f"{cluster.url}/v1/completions", {"prompt": [5] * 200, "max_tokens": 4})
-    assert status == 400 and "exceeds the colocated KV pool (128 tokens)" in out["error"]["message"], out
+    assert status == 400 and "200 token ids exceed the largest KV pool (128 tokens)" in out["error"]["message"], out
     status, out = post(f"{cluster.url}/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0})
     assert status == 200 and out["usage"]["completion_tokens"] == 3
     assert json.loads(get_text(f"{cluster.url}/health"))["status"] == "ok"
