@@ -67,7 +67,7 @@ class FakeRunner:
         self.reload_s_per_token = reload_s_per_token
         self.config = config
         self.pool = SimpleNamespace(allocator=PageAllocator(config.num_pages))
-        self.model = SimpleNamespace(spec=SimpleNamespace(eos_token_ids=()))
+        self.model = SimpleNamespace(spec=SimpleNamespace(eos_token_ids=(), context_length=0))
         self.steps: list[StepRecord] = []
 
     @property
