@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pdsim.sim.network import Flow
-from pdsim.sim.prefix_cache import BlockNode
+from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.transfer import KVPoll
 from pdsim.workload.request import Request
 
