@@ -11,9 +11,9 @@ filled by the load (`commit_load`); they join the GPU cache on release like comp
 
 from __future__ import annotations
 
+from pdsim.policy.prefix_cache import BlockNode, PrefixCache, cacheable_blocks, matchable_blocks
 from pdsim.sim.kv_pool import CACHE_OWNER, KVPool
 from pdsim.sim.kv_tiers import InstanceTiers, TierPlan
-from pdsim.policy.prefix_cache import BlockNode, PrefixCache, cacheable_blocks, matchable_blocks
 from pdsim.sim.state import SimRequest
 
 
