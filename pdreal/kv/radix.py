@@ -144,7 +144,10 @@ class RadixCache:
     def check_invariants(self, live_prefixes: Sequence[CachedPrefix], final: bool = False) -> None:
         """Counts agree; every block's page is allocated and no request owns it; every block a
         live request holds is locked (so eviction cannot have freed a page in use)."""
-        self.tree.check_invariants(final)
+        try:
+            self.tree.check_invariants(final)
+        except RuntimeError as exc:  # the engines' invariant checks raise AssertionError
+            raise AssertionError(str(exc)) from exc
         if len(self._page_of) != self.tree.num_blocks:
             raise AssertionError(f"radix cache: {len(self._page_of)} pages for {self.tree.num_blocks} blocks")
         free = {p for start, n in self.allocator.free_runs() for p in range(start, start + n)}
