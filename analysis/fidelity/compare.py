@@ -56,6 +56,13 @@ def slo_goodput_rps(df: pd.DataFrame, slo: Slo) -> float:
     return float(metrics.attainment(df, slo)["both"] * rate) if len(df) else math.nan
 
 
+def prefix_hit_ratio(df: pd.DataFrame) -> float:
+    """Prompt tokens served from the prefix cache / prompt tokens, over finished requests."""
+    finished = df[df["status"] == "finished"]
+    total = float(finished["input_tokens"].sum())
+    return float(finished["cached_prefix_tokens"].sum()) / total if total > 0 else math.nan
+
+
 def error_table(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo) -> pd.DataFrame:
     """One row per (metric, statistic): sim, real, relative error, and the target bound if any."""
     a, b = _values(sim), _values(real)
@@ -66,6 +73,8 @@ def error_table(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo) -> pd.DataFrame
             rows.append((name, stat, pa[stat], pb[stat]))
     rows.append(("attainment_both", "value", metrics.attainment(sim, slo)["both"], metrics.attainment(real, slo)["both"]))
     rows.append(("goodput_rps", "value", slo_goodput_rps(sim, slo), slo_goodput_rps(real, slo)))
+    if "cached_prefix_tokens" in real and real["cached_prefix_tokens"].sum() > 0:  # the prefix cache hit
+        rows.append(("prefix_hit_ratio", "value", prefix_hit_ratio(sim), prefix_hit_ratio(real)))
     bounds = {(t.metric, t.stat): t.bound for t in TARGETS}
     table = pd.DataFrame(rows, columns=["metric", "stat", "sim", "real"])
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -7,7 +7,7 @@ overrides that make pdsim simulate that engine:
 
     cluster.page_size_tokens / kv_capacity_tokens / max_running_requests / max_prefill_tokens /
       chunk_size_tokens / prealloc_slots        <- engine.json's engine config
-    cluster.prefix_cache=false                  <- pdreal has no prefix cache
+    cluster.prefix_cache                        <- the engine's prefix cache on/off
     cluster.transfer_backend=tcp, tcp_gbps      <- measured KV-transfer bandwidth
     cluster.link_latency_s                      <- probe: last forward -> decode sees the KV,
                                                    minus the probe's bytes at that bandwidth
@@ -56,6 +56,7 @@ class EngineFacts:
     mode: str = "disaggregated"  # the profiled engine: disaggregated | colocated
     colocated_schedule: str = "mixed"
     new_token_ratio: float = 0.0  # the colocated engine's KV reserve for its decodes
+    prefix_cache: bool = False  # the engine's radix prefix cache (engine.json before it: none)
 
     @classmethod
     def load(cls, engine_json: Path, probe: dict[str, Any] | None = None) -> EngineFacts:
@@ -83,6 +84,7 @@ class EngineFacts:
                 mode=str(data.get("mode", "disaggregated")),
                 colocated_schedule=str(engine.get("colocated_schedule", "mixed")),
                 new_token_ratio=float(engine.get("new_token_ratio", 0.0)),
+                prefix_cache=bool(engine.get("prefix_cache", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{engine_json}: not a `pdreal profile` engine.json ({type(exc).__name__}: {exc})") from None
@@ -104,7 +106,7 @@ class EngineFacts:
             "max_running_requests": self.max_running_requests,
             "max_prefill_tokens": self.max_prefill_tokens,
             "chunk_size_tokens": self.chunk_size_tokens,
-            "prefix_cache": False,
+            "prefix_cache": self.prefix_cache,
         }
         delivery = self._probed("token_delivery_s")
         if delivery is not None:

@@ -167,7 +167,8 @@ def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Calla
         steps = steps_frame(cluster.served_steps(replay_start))
         lap("replay")
     paths = {"engine_json": out / "engine.json", "profile_csv": profile_dir / "profile.csv",
-             "requests_csv": requests_csv(real, out / "requests.csv"), "served_steps_csv": out / "served_steps.csv"}
+             "requests_csv": requests_csv(real, out / "requests.csv", workload),
+             "served_steps_csv": out / "served_steps.csv"}
     paths["engine_json"].write_text(engine_json.read_text())
     merge_probe(paths["engine_json"], probe)
     steps.to_csv(paths["served_steps_csv"], index=False)

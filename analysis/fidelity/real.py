@@ -142,8 +142,14 @@ def merge_probe(engine_json: Path, probe: dict[str, Any]) -> None:
     engine_json.write_text(json.dumps(data, indent=2))
 
 
-def requests_csv(trace: pd.DataFrame, path: Path) -> Path:
-    """The replay's actual requests as pdsim's plain CSV (arrival_s = when the client sent it)."""
+def requests_csv(trace: pd.DataFrame, path: Path, workload: Workload | None = None) -> Path:
+    """The replay's actual requests as pdsim's plain CSV (arrival_s = when the client sent it),
+    with the workload's prefix block hashes when it has any (the prefix cache's input)."""
     frame = trace.sort_values(["arrival_s", "request_id"], kind="stable")
-    frame[["request_id", "arrival_s", "input_tokens", "output_tokens"]].to_csv(path, index=False)
+    frame = frame[["request_id", "arrival_s", "input_tokens", "output_tokens"]].copy()
+    if workload is not None and len(workload.hash_values):
+        hashes = {r.request_id: " ".join(map(str, r.hash_ids)) for r in workload}
+        frame["hash_ids"] = [hashes.get(int(rid), "") for rid in frame.request_id]
+        frame["block_tokens"] = workload.block_tokens
+    frame.to_csv(path, index=False)
     return path

@@ -17,6 +17,11 @@ Retraction (victims from the shared rule): a victim frees its KV and goes back t
 the waiting queue; its prompt becomes the prompt plus every generated token but the last (which
 the next decode step feeds), recomputed by chunked prefill without sampling (SGLang's
 non-disaggregated retraction). There is no KV transfer (`kv` is None).
+
+Prefix cache (pdreal/kv/radix.py, as pdsim's colocated instance): a waiting request's view starts
+with its cached prefix; its first chunk locks it; a request that finishes, fails or is retracted
+after its prompt was computed leaves its full prompt pages cached (a retracted request's
+recompute then hits them). Running decodes and prefill chunks may evict unlocked blocks.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import torch
@@ -40,12 +44,14 @@ from pdreal.engine.common import (
     check_engine_invariants,
     engine_stats,
     generation_row,
+    make_cache,
     oversize_reason,
     step_failure_reason,
     stop_reached,
     unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
+from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import sample
 from pdreal.transfer.common import Clock
@@ -53,6 +59,7 @@ from pdsim.policy import (
     GrowthPlan,
     PrefillChunk,
     RequestView,
+    plan_colocated_decodes,
     plan_colocated_step,
 )
 from pdsim.policy.decisions import DecisionLog
@@ -73,6 +80,9 @@ class ColocatedState:
     times: dict[str, float] = field(default_factory=dict)
     done: bool = False  # finished (any status): a failed step must not finish it twice
     token_times_s: list[float] = field(default_factory=list)
+    page_hashes: tuple[int, ...] = ()  # prefix cache: the prompt's page hashes
+    prefix: CachedPrefix = field(default_factory=CachedPrefix)  # its locked cached pages (head of `pages`)
+    cached_tokens: int = 0
 
     @property
     def remaining_output_tokens(self) -> int:
@@ -113,6 +123,8 @@ class ColocatedEngine:
         self._batch: list[ColocatedState] = []  # the requests of the forward being run
         self.emit: Callable[[list[RequestOutput]], None] | None = None
         self.num_added = self.num_finished = self.num_failed = self.num_retractions = 0
+        self.cache = make_cache(runner, config)
+        self._matches: dict[int, list[int]] = {}  # the waiting requests' cache matches this step
 
     @property
     def allocator(self) -> PageAllocator:
@@ -147,6 +159,8 @@ class ColocatedEngine:
         if reason:
             self._finish(state, STATUS_REJECTED, reason)
             return
+        if self.cache is not None:
+            state.page_hashes = self.cache.hashes(req.input_ids)
         self.waiting.append(state)
 
     def step(self) -> list[RequestOutput]:
@@ -180,6 +194,8 @@ class ColocatedEngine:
         step = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
         plan = self._start(step.prefill.chunks)
         decodes = list(step.decodes)
+        if step.prefill.chunks and not plan and not decodes:  # its chunks did not fit after all
+            decodes = list(plan_colocated_decodes(self.limits, self))
         if self.decisions is not None:
             self.decisions.colocated(now, self.name, [c for _, c in plan], [s.req.request_id for s in decodes],
                                      self._victims)
@@ -201,7 +217,7 @@ class ColocatedEngine:
         return self.running
 
     def free_pages(self) -> int:
-        return self.allocator.num_free
+        return self.cache.free_pages if self.cache is not None else self.allocator.num_free
 
     def kv_tokens(self, state: ColocatedState) -> int:
         return state.kv_tokens
@@ -217,23 +233,49 @@ class ColocatedEngine:
             self.running.remove(state)
             self._finish(state, STATUS_FAILED, f"KV exhausted on {self.name} ({self.config.kv_capacity_tokens} tokens)")
         for state in plan.grow:
-            state.pages.extend(self.allocator.allocate(1))
+            pages = self._allocate(1)
+            if pages is None:
+                raise RuntimeError(f"{self.name}: planned page growth of request {state.req.request_id} did not fit")
+            state.pages.extend(pages)
 
     def prefill_candidates(self) -> Iterator[RequestView]:
-        """The chunked request first, then the waiting queue in order (consumed lazily)."""
-        for state in chain([self.chunked] if self.chunked else [], self.waiting):
-            yield state.prefill_view()
+        """The chunked request first, then the waiting queue in order (consumed lazily); a waiting
+        request starts with its cached prefix."""
+        self._matches = {}
+        if self.chunked is not None:
+            yield self.chunked.prefill_view()
+        for state in self.waiting:
+            if self.cache is None:
+                yield state.prefill_view()
+                continue
+            path = self._matches[state.req.request_id] = self.cache.match(state.page_hashes, len(state.prompt_ids))
+            cached = len(path) * self.config.page_size_tokens
+            yield RequestView(state.req.request_id, len(state.prompt_ids), state.req.sampling.max_new_tokens,
+                              prefilled_tokens=cached, cached_tokens=cached, generated_tokens=len(state.output_ids))
 
     def free_kv_tokens(self) -> int:
-        return self.allocator.num_free * self.config.page_size_tokens
+        return self.free_pages() * self.config.page_size_tokens
+
+    def _allocate(self, num_pages: int) -> list[int] | None:
+        return self.cache.allocate(num_pages) if self.cache is not None else self.allocator.allocate(num_pages)
+
+    def _release(self, state: ColocatedState) -> None:
+        """Free a request's KV; with the cache, its full prompt pages stay cached once computed."""
+        if self.cache is not None:
+            complete = state.prefilled_tokens >= len(state.prompt_ids)
+            self.cache.release(state.prefix, state.pages, state.page_hashes, len(state.req.input_ids), complete,
+                               self.clock())
+            state.prefix = CachedPrefix()
+        else:
+            self.allocator.free(state.pages)
+        state.pages = []
 
     def remaining_outputs(self) -> Iterator[int]:
         return (s.remaining_output_tokens for s in self.running)
 
     def _retract(self, state: ColocatedState) -> None:
         self.running.remove(state)
-        self.allocator.free(state.pages)
-        state.pages = []
+        self._release(state)
         state.prompt_ids = state.req.input_ids + tuple(state.output_ids[:-1])
         state.prefilled_tokens = state.kv_tokens = 0
         state.num_retractions += 1
@@ -241,18 +283,32 @@ class ColocatedEngine:
         self.waiting.appendleft(state)
 
     def _start(self, chunks: tuple[PrefillChunk, ...]) -> Plan:
-        """The planned chunks leave the waiting queue (FIFO) and get their pages."""
+        """New requests lock their cached prefixes, then the planned chunks get their pages in
+        order and leave the waiting queue (FIFO); chunks that do not fit are dropped (pdsim's
+        start_chunks)."""
+        now = self.clock()
+        chunked_id = self.chunked.req.request_id if self.chunked is not None else None
+        by_id = {s.req.request_id: s for s in self.waiting if s.req.request_id in {c.request_id for c in chunks}}
+        if self.cache is not None:
+            for state in by_id.values():
+                state.prefix = self.cache.lock(self._matches.get(state.req.request_id, []), now)
+                state.pages = list(state.prefix.pages)
+                state.prefilled_tokens = state.cached_tokens = len(state.pages) * self.config.page_size_tokens
         plan: Plan = []
-        for chunk in chunks:
-            if self.chunked is not None and chunk.request_id == self.chunked.req.request_id:
-                state = self.chunked
-            else:
-                state = self.waiting.popleft()
-                if state.req.request_id != chunk.request_id:
+        for i, chunk in enumerate(chunks):
+            state = self.chunked if chunk.request_id == chunked_id else by_id[chunk.request_id]
+            pages = self._allocate(chunk.new_pages)
+            if pages is None:
+                for dropped in (by_id[c.request_id] for c in chunks[i:] if c.request_id != chunked_id):
+                    self._release(dropped)  # unlocks its prefix: it stays waiting
+                    dropped.prefilled_tokens = dropped.cached_tokens = 0
+                break
+            if state is not self.chunked:
+                if self.waiting.popleft() is not state:
                     raise AssertionError(f"request {chunk.request_id} scheduled out of FIFO order")
-                state.times.setdefault("prefill_start_s", self.clock())
+                state.times.setdefault("prefill_start_s", now)
             self._batch.append(state)
-            state.pages.extend(self.allocator.allocate(chunk.new_pages))
+            state.pages.extend(pages)
             plan.append((state, chunk))
         return plan
 
@@ -298,14 +354,13 @@ class ColocatedEngine:
     def _finish(self, state: ColocatedState, status: str, reason: str) -> None:
         now = self.clock()
         state.done = True
-        self.allocator.free(state.pages)
-        state.pages = []
+        self._release(state)
         self.num_finished += status == STATUS_FINISHED
         self.num_failed += status != STATUS_FINISHED
         req, instance = state.req, self.config.instance_id
         row = generation_row(req, state.output_ids, state.token_times_s, status, reason, now, state.num_retractions,
                              mode="colocated", prefill_instance=instance, decode_instance=instance,
-                             transfer_bytes=0, **state.times)
+                             transfer_bytes=0, cached_prefix_tokens=state.cached_tokens, **state.times)
         self._outputs.append(RequestOutput(req.request_id, (), True, status, reason, row))
 
     def abort(self, request_id: int, reason: str) -> None:

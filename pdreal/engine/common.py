@@ -14,6 +14,7 @@ import torch
 
 from pdreal.attention import AttentionBackend, make_backend
 from pdreal.kv.pool import KVLayout, KVPool
+from pdreal.kv.radix import RadixCache
 from pdreal.model.batch import ForwardBatch, SeqChunk
 from pdreal.model.llama import LlamaModel
 from pdreal.model.sampling import SamplingParams
@@ -36,6 +37,7 @@ class EngineConfig:
     new_token_ratio: float = 0.0  # prefill-side reserve (max_new_tokens is 1 there)
     decode_reserved_tokens: int = 0  # 0 = reserve each request's remaining output
     colocated_schedule: str = "mixed"  # colocated engine: mixed | prefill_priority (pdsim's names)
+    prefix_cache: bool = True  # radix prefix cache on prefill / colocated engines (pdsim's cluster.prefix_cache)
     attention: str = "torch"
     dtype: str = "fp32"
     device: str = "cpu"
@@ -243,10 +245,17 @@ def merge_halves(prefill_row: dict[str, Any], decode_row: dict[str, Any]) -> dic
 
 
 def engine_stats(engine: Any, queues: dict[str, int]) -> EngineStats:
-    """Queue lengths plus KV use in tokens, for /stats and /metrics (either engine)."""
+    """Queue lengths plus KV use in tokens (evictable prefix-cache pages not counted, as in
+    pdsim), for /stats and /metrics (either engine)."""
     page = engine.config.page_size_tokens
-    return EngineStats(queues, engine.allocator.num_used * page, engine.allocator.num_pages * page,
-                       engine.num_finished, engine.num_failed)
+    cache = getattr(engine, "cache", None)
+    used = engine.allocator.num_used - (cache.evictable_pages if cache is not None else 0)
+    return EngineStats(queues, used * page, engine.allocator.num_pages * page, engine.num_finished, engine.num_failed)
+
+
+def make_cache(runner: Any, config: EngineConfig) -> RadixCache | None:
+    """The radix prefix cache of a prefill or colocated engine (None when config.prefix_cache is off)."""
+    return RadixCache(runner.pool.allocator, config.page_size_tokens) if config.prefix_cache else None
 
 
 def check_engine_invariants(engine: Any, role: str) -> None:
@@ -256,7 +265,13 @@ def check_engine_invariants(engine: Any, role: str) -> None:
     still holds; `kv` is its KV-transfer manager (None on a colocated engine: no rooms).
     """
     live = engine.live()
-    engine.allocator.check_invariants(expected_used=sum(len(s.pages) for s in live))
+    cache = getattr(engine, "cache", None)
+    if cache is None:
+        engine.allocator.check_invariants(expected_used=sum(len(s.pages) for s in live))
+    else:  # a live request's page table = its locked cached prefix, then pages of its own
+        own = sum(len(s.pages) - len(s.prefix.pages) for s in live)
+        engine.allocator.check_invariants(expected_used=own + cache.cached_pages)
+        cache.check_invariants([s.prefix for s in live], final=not live)
     done = engine.num_finished + engine.num_failed
     if done + len(live) != engine.num_added:
         raise AssertionError(f"{role}: {engine.num_added} added, {done} done + {len(live)} live")

@@ -2,11 +2,19 @@
 
     add_request -> bootstrap queue  (KVSender created; wait for the decode side's pre-allocation)
                 -> waiting queue    (PrefillAdder from pdsim.policy forms each batch: token
-                                     budget, chunked prefill; max_new_tokens is 1 here)
+                                     budget, chunked prefill, prefix-cache hits skipped;
+                                     max_new_tokens is 1 here)
                 -> forward          (the last chunk samples the first output token)
-                -> inflight queue   (non-last chunks sent full pages, the last chunk the rest
-                                     plus aux; poll the sender until Success/Failed)
-                -> release          (pages freed in every path)
+                -> inflight queue   (non-last chunks sent full pages - the first one also the
+                                     cached prefix's pages: the decode side has no cache - the
+                                     last chunk the rest plus aux; poll until Success/Failed)
+                -> release          (pages freed in every path; with the prefix cache the
+                                     prompt's full pages stay cached, pdreal/kv/radix.py)
+
+As pdsim's prefill instance (`start_chunks`): a waiting request's cache match is re-read each
+step; when its first chunk is scheduled its matched prefix is locked, then every chunk's pages are
+allocated in order (evicting unlocked cache blocks when short) and the chunks that do not fit are
+dropped for this step.
 
 Each `step()` is schedule -> run -> postprocess; the policy call is in `_schedule` only.
 """
@@ -29,11 +37,13 @@ from pdreal.engine.common import (
     check_engine_invariants,
     context_reason,
     engine_stats,
+    make_cache,
     step_failure_reason,
     trace_row,
     unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
+from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import sample
 from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
@@ -56,11 +66,14 @@ class PrefillState:
     first_token: int = -1
     times: dict[str, float] = field(default_factory=dict)
     done: bool = False  # finished (any status): a failed step must not finish it twice
-    block_hashes: tuple[int, ...] = ()  # published as stored (kv_events), removed on release
+    block_hashes: tuple[int, ...] = ()  # no prefix cache: published as stored (kv_events), removed on release
+    page_hashes: tuple[int, ...] = ()  # prefix cache: the prompt's page hashes
+    prefix: CachedPrefix = field(default_factory=CachedPrefix)  # its locked cached pages (head of `pages`)
+    cached_tokens: int = 0
 
     def view(self) -> RequestView:
         return RequestView(self.req.request_id, len(self.req.input_ids), 1,
-                           prefilled_tokens=self.prefilled_tokens)
+                           prefilled_tokens=self.prefilled_tokens, cached_tokens=self.cached_tokens)
 
 
 class PrefillEngine:
@@ -76,8 +89,19 @@ class PrefillEngine:
         self._outputs: list[RequestOutput] = []
         self._batch: list[PrefillState] = []  # the requests of the forward being formed or run
         self.num_added = self.num_finished = self.num_failed = 0
-        # pdreal.kv_events.RequestBlockTracker: stored/removed events for routers (None = off)
-        self.kv_events: Any = None
+        self.cache = make_cache(runner, config)
+        self._kv_events: Any = None
+
+    @property
+    def kv_events(self) -> Any:
+        """pdreal.kv_events.RequestBlockTracker: stored/removed events for routers (None = off)."""
+        return self._kv_events
+
+    @kv_events.setter
+    def kv_events(self, tracker: Any) -> None:
+        self._kv_events = tracker
+        if self.cache is not None:
+            self.cache.events = tracker
 
     @property
     def allocator(self) -> PageAllocator:
@@ -103,6 +127,8 @@ class PrefillEngine:
                          f"({self.config.kv_capacity_tokens} tokens)")
             return
         state.sender = self.kv.create_sender(req.bootstrap_room)
+        if self.cache is not None:
+            state.page_hashes = self.cache.hashes(req.input_ids)
         self.bootstrap.append(state)
 
     def has_work(self) -> bool:
@@ -165,27 +191,67 @@ class PrefillEngine:
             self._finish(state, STATUS_FAILED, state.sender.failure_reason)
 
     def _schedule(self) -> list[tuple[PrefillState, PrefillChunk, SeqChunk]]:
-        """The policy seam: PrefillAdder picks the chunks; pages are allocated for them here."""
+        """The policy seam: PrefillAdder picks the chunks; prefixes are locked and pages allocated
+        for them here (chunks that do not fit after all are dropped, as in pdsim)."""
         candidates = ([self.chunked] if self.chunked else []) + list(self.waiting)
         by_id = {s.req.request_id: s for s in candidates}
-        batch = plan_prefill_step(self.limits, (s.view() for s in candidates),
-                                  self.allocator.num_free * self.config.page_size_tokens)
-        if self.decisions is not None and batch.chunks:
-            self.decisions.prefill(self.clock(), f"prefill:{self.config.instance_id}", batch.chunks)
+        matches: dict[int, list[int]] = {}
+        free_pages = self.cache.free_pages if self.cache is not None else self.allocator.num_free
+        batch = plan_prefill_step(self.limits, (self._view(s, matches) for s in candidates),
+                                  free_pages * self.config.page_size_tokens)
+        now = self.clock()
+        if self.cache is not None:
+            for chunk in batch.chunks:
+                if by_id[chunk.request_id] is not self.chunked:
+                    self._lock(by_id[chunk.request_id], matches.get(chunk.request_id, []), now)
         plan = []
-        for chunk in batch.chunks:
+        for i, chunk in enumerate(batch.chunks):
             state = by_id[chunk.request_id]
+            pages = self._allocate(chunk.new_pages)
+            if pages is None:
+                for later in batch.chunks[i:]:
+                    if by_id[later.request_id] is not self.chunked:
+                        self._unlock(by_id[later.request_id], now)
+                break
             self._batch.append(state)
+            state.pages.extend(pages)
             if state is self.chunked:
                 self.chunked = None
             else:
                 self.waiting.remove(state)
-            state.pages.extend(self.allocator.allocate(chunk.new_pages))
             start = chunk.context_tokens
             tokens = list(state.req.input_ids[start:start + chunk.new_tokens])
-            state.times.setdefault("prefill_start_s", self.clock())
+            state.times.setdefault("prefill_start_s", now)
             plan.append((state, chunk, SeqChunk(tokens, start, state.pages)))
+        if self.decisions is not None and plan:
+            self.decisions.prefill(now, f"prefill:{self.config.instance_id}", [c for _, c, _ in plan])
         return plan
+
+    def _view(self, state: PrefillState, matches: dict[int, list[int]]) -> RequestView:
+        """A candidate's view; a waiting request starts with its cached prefix (looked up now)."""
+        if self.cache is None or state is self.chunked:
+            return state.view()
+        path = matches[state.req.request_id] = self.cache.match(state.page_hashes, len(state.req.input_ids))
+        cached = len(path) * self.config.page_size_tokens
+        return RequestView(state.req.request_id, len(state.req.input_ids), 1, prefilled_tokens=cached,
+                           cached_tokens=cached)
+
+    def _lock(self, state: PrefillState, path: list[int], now: float) -> None:
+        """A request about to start locks its cached prefix: those pages head its page table."""
+        state.prefix = self.cache.lock(path, now)
+        state.pages = list(state.prefix.pages)
+        state.prefilled_tokens = state.cached_tokens = len(state.pages) * self.config.page_size_tokens
+
+    def _allocate(self, num_pages: int) -> list[int] | None:
+        if self.cache is not None:
+            return self.cache.allocate(num_pages)
+        return self.allocator.allocate(num_pages)
+
+    def _unlock(self, state: PrefillState, now: float) -> None:
+        """A request whose first chunk was dropped lets go of its prefix; it stays waiting."""
+        self.cache.release(state.prefix, state.pages, state.page_hashes, len(state.req.input_ids), False, now)
+        state.prefix, state.pages = CachedPrefix(), []
+        state.prefilled_tokens = state.cached_tokens = 0
 
     def _postprocess(self, plan: list[tuple[PrefillState, PrefillChunk, SeqChunk]], logits: Any) -> None:
         firsts = sample(logits, [s.req.sampling for s, _, _ in plan], [0] * len(plan))
@@ -199,9 +265,9 @@ class PrefillEngine:
                 continue
             state.first_token = token
             state.times.update(prefill_end_s=now, inflight_enter_s=now)
-            if self.kv_events is not None:
+            if self.kv_events is not None and self.cache is None:
                 state.block_hashes = self.kv_events.stored(state.req.input_ids)
-            aux = TransferAux(state.req.bootstrap_room, token)
+            aux = TransferAux(state.req.bootstrap_room, token, cached_tokens=state.cached_tokens)
             self._send(state, state.pages[state.sent_pages:], aux)
             self.inflight.append(state)
 
@@ -230,7 +296,12 @@ class PrefillEngine:
         state.done = True
         if state.times.get("inflight_enter_s") is not None:
             state.times["inflight_leave_s"] = now
-        self.allocator.free(state.pages)
+        if self.cache is not None:
+            complete = state.prefilled_tokens >= len(state.req.input_ids)
+            self.cache.release(state.prefix, state.pages, state.page_hashes, len(state.req.input_ids), complete, now)
+            state.prefix = CachedPrefix()
+        else:
+            self.allocator.free(state.pages)
         state.pages = []
         if self.kv_events is not None and state.block_hashes:
             self.kv_events.removed(state.block_hashes)
@@ -244,7 +315,7 @@ class PrefillEngine:
                         output_tokens=req.sampling.max_new_tokens, mode="disaggregated",
                         prefill_instance=self.config.instance_id, bootstrap_room=req.bootstrap_room,
                         arrival_s=req.arrival_s, status=status, failure_reason=reason, finish_s=now,
-                        **state.times)
+                        cached_prefix_tokens=state.cached_tokens, **state.times)
         tokens = (state.first_token,) if state.first_token >= 0 else ()
         self._outputs.append(RequestOutput(req.request_id, tokens, True, status, reason, row))
 

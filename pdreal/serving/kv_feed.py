@@ -1,22 +1,26 @@
 """KV events in `pdreal serve`: each prefill instance publishes, the router follows them all.
 
 Instance side (`InstanceEvents`): a prefill instance with `node.kv_events` on binds a
-`KVEventPublisher` (PUB + replay ROUTER on `node.kv_events_port`, or any free ports), hands the
-engine a `RequestBlockTracker` (stored at the end of a prefill, removed when its KV is released)
+`KVEventPublisher` (PUB + replay ROUTER on `node.kv_events_port`, or any free ports), names its
+run by an epoch (the start time in ns, so a scheduler restarted on the same ports is told apart),
+hands the engine a `RequestBlockTracker` (the prefix cache's stored/removed blocks; without a
+cache, a request's blocks stored at the end of its prefill and removed when its KV is released)
 and advertises both endpoints in /stats as `engine.kv_events = {"pub": ..., "replay": ...}`.
 
 Router side (`KVEventFollower`): for every prefill upstream whose /stats advertises endpoints it
 keeps one `KVEventSubscriber` (its own `CacheSummary`; a new one when the endpoints change, e.g.
-after a restart), which asks for replay from seq 0 on joining. `poll` runs on a worker thread
-(never on the router's event loop): it waits up to `wait_ms` for live events, applies them in
-order (replaying gaps) and returns each instance's cached blocks as frozensets, which the router
-swaps in as its `kv_summary` (InstanceView.cached_blocks for cache_aware / kv_centric).
+after a restart on free ports), which asks for replay from seq 0 on joining and when the epoch
+changes (a restart on fixed ports). `poll` runs on a worker thread (never on the router's event
+loop): it waits up to `wait_ms` for live events, applies them in order (replaying gaps) and
+returns each instance's cached blocks as frozensets, which the router swaps in as its
+`kv_summary` (InstanceView.cached_blocks for cache_aware / kv_centric).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +55,7 @@ class InstanceEvents:
         pub, replay = (f"tcp://{host}:{port}", f"tcp://{host}:{port + 1}") if port else (
             f"tcp://{host}:*", f"tcp://{host}:*")
         try:
-            publisher = KVEventPublisher(ctx, instance_id, pub, replay)
+            publisher = KVEventPublisher(ctx, instance_id, pub, replay, epoch=time.time_ns())
         except zmq.ZMQError as exc:
             ctx.term()
             raise RuntimeError(f"node.kv_events_port={port}: cannot bind KV event sockets on {host}: {exc}") from exc

@@ -39,7 +39,7 @@ def engine_config(cfg: ServeConfig, role: str) -> Any:
         max_prefill_tokens=c.max_prefill_tokens, chunk_size_tokens=c.chunk_size_tokens,
         new_token_ratio=cfg.policy.new_token_ratio if colocated else 0.0,
         decode_reserved_tokens=cfg.policy.decode_reserved_tokens, attention=n.attention, dtype=n.dtype,
-        device=n.device, colocated_schedule=c.colocated_schedule,
+        device=n.device, colocated_schedule=c.colocated_schedule, prefix_cache=c.prefix_cache,
     )
 
 

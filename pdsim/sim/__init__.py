@@ -1,8 +1,8 @@
 """The simpy model of PD-disaggregated (and colocated) serving; entry point `simulate`.
 
 Modules, one mechanism each: router.py (dual dispatch), prefill.py, decode.py, colocated.py
-(instances and their queues), kv_pool.py + prefix_cache.py + prompt_kv.py (KV memory),
-network.py + topology.py (max-min fair flows over NICs/NVLink), transfer.py (KVPoll, page-granular
+(instances and their queues), kv_pool.py + prompt_kv.py (KV memory over pdsim.policy's prefix
+cache), network.py + topology.py (max-min fair flows over NICs/NVLink), transfer.py (KVPoll, page-granular
 chunk sends), faults.py, timeseries.py, engine.py (request lifecycles), run.py (simulate, checks).
 Every scheduling decision comes from the pdsim.policy planners (the calls pdreal's engines make);
 the instances execute them in simulated time.

@@ -26,11 +26,11 @@ from pdsim.policy import (
     plan_colocated_decodes,
     plan_colocated_step,
 )
+from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prefill import Planned, start_chunks
-from pdsim.sim.prefix_cache import BlockNode
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.span import BatchClock, Span, add_steps
 from pdsim.sim.state import SimRequest

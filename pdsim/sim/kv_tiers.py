@@ -1,6 +1,6 @@
 """KV-cache tiers below the GPU prefix cache: host DRAM, local SSD, and a cluster-wide store.
 
-Per prefill instance: `gpu` is the prefix cache (prefix_cache.py, pages in the KV pool), `host`
+Per prefill instance: `gpu` is the prefix cache (pdsim/policy/prefix_cache.py, pages in the KV pool), `host`
 (L2) and `ssd` (L3) are `TierLRU`s of block hashes; `store` is one `TierLRU` shared by every
 prefill instance (Mooncake store / HiCache remote L3). Block hashes identify a whole prefix
 (chained hashes, as in the Mooncake trace), so lower tiers are flat sets.

@@ -17,10 +17,10 @@ import simpy
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
+from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
-from pdsim.sim.prefix_cache import BlockNode
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
 from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send

@@ -11,9 +11,9 @@ filled by the load (`commit_load`); they join the GPU cache on release like comp
 
 from __future__ import annotations
 
+from pdsim.policy.prefix_cache import BlockNode, PrefixCache, cacheable_blocks, matchable_blocks
 from pdsim.sim.kv_pool import CACHE_OWNER, KVPool
 from pdsim.sim.kv_tiers import InstanceTiers, TierPlan
-from pdsim.sim.prefix_cache import BlockNode, PrefixCache
 from pdsim.sim.state import SimRequest
 
 
@@ -58,8 +58,7 @@ class PromptKV:
         """Blocks of the prompt already cached (not locked)."""
         if self.cache is None or not sr.req.hash_ids:
             return []
-        max_blocks = (sr.prompt_tokens - 1) // self.cache.block_tokens
-        return self.cache.match(sr.req.hash_ids, max_blocks)
+        return self.cache.match(sr.req.hash_ids, matchable_blocks(sr.prompt_tokens, self.cache.block_tokens))
 
     def attach_tiers(self, tiers: InstanceTiers) -> None:
         if self.cache is None:
@@ -76,7 +75,7 @@ class PromptKV:
             return gpu_tokens
         plan = sr.tier_plan
         if plan is None or plan.version != tiers.version or plan.gpu_blocks != len(path):
-            max_blocks = (sr.prompt_tokens - 1) // tiers.block_tokens
+            max_blocks = matchable_blocks(sr.prompt_tokens, tiers.block_tokens)
             plan = sr.tier_plan = tiers.plan(sr.prompt_tokens, sr.req.hash_ids, len(path), max_blocks)
         return gpu_tokens + plan.load_tokens
 
@@ -89,7 +88,7 @@ class PromptKV:
         bt = self.cache.block_tokens
         if self.tiers is None or not sr.req.hash_ids:
             return (len(path) * bt, 0, 0, 0)
-        found = self.tiers.lookup(sr.req.hash_ids, len(path), (sr.prompt_tokens - 1) // bt)
+        found = self.tiers.lookup(sr.req.hash_ids, len(path), matchable_blocks(sr.prompt_tokens, bt))
         return (len(path) * bt, found.count(1) * bt, found.count(2) * bt, found.count(3) * bt)
 
     def begin(self, sr: SimRequest, path: list[BlockNode], now_s: float) -> None:
@@ -138,7 +137,7 @@ class PromptKV:
             if sr.match:
                 cache.unlock(sr.match, now_s)
             if sr.prefilled >= sr.prompt_tokens and sr.p_pages:
-                n_full = min(sr.req.input_tokens // cache.block_tokens, len(sr.req.hash_ids))
+                n_full = cacheable_blocks(sr.req.input_tokens, cache.block_tokens, len(sr.req.hash_ids))
                 created = cache.insert(sr.req.hash_ids[:n_full], now_s)
                 if self.tiers is not None:
                     self.tiers.on_gpu_insert(sr.req.hash_ids[:n_full])

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.network import Flow
-from pdsim.sim.prefix_cache import BlockNode
 from pdsim.sim.transfer import KVPoll
 from pdsim.workload.request import Request
 

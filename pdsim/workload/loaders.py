@@ -56,13 +56,23 @@ def load_azure(path: Path, name: str = "azure") -> Workload:
 
 
 def load_plain_csv(path: Path, name: str = "csv") -> Workload:
-    """Plain CSV: arrival_s,input_tokens,output_tokens[,session_id]."""
-    table = _read(path, lambda p: pacsv.read_csv(p))
+    """Plain CSV: arrival_s,input_tokens,output_tokens[,session_id][,hash_ids,block_tokens]
+    (hash_ids: the prefix block hashes, space-separated; block_tokens: their block size)."""
+    table = _read(path, lambda p: pacsv.read_csv(p, convert_options=pacsv.ConvertOptions(
+        column_types={"hash_ids": pa.string()})))
     _require(table, path, ("arrival_s", "input_tokens", "output_tokens"))
     arrival_s = _numeric(table, "arrival_s", path)
-    session = _numeric(table, "session_id", path).astype(np.int64) if "session_id" in table.column_names else None
     wl = _build(name, path, arrival_s, "arrival_s", table, ("input_tokens", "output_tokens"))
-    return wl if session is None else Workload(**{**wl.__dict__, "session_id": session})
+    extra: dict = {}
+    if "session_id" in table.column_names:
+        extra["session_id"] = _numeric(table, "session_id", path).astype(np.int64)
+    if "hash_ids" in table.column_names:
+        _require(table, path, ("block_tokens",))
+        lists = [[int(h) for h in (text or "").split()] for text in table.column("hash_ids").to_pylist()]
+        extra["hash_offsets"] = np.cumsum([0, *map(len, lists)]).astype(np.int64)
+        extra["hash_values"] = np.array([h for hs in lists for h in hs], dtype=np.int64)
+        extra["block_tokens"] = int(_lengths(table, "block_tokens", path)[0])
+    return Workload(**{**wl.__dict__, **extra}) if extra else wl
 
 
 def load_lengths_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -150,3 +151,23 @@ def test_cli_workload_overrides_compose() -> None:
     assert s.prefix.session_turns == 1 and s.prefix.num_system_prompts == 0 and cfg.seed == 3
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--input", "9:3"])
+
+
+def test_requests_csv_carries_prefix_hashes_to_pdsim_and_the_cache_flag(tmp_path: Path) -> None:
+    from analysis.fidelity.real import requests_csv
+    from pdsim.workload.loaders import load_plain_csv
+    from pdsim.workload.request import make_workload
+
+    wl = make_workload("w", np.array([0.0, 0.5, 1.0]), np.array([40, 20, 35]), np.array([4, 4, 4]),
+                       hash_lists=[np.array([7, 8, 9]), np.array([7, 10]), np.array([], dtype=np.int64)],
+                       block_tokens=16)
+    real = pd.DataFrame({"request_id": [2, 0, 1], "arrival_s": [1.1, 0.1, 0.6], "input_tokens": [35, 40, 20],
+                         "output_tokens": [4, 4, 4]})
+    back = load_plain_csv(requests_csv(real, tmp_path / "requests.csv", wl))
+    assert [r.hash_ids for r in back] == [(7, 8, 9), (7, 10), ()] and back.block_tokens == 16
+    facts = EngineFacts.load(_engine_json(tmp_path, engine={"max_prealloc_requests": 64, "prefix_cache": True}))
+    assert facts.cluster_overrides()["prefix_cache"] is True
+    sim, hot = _trace(1.0), _trace(1.0).assign(cached_prefix_tokens=[16] * 5 + [0] * 5)
+    assert "prefix_hit_ratio" not in set(error_table(sim, sim, Slo(1.0, 0.12)).metric)  # no hits: no row
+    row = error_table(sim.assign(cached_prefix_tokens=[16] * 4 + [0] * 6), hot, Slo(1.0, 0.12)).set_index("metric")
+    assert (row.loc["prefix_hit_ratio", "sim"], row.loc["prefix_hit_ratio", "real"]) == (64 / 320, 80 / 320)

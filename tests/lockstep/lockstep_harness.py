@@ -196,6 +196,7 @@ def engine_config(cfg: Config, instance_id: int = 0) -> EngineConfig:
         max_prealloc_requests=c.prealloc_slots or c.max_running_requests, max_prefill_tokens=c.max_prefill_tokens,
         chunk_size_tokens=c.chunk_size_tokens, new_token_ratio=p.new_token_ratio,
         decode_reserved_tokens=p.decode_reserved_tokens, colocated_schedule=c.colocated_schedule,
+        prefix_cache=c.prefix_cache,
     )
 
 
@@ -243,6 +244,18 @@ def drive(nodes: dict[str, Node], arrivals: list[tuple[float, Callable[[float], 
     return rows
 
 
+def prompt_tokens(workload: Workload, k: int) -> tuple[int, ...]:
+    """Request k's token ids: one block of `block_tokens` equal tokens per prefix hash id (equal
+    ids, equal tokens: pdreal's page hashes then share exactly what pdsim's hash_ids share), the
+    rest counting up."""
+    inputs = int(workload.input_tokens[k])
+    ids = workload.hash_values[workload.hash_offsets[k]:workload.hash_offsets[k + 1]].tolist()
+    if not ids:
+        return tuple(range(1, inputs + 1))
+    tokens = [int(h) for h in ids for _ in range(workload.block_tokens)][:inputs]
+    return tuple(tokens + list(range(len(tokens) + 1, inputs + 1)))
+
+
 def route(policy: RouterPolicy, req_id: int, inputs: int, outputs: int, t: float, colocated: bool) -> int:
     p = [InstanceView(0, "colocated" if colocated else "prefill")]
     d = [] if colocated else [InstanceView(0, "decode")]
@@ -251,8 +264,10 @@ def route(policy: RouterPolicy, req_id: int, inputs: int, outputs: int, t: float
     return decision.bootstrap_room
 
 
-def run_real(cfg: Config, workload: Workload, data_dir: str = "") -> tuple[pd.DataFrame, DecisionLog]:
-    """pdreal's engines on `workload` in virtual time: the merged trace rows and their decisions."""
+def run_real(cfg: Config, workload: Workload, data_dir: str = "",
+             engines: list[Any] | None = None) -> tuple[pd.DataFrame, DecisionLog]:
+    """pdreal's engines on `workload` in virtual time: the merged trace rows and their decisions
+    (the engines themselves are appended to `engines` when given)."""
     colocated = cfg.cluster.mode == "colocated"
     latency = build_latency_model(cfg.perf, cfg.model, cfg.hardware, 1, data_dir)
     reload_s = wire_bytes_per_token(cfg.model, 1) / (cfg.hardware.pcie_gbps * 1e9)
@@ -284,7 +299,7 @@ def run_real(cfg: Config, workload: Workload, data_dir: str = "") -> tuple[pd.Da
         def add(t: float) -> None:
             inputs, outputs = int(workload.input_tokens[k]), int(workload.output_tokens[k])
             room = route(policy, k, inputs, outputs, t, colocated)
-            req = EngineRequest(k, tuple(range(1, inputs + 1)), SamplingParams(max_new_tokens=outputs),
+            req = EngineRequest(k, prompt_tokens(workload, k), SamplingParams(max_new_tokens=outputs),
                                 bootstrap_room=room, bootstrap_addr="virtual", arrival_s=t)
             for node in nodes.values():
                 saved = node.clock.t
@@ -298,6 +313,8 @@ def run_real(cfg: Config, workload: Workload, data_dir: str = "") -> tuple[pd.Da
     halves = drive(nodes, arrivals)
     for node in nodes.values():
         node.engine.check_invariants()
+    if engines is not None:
+        engines.extend(node.engine for node in nodes.values())
     rows = [_merge(h) for _, h in sorted(halves.items())]
     return pd.DataFrame(rows), log
 

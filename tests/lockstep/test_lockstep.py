@@ -8,7 +8,9 @@ iteration. The logs must be identical and every request's timestamps equal withi
 
 The workload forces chunked prefill (prompts up to 4x the chunk), decode pre-allocation waits
 (a 480-token decode pool with a 4-token per-request reserve) and retractions (outputs that
-outgrow the reserve). Times the two sides observe differently by design are not compared:
+outgrow the reserve). A prefix-heavy workload (shared system prompts, repeated prompts, sessions'
+next turns; pdsim reads hash_ids, pdreal hashes its pages' tokens) checks that both prefix caches
+hit, lock and evict the same blocks, PD and colocated. Times the two sides observe differently by design are not compared:
 `transfer_queue_leave_s` / `decode_waiting_enter_s` (pdsim stamps the transfer's completion
 event, pdreal the poll that sees it) and `bootstrap_enter_s`-style queue entries are equal anyway.
 """
@@ -53,11 +55,12 @@ COMPARED = ("arrival_s", "route_s", "bootstrap_leave_s", "prefill_start_s", "pre
             "running_enter_s", "first_token_s", "last_token_s")
 
 
-def config(mode: str = "disaggregated", schedule: str = "mixed", perf: PerfConfig = LINEAR) -> Config:
+def config(mode: str = "disaggregated", schedule: str = "mixed", perf: PerfConfig = LINEAR,
+           prefix_cache: bool = False) -> Config:
     cluster = ClusterConfig(
         mode=mode, prefill=1, decode=1, colocated=1, page_size_tokens=8, kv_capacity_tokens=480,
         max_running_requests=6, prealloc_slots=6, max_prefill_tokens=160, chunk_size_tokens=64,
-        prefix_cache=False, control_plane_latency_s=0.0, dispatch_latency_s=0.0, link_latency_s=0.0,
+        prefix_cache=prefix_cache, control_plane_latency_s=0.0, dispatch_latency_s=0.0, link_latency_s=0.0,
         transfer_aux_bytes=0, colocated_schedule=schedule,
     )
     return Config(scenario=ScenarioConfig(name="lockstep"), model=MODEL, hardware=HARDWARE, cluster=cluster,
@@ -71,6 +74,38 @@ def workload(n: int = 50, seed: int = 3) -> Workload:
     inputs = rng.integers(9, 230, n)
     outputs = rng.integers(1, 120, n)
     return make_workload("lockstep", arrival, inputs.astype(np.int64), outputs.astype(np.int64))
+
+
+def prefix_workload(n: int = 50, seed: int = 11) -> Workload:
+    """Prefix-heavy: 4 system prompts of 3-6 blocks of 8 tokens (a page each) under every prompt,
+    then its own blocks (the last one partial); one request in five repeats an earlier prompt
+    exactly (its hit stops short of the whole prompt), one in five extends an earlier one (a
+    session's next turn). Hash ids are chained as in Mooncake: equal ids, equal prefixes."""
+    rng = np.random.default_rng(seed)
+    systems = [[10 * s + b + 1 for b in range(int(rng.integers(3, 7)))] for s in range(4)]
+    hashes: list[list[int]] = []
+    inputs: list[int] = []
+    fresh = 1000
+    for k in range(n):
+        kind = rng.integers(0, 5) if k else 2
+        if kind == 0:  # the same prompt again
+            j = int(rng.integers(0, k))
+            hashes.append(list(hashes[j]))
+            inputs.append(inputs[j])
+            continue
+        if kind == 1:
+            j = int(rng.integers(0, k))
+            base = hashes[j][:inputs[j] // 8]  # the earlier prompt's full blocks
+        else:
+            base = list(systems[int(rng.integers(0, 4))])
+        own = int(rng.integers(1, 12))
+        hashes.append(base + list(range(fresh, fresh + own)))
+        fresh += own
+        inputs.append(8 * (len(base) + own - 1) + int(rng.integers(1, 9)))
+    arrival = np.cumsum(rng.exponential(0.09, n))
+    outputs = rng.integers(1, 60, n)
+    return make_workload("lockstep-prefix", arrival, np.array(inputs, dtype=np.int64), outputs.astype(np.int64),
+                         hash_lists=[np.array(h, dtype=np.int64) for h in hashes], block_tokens=8)
 
 
 def table_perf(tmp_path: Path) -> PerfConfig:
@@ -102,7 +137,7 @@ def assert_same_requests(sim: pd.DataFrame, real: pd.DataFrame) -> None:
     sim, real = sim.set_index("request_id").sort_index(), real.set_index("request_id").sort_index()
     assert list(sim.index) == list(real.index)
     assert list(sim.status) == list(real.status)
-    for name in ("output_tokens", "num_retractions", "bootstrap_room"):
+    for name in ("output_tokens", "num_retractions", "bootstrap_room", "cached_prefix_tokens"):
         assert list(sim[name]) == list(real[name]), name
     for name in COMPARED:
         if name in real:
@@ -111,10 +146,10 @@ def assert_same_requests(sim: pd.DataFrame, real: pd.DataFrame) -> None:
         np.testing.assert_allclose(real.token_times_s[rid], sim.token_times_s[rid], atol=1e-9, err_msg=f"request {rid}")
 
 
-def check(cfg: Config) -> tuple[DecisionLog, pd.DataFrame]:
-    wl = workload()
+def check(cfg: Config, wl: Workload | None = None, engines: list | None = None) -> tuple[DecisionLog, pd.DataFrame]:
+    wl = wl or workload()
     sim_trace, sim_log = run_sim(cfg, wl)
-    real_trace, real_log = run_real(cfg, wl)
+    real_trace, real_log = run_real(cfg, wl, engines=engines)
     assert_same_decisions(sim_log, real_log)
     assert_same_requests(sim_trace, real_trace)
     return sim_log, sim_trace
@@ -141,6 +176,19 @@ def test_colocated_lockstep(schedule: str) -> None:
     assert kinds(log, "retract") > 0, "no retraction"
     assert any(not c[3] for e in log.entries for c in dict(e.detail)["prefill"]), "no chunked prefill"
     assert (trace.status == "finished").sum() >= 45  # a few fail alike on both sides (KV exhausted)
+
+
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
+def test_prefix_cache_hits_agree(mode: str) -> None:
+    """Both sides hit the same pages (pdreal hashes its pages' tokens, pdsim reads hash_ids) and
+    evict the same blocks: equal decisions, times and cached_prefix_tokens per request."""
+    engines: list = []
+    log, trace = check(config(mode, prefix_cache=True), prefix_workload(), engines)
+    hit = trace.cached_prefix_tokens.sum() / trace.input_tokens.sum()
+    assert 0.3 < hit < 0.9 and (trace.cached_prefix_tokens % 8 == 0).all()
+    assert (trace.cached_prefix_tokens < trace.input_tokens).all()
+    assert engines[0].cache.evicted_blocks > 100  # the 60-page pool evicts all along
+    assert trace.num_retractions.sum() > 0
 
 
 def test_pd_lockstep_with_a_profiled_table(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_dead_decode_fails_prefill_and_frees_pages(pd_factory) -> None:  # noqa:
     while pd.prefill.has_work() and time.monotonic() < deadline:
         outputs += pd.prefill.step()
     assert sorted(o.status for o in outputs if o.finished) == ["failed", "failed"]
-    assert pd.prefill.allocator.num_used == 0
+    assert pd.prefill.stats().kv_used_tokens == 0  # nothing held (prompt pages may stay cached)
     pd.prefill.check_invariants()
 
 

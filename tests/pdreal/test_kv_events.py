@@ -110,3 +110,46 @@ def test_block_hashes_are_chained_and_feed_cache_aware_routing() -> None:
     state = RouterState(params=RoutingParams(block_tokens=3))
     decision = route("cache_aware", RequestView(0, 7, 1, hash_ids=x), views, [], state, np.random.default_rng(0))
     assert decision.prefill_id == 1
+
+
+def test_a_publisher_restarted_on_the_same_endpoints_is_followed_again(ctx, endpoints) -> None:
+    """Seq numbers restart at 0 with the scheduler; the new epoch tells the subscriber so."""
+    old = KVEventPublisher(ctx, 2, *endpoints, epoch=1)
+    sub = KVEventSubscriber(ctx, *endpoints, CacheSummary())
+    try:
+        old.publish(STORED, [1, 2])
+        old.publish(STORED, [3])
+        sub.replay()
+        assert (sub.next_seq, sub.epoch, sub.summary.cached_blocks(2)) == (2, 1, {1, 2, 3})
+    finally:
+        old.close()
+    new = KVEventPublisher(ctx, 2, *endpoints, epoch=2)
+    try:
+        published = []
+        for i in range(50):  # live events until the reconnected SUB sees one (earlier ones drop)
+            published.append(10 + i)
+            new.publish(STORED, [10 + i])
+            sub.poll(50)
+            if sub.epoch == 2:
+                break
+        # the old run's blocks are gone; the new run is replayed from seq 0, dropped events included
+        assert (sub.epoch, sub.num_restarts) == (2, 1) and len(published) < 50
+        assert sub.summary.cached_blocks(2) == set(published) and sub.next_seq == len(published)
+    finally:
+        sub.close()
+        new.close()
+
+
+def test_an_epoch_change_seen_in_a_replay_answer_restarts_from_seq_0(ctx, endpoints) -> None:
+    new = KVEventPublisher(ctx, 4, *endpoints, epoch=9)
+    try:
+        for block in (5, 6, 7):
+            new.publish(STORED, [block])
+        sub = KVEventSubscriber(ctx, *endpoints, CacheSummary())
+        sub.epoch, sub.next_seq = 8, 2  # followed an earlier run up to seq 2
+        sub.summary.blocks[4] = {1}
+        sub.replay()
+        assert (sub.epoch, sub.next_seq, sub.summary.cached_blocks(4)) == (9, 3, {5, 6, 7})
+        sub.close()
+    finally:
+        new.close()

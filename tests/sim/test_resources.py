@@ -7,9 +7,9 @@ import math
 import pytest
 import simpy
 
+from pdsim.policy.prefix_cache import PrefixCache
 from pdsim.sim.kv_pool import CACHE_OWNER, KVPool, KVPoolError
 from pdsim.sim.network import Network
-from pdsim.sim.prefix_cache import PrefixCache
 from pdsim.sim.transfer import chunk_pages_to_send
 
 

@@ -1,4 +1,5 @@
-"""Prefix (radix) cache over prompt block hashes, on prefill and colocated instances.
+"""Prefix (radix) cache over prompt block hashes, on prefill and colocated instances: one
+structure for both executors (pdsim's PromptKV and pdreal's RadixCache wrap it).
 
 A trie keyed by block hash: the path from the root spells a prompt's leading blocks (each of
 `block_tokens` tokens, `pages_per_block` KV pages). Requests lock the path they matched
@@ -11,6 +12,10 @@ use, creation number, child count) and one dict maps (parent slot, block hash) t
 slot; no object per block. Slots of evicted blocks are reused. The LRU order is a heap of
 (last use, creation number, slot) with stale entries skipped: creation numbers never repeat, so
 ties break exactly as they did when each block was an object numbered at creation.
+
+The two rules on which blocks a prompt may use and give back (`matchable_blocks`,
+`cacheable_blocks`) are module functions: pdsim and pdreal both call them. Block hashes follow
+Mooncake's hash_ids: hash i stands for the whole prefix up to and including block i.
 """
 
 from __future__ import annotations
@@ -21,6 +26,17 @@ from collections.abc import Callable, Sequence
 BlockNode = int  # a cached block is its slot in the cache's arrays (paths are lists of slots)
 ROOT = 0
 _DEAD = -1  # creation number of a free slot
+
+
+def matchable_blocks(prompt_tokens: int, block_tokens: int) -> int:
+    """Leading blocks of a prompt a cache hit may cover: whole blocks, never the whole prompt
+    (its last token is always computed: its forward samples the first output token)."""
+    return max(0, prompt_tokens - 1) // block_tokens
+
+
+def cacheable_blocks(input_tokens: int, block_tokens: int, num_hashes: int) -> int:
+    """Blocks a finished prompt gives to the cache: its full blocks that have a hash."""
+    return min(input_tokens // block_tokens, num_hashes)
 
 
 class PrefixCache:
@@ -57,6 +73,10 @@ class PrefixCache:
 
     def block_hash(self, block: BlockNode) -> int:
         return self._hash[block]
+
+    def ref_count(self, block: BlockNode) -> int:
+        """How many requests hold `block` locked (0 = evictable once it is a leaf)."""
+        return self._ref[block]
 
     def match(self, hash_ids: Sequence[int], max_blocks: int) -> list[BlockNode]:
         """The longest cached path for the first `max_blocks` hashes (nothing is locked)."""
