@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
+if TYPE_CHECKING:  # torch only where tokens are drawn: the HTTP and router processes check params
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +63,17 @@ def fresh_seed() -> int:
 
 
 def token_generator(seed: int, token_index: int, device: torch.device | str = "cpu") -> torch.Generator:
+    import numpy as np
+    import torch
+
     state = int(np.random.SeedSequence([seed, token_index]).generate_state(1, dtype=np.uint64)[0])
     return torch.Generator(device=device).manual_seed(state & ((1 << 63) - 1))
 
 
 def sample_one(logits: torch.Tensor, params: SamplingParams, token_index: int) -> int:
     """One token from a [vocab] fp32 logits row."""
+    import torch
+
     if params.temperature < GREEDY_BELOW:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits / params.temperature, dim=-1)
@@ -81,6 +87,8 @@ def sample_one(logits: torch.Tensor, params: SamplingParams, token_index: int) -
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], token_indices: list[int]) -> list[int]:
     """One token per row of [batch, vocab] logits; rows that are all greedy use one argmax."""
+    import torch
+
     if all(p.temperature < GREEDY_BELOW for p in params):
         return torch.argmax(logits, dim=-1).tolist()
     return [sample_one(row, p, k) for row, p, k in zip(logits, params, token_indices, strict=True)]

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from pdreal.engine.common import EngineConfig
+from pdreal.engine.types import EngineConfig
 from pdreal.serving.bootstrap import (
     BootstrapError,
     BootstrapTable,

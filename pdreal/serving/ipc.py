@@ -23,7 +23,7 @@ from typing import Any
 
 import msgpack
 
-from pdreal.engine.common import EngineRequest, EngineStats, RequestOutput, StepRecord
+from pdreal.engine.types import EngineRequest, EngineStats, RequestOutput, StepRecord
 from pdreal.model.sampling import SamplingParams
 
 COMMANDS_FILE, EVENTS_FILE, CONFIG_FILE = "commands.sock", "events.sock", "serve.yaml"

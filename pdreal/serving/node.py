@@ -27,7 +27,7 @@ READY_PREFIX = "PDREAL_READY "
 
 def engine_config(cfg: ServeConfig, role: str) -> Any:
     """The EngineConfig of a `role` instance (prefill | decode | colocated) from the serve config."""
-    from pdreal.engine.common import EngineConfig
+    from pdreal.engine.types import EngineConfig
 
     c, n = cfg.cluster, cfg.node
     pages = n.num_pages or (-(-c.kv_capacity_tokens // c.page_size_tokens) if c.kv_capacity_tokens else DEFAULT_NUM_PAGES)

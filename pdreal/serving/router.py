@@ -34,7 +34,7 @@ from typing import Any
 
 import aiohttp
 
-from pdreal.engine.common import EngineRequest, merge_halves
+from pdreal.engine.types import EngineRequest, merge_halves
 from pdreal.kv_events import CacheSummary, block_hash_ids
 from pdreal.model.sampling import SamplingParams
 from pdreal.serving.config import ServeConfig

@@ -181,7 +181,7 @@ class SchedulerLoop:
 def _failed(request_id: int, reason: str, status: str) -> Any:
     import math
 
-    from pdreal.engine.common import RequestOutput, trace_row
+    from pdreal.engine.types import RequestOutput, trace_row
 
     row = trace_row(request_id=request_id, status=status, failure_reason=reason, finish_s=math.nan)
     return RequestOutput(request_id, (), True, status, reason, row)

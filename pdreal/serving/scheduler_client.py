@@ -29,7 +29,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from pdreal.engine.common import (
+from pdreal.engine.types import (
     STEP_LOG_SIZE,
     EngineRequest,
     EngineStats,

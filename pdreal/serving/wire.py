@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, fields
 from typing import Any
 
-from pdreal.engine.common import EngineRequest, RequestOutput
+from pdreal.engine.types import EngineRequest, RequestOutput
 from pdreal.model.sampling import SamplingParams
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))

@@ -118,3 +118,12 @@ def test_engines_load_no_pandas_or_simulator() -> None:
             "print(','.join(m for m in ('pandas', 'pyarrow', 'simpy', 'pdsim.sim', 'analysis') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""
+
+
+def test_http_and_router_processes_load_no_torch() -> None:
+    """Only scheduler processes run the model: an instance's HTTP process and the router start
+    without torch (seconds of start-up and ~150 MB each)."""
+    code = ("import sys, pdreal.cli, pdreal.serving.instance, pdreal.serving.api, pdreal.serving.launch\n"
+            "print(','.join(m for m in ('torch', 'pandas', 'simpy') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""
