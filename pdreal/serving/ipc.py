@@ -4,7 +4,7 @@ Two PUSH/PULL pipes on ipc:// sockets in a private (0700) folder the HTTP proces
 binds; the scheduler connects:
 
     commands  HTTP -> scheduler   ("add", request) ("abort", id, reason) ("fail_peer", addr, reason) ("stop",)
-    events    scheduler -> HTTP   ("progress", text) ("ready", facts) ("batch", outputs, stats, steps, counters)
+    events    scheduler -> HTTP   ("progress", text) ("ready", facts, stats) ("batch", outputs, stats, steps, counters)
                                   ("stopped", invariant error or "")
 
 A request crosses as a flat list (its SamplingParams as a dict), an output as

@@ -210,7 +210,7 @@ def serve(cfg: Any, role: str, commands_addr: str, events_addr: str) -> int:
             engine.kv.wakeup = waker.wake
         facts["scheduler_start_s"] = time.perf_counter() - started
         loop = SchedulerLoop(engine, events, cfg.node.poll_interval_s, parent_pid)
-        send(events, pack(["ready", facts]), parent_pid)
+        send(events, pack(["ready", facts, encode_stats(engine.stats())]), parent_pid)  # stats before any step
         loop.run(commands, waker)
         error = _invariant_error(engine)
     except ParentGone as exc:

@@ -135,7 +135,6 @@ class SchedulerClient:
                 log.error("%s", exc)
                 continue
             self.counters = LoopCounters(restarts=self.counters.restarts + 1)
-            self.stats = EngineStats({}, 0, 0, 0, 0)
             log.warning("%s scheduler restarted (pid %s)", self.role, self.process.pid)
             if self.on_restart is not None:
                 await self.on_restart(self.facts)
@@ -222,6 +221,7 @@ class SchedulerClient:
         elif kind == "progress":
             self.progress = message[1]
         elif kind == "ready":
+            self.stats = decode_stats(message[2])  # capacity known before the first step
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(message[1])
         elif kind == "died":
