@@ -41,6 +41,7 @@ class EngineConfig:
     attention: str = "torch"
     dtype: str = "fp32"
     device: str = "cpu"
+    tp_size: int = 1  # tensor-parallel ranks (pdreal/engine/tp_runner.py); each pool holds 1/tp of the KV heads
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -161,6 +162,16 @@ class ModelRunner:
     def reload_kv(self, pages: list[int], host_kv: torch.Tensor) -> None:
         """Copy an offloaded request's KV back into its newly allocated pages."""
         self.pool.write_pages(pages, host_kv)
+
+    def kv_manager(self, transfer: Any, hub: Any = None) -> Any:
+        """The instance's KV-transfer manager over this runner's pool (a TransferConfig in, a
+        KVManager out; the TP runner builds one per rank)."""
+        from pdreal.transfer import make_kv_manager
+
+        return make_kv_manager(transfer, self.pool, hub)
+
+    def close(self) -> None:
+        """Release what the runner owns beyond memory (the TP runner's rank processes)."""
 
 
 def step_failure_reason(exc: BaseException) -> str:
