@@ -88,7 +88,7 @@ class _SenderRoom:
     dst_pages: list[int] = field(default_factory=list)
     dst_offset: int = 0
     first_send_s: float = math.nan
-    bytes_sent: int = 0
+    bytes_sent: dict[str, int] = field(default_factory=dict)  # by peer_id (each decode rank its own)
 
 
 @dataclass
@@ -214,11 +214,12 @@ class PagedKVManager(KVManager):
             runs = coalesce_runs(pages, dst) if self.config.coalesce else [
                 PageRun(s, d, 1) for s, d in zip(pages, dst, strict=True)]
             for peer in r.peers:
-                r.bytes_sent += self._write_peer(peer, runs)
+                r.bytes_sent[peer.peer_id] = r.bytes_sent.get(peer.peer_id, 0) + self._write_peer(peer, runs)
         if aux is not None:
-            final = replace(aux, transfer_start_s=r.first_send_s, transfer_end_s=self.clock(),
-                            transfer_bytes=r.bytes_sent)
+            end_s = self.clock()
             for peer in r.peers:
+                final = replace(aux, transfer_start_s=r.first_send_s, transfer_end_s=end_s,
+                                transfer_bytes=r.bytes_sent.get(peer.peer_id, 0))
                 self._notify(peer, room, final, "")
             r.state.advance(KVPoll.Success)
 

@@ -15,6 +15,7 @@ the ranks' addresses in rank order (common.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 import torch
@@ -186,8 +187,11 @@ class _TPEnd(KVSender, KVReceiver):
         self.manager.mirror("init", self.room, list(pages))
 
     def aux(self) -> TransferAux | None:
+        """Rank 0's aux; its bytes x TP size are the instance's (every rank receives as many)."""
         end = self.manager.rooms.receivers.get(self.room)
-        return end.aux() if end is not None else None
+        aux = end.aux() if end is not None else None
+        tp_size = self.manager.local.config.tp_size
+        return None if aux is None else replace(aux, transfer_bytes=aux.transfer_bytes * tp_size)
 
     def abort(self, reason: str) -> None:
         self.manager.mirror("abort", self.room, reason)
