@@ -149,3 +149,32 @@ def one_to_one() -> list[list[int]]:
 def test_mooncake_tp_m_to_n_decodes_as_one_to_one(m: int, n: int, one_to_one: list[list[int]]) -> None:
     assert len({tuple(t) for t in one_to_one}) == 3 and all(len(t) == 6 for t in one_to_one)
     assert _decode_tokens(m, n, _requests(200 + 10 * m + n)) == one_to_one
+
+
+@pytest.mark.slow
+def test_pdreal_serve_prefill_tp2_decode_tp1(tmp_path, tiny_model) -> None:  # noqa: ANN001
+    """`pdreal serve cluster.prefill_tp=2`: the prefill scheduler spawns its rank process, the
+    decode reads both ranks' heads; greedy output equals one process's."""
+    pytest.importorskip("aiohttp")
+    from serving_helpers import post, tiny_model_file
+
+    from pdreal.engine.common import ModelRunner
+    from pdreal.engine.generate import generate
+    from pdreal.serving.config import load_serve_config
+    from pdreal.serving.launch import LocalCluster
+
+    cfg = load_serve_config(None, [f"node.model={tiny_model_file(tmp_path)}", "node.model_seed=7",
+                                   "cluster.page_size_tokens=4", "cluster.prefill_tp=2", "node.num_pages=64"])
+    prompts = [[int(t) for t in r.input_ids] for r in _requests(0)]
+    sampling = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    expected = generate(ModelRunner(tiny_model, EngineConfig(num_pages=64, page_size_tokens=4)), prompts,
+                        [sampling] * len(prompts))
+    with LocalCluster(cfg, tmp_path / "cluster", log_dir=tmp_path) as cluster:
+        outputs = []
+        for prompt in prompts:
+            body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}}
+            status, out = post(f"{cluster.url}/generate", body, 60.0)
+            assert status == 200, out
+            outputs.append(out["output_ids"])
+            assert out["meta_info"]["trace"]["transfer_bytes"] > 0
+    assert outputs == expected
