@@ -26,6 +26,7 @@ import datetime
 import logging
 import multiprocessing as mp
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
@@ -64,7 +65,22 @@ def _process_group(setup: RankSetup, store: dist.TCPStore | None = None) -> dist
     timeout = datetime.timedelta(seconds=setup.timeout_s)
     if store is None:
         store = dist.TCPStore(setup.host, setup.store_port, setup.tp_size, False, timeout=timeout)
+        store.set(f"alive/{setup.rank}", "1")  # rank 0 waits for these, watching the processes
     return dist.ProcessGroupGloo(store, setup.rank, setup.tp_size, timeout)
+
+
+def _await_ranks(store: dist.TCPStore, processes: list[Any], timeout_s: float) -> None:
+    """Until every rank process reached the store; RuntimeError at once if one died first."""
+    keys = [f"alive/{rank}" for rank in range(1, len(processes) + 1)]
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        for rank, process in enumerate(processes, start=1):
+            if not process.is_alive():
+                raise RuntimeError(f"TP rank {rank} process exited with code {process.exitcode} before "
+                                   "joining its group (its stderr says why)")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"TP rank processes did not join within {timeout_s} s")
+        time.sleep(0.02)
 
 
 def _all_reduce(group: dist.ProcessGroup, op: dist.ReduceOp) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -97,7 +113,10 @@ class RankWorker:
                 break
             if command[0] == "stop":
                 break
-            self.handle(command)
+            try:
+                self.handle(command)
+            except Exception:  # noqa: BLE001 - rank 0 ran the same call and raised the same error
+                log.exception("TP rank %d: command %r failed", self.setup.rank, command[0])
         self._close_kv()
 
     def handle(self, command: tuple[Any, ...]) -> None:
@@ -183,6 +202,12 @@ class TPGroup:
             conns.append(ours)
             wakes.append(wake_read)
             processes.append(process)
+        try:
+            _await_ranks(store, processes, timeout_s)
+        except Exception:
+            for process in processes:
+                process.terminate()
+            raise
         return cls(_process_group(setup, store), conns, wakes, processes)
 
     def post(self, command: tuple[Any, ...]) -> None:

@@ -30,7 +30,6 @@ from typing import Any
 
 from pdreal.kv.allocator import PageRun, coalesce_runs
 from pdreal.kv.pool import KVLayout, KVPool
-from pdreal.transfer.slices import HeadSlice, dest_count, overlap, slice_compatible, source_ranks
 from pdreal.transfer.base import (
     KVManager,
     KVPoll,
@@ -40,6 +39,7 @@ from pdreal.transfer.base import (
     PollState,
     TransferAux,
 )
+from pdreal.transfer.slices import HeadSlice, dest_count, overlap, slice_compatible, source_ranks
 from pdsim.kvpoll import TERMINAL
 
 log = logging.getLogger(__name__)
