@@ -178,3 +178,64 @@ def test_pdreal_serve_prefill_tp2_decode_tp1(tmp_path, tiny_model) -> None:  # n
             outputs.append(out["output_ids"])
             assert out["meta_info"]["trace"]["transfer_bytes"] > 0
     assert outputs == expected
+
+
+class _InProcessRanks:
+    """A RankChannel whose other ranks are RankRooms in this process (no processes, no gloo)."""
+
+    def __init__(self, others: list) -> None:  # noqa: ANN001
+        self.others, self._polls, self.reductions = others, [], 0
+
+    def post(self, command: tuple) -> None:
+        if command[0] == "kv":
+            for rooms in self.others:
+                rooms.apply(command[1], command[2])
+        elif command[0] == "kv_poll":
+            self._polls = [rooms.polls(command[1]) for rooms in self.others]
+
+    def call(self, command: tuple) -> list:
+        assert command[0] == "kv_reason"
+        return [rooms.reason(command[1]) for rooms in self.others]
+
+    def all_reduce_min(self, values):  # noqa: ANN001, ANN201
+        self.reductions += 1
+        for polls in self._polls:
+            values = torch.minimum(values, torch.tensor(polls, dtype=values.dtype))
+        return values
+
+    def set_wake(self, wake) -> None:  # noqa: ANN001
+        pass
+
+
+def test_tp_polls_are_the_min_over_ranks_once_per_room_per_round() -> None:
+    from pdreal.transfer.tp import RankRooms, TPKVManager
+
+    hub = LocalHub()
+    ranks = _managers(_pools(2, fill=True), hub)
+    decode = _managers(_pools(1, fill=False), hub)[0]
+    channel = _InProcessRanks([RankRooms(ranks[1])])
+    tp = TPKVManager(ranks[0], channel, [m.bootstrap_addr for m in ranks])
+    try:
+        senders = [tp.create_sender(room) for room in (1, 2)]
+        assert tp.bootstrap_addr == "local-0,local-1"
+        receivers = [decode.create_receiver(tp.bootstrap_addr, room) for room in (1, 2)]
+        assert [s.poll() for s in senders] == [KVPoll.Bootstrapping] * 2 and channel.reductions == 1
+        receivers[0].init([0])
+        receivers[1].init([1])
+        assert senders[0].poll() == KVPoll.WaitingForInput and channel.reductions == 2  # room 1 again
+        assert senders[1].poll() == KVPoll.WaitingForInput and channel.reductions == 2  # same round
+        channel.others[0].end(2).abort("rank 1 lost its link")  # one rank fails: the room fails on all
+        senders[0].send([3], TransferAux(1, first_token_id=7))
+        deadline = time.monotonic() + 10
+        while receivers[0].poll() != KVPoll.Success and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert receivers[0].poll() == KVPoll.Success
+        assert (senders[0].poll(), senders[1].poll()) == (KVPoll.Success, KVPoll.Failed)
+        assert ranks[0]._senders[2].state.get() == KVPoll.WaitingForInput  # rank 0 alone saw nothing
+        assert senders[1].failure_reason == "rank 1 lost its link"
+        for sender in senders:
+            sender.close()
+        assert tp.num_rooms() == 0 and ranks[1].num_rooms() == 0
+    finally:
+        for manager in [*ranks, decode]:
+            manager.close()
