@@ -110,6 +110,7 @@ class PagedKVManager(KVManager):
         self._senders: dict[int, _SenderRoom] = {}
         self._receivers: dict[int, _ReceiverRoom] = {}
         self._early_info: dict[int, list[tuple[PeerInfo, list[int]]]] = {}
+        self._status_lock = threading.Lock()  # infos / statuses of several ranks may race
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self.wakeup: Callable[[], None] | None = None  # called after any room's state changes
         self._worker = threading.Thread(target=self._work, name=f"kv-{self.backend}-worker", daemon=True)
@@ -167,9 +168,12 @@ class PagedKVManager(KVManager):
         if problem:
             r.state.fail(problem)
             return
-        r.peers.append(peer)
-        r.dst_pages = list(pages)
-        if len(r.peers) >= dest_count(self.total_kv_heads, self.config.tp_rank, self.config.tp_size, peer.tp_size):
+        with self._status_lock:
+            r.peers.append(peer)
+            r.dst_pages = list(pages)
+            ready = len(r.peers) >= dest_count(self.total_kv_heads, self.config.tp_rank, self.config.tp_size,
+                                               peer.tp_size)
+        if ready:
             r.state.advance(KVPoll.WaitingForInput)
 
     def _sender_poll(self, room: int) -> KVPoll:
@@ -279,12 +283,14 @@ class PagedKVManager(KVManager):
         if r is None:
             return
         if aux is not None:
-            r.aux = aux if r.aux is None else replace(
-                r.aux, transfer_start_s=min(r.aux.transfer_start_s, aux.transfer_start_s),
-                transfer_end_s=max(r.aux.transfer_end_s, aux.transfer_end_s),
-                transfer_bytes=r.aux.transfer_bytes + aux.transfer_bytes)
-            r.pending -= 1
-            if r.pending <= 0:
+            with self._status_lock:
+                r.aux = aux if r.aux is None else replace(
+                    r.aux, transfer_start_s=min(r.aux.transfer_start_s, aux.transfer_start_s),
+                    transfer_end_s=max(r.aux.transfer_end_s, aux.transfer_end_s),
+                    transfer_bytes=r.aux.transfer_bytes + aux.transfer_bytes)
+                r.pending -= 1
+                done = r.pending <= 0
+            if done:
                 r.state.advance(KVPoll.Success)
         else:
             r.state.fail(f"prefill side failed: {reason}")
