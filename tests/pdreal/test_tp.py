@@ -84,3 +84,23 @@ def test_tp2_offload_reload_round_trips_every_rank(tp2: TPModelRunner) -> None:
     tp2.reload_kv(other, host)
     assert torch.equal(tp2.offload_kv(other, 8), host)
     tp2.pool.allocator.free(pages + other)
+
+
+def test_colocated_engine_on_tp2_decodes_as_tp1(tp2: TPModelRunner, tiny_model) -> None:  # noqa: ANN001
+    """The engines see a TP runner as any runner: a colocated engine (chunked prefill mixed with
+    decodes) on TP 2 emits TP 1's greedy tokens."""
+    from pdreal.engine.colocated import ColocatedEngine
+    from pdreal.engine.common import EngineRequest
+    from pdreal.engine.driver import run_colocated
+
+    cfg = replace(CONFIG, chunk_size_tokens=8, max_prefill_tokens=8)
+    gen = torch.Generator().manual_seed(5)
+    reqs = [EngineRequest(i, tuple(torch.randint(0, 100, (n,), generator=gen).tolist()),
+                          SamplingParams(max_new_tokens=7, ignore_eos=True)) for i, n in enumerate([5, 21, 12])]
+    tokens = []
+    for runner in (ModelRunner(tiny_model, replace(cfg, tp_size=1)), tp2):
+        engine = ColocatedEngine(runner, cfg)
+        results = run_colocated(engine, reqs, add_every_steps=2)
+        engine.check_invariants()
+        tokens.append([results[r.request_id].token_ids for r in reqs])
+    assert tokens[1] == tokens[0] and all(len(t) == 7 for t in tokens[0])

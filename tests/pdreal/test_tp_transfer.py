@@ -112,9 +112,11 @@ MOONCAKE = TransferConfig(backend="mooncake", host="127.0.0.1", protocol="tcp")
 SOURCE = ModelSource("random", spec=TINY, seed=7)
 
 
-def _decode_tokens(p_tp: int, d_tp: int, reqs: list[EngineRequest], decode_pages: int = 64) -> list[list[int]]:
+def _decode(p_tp: int, d_tp: int, reqs: list[EngineRequest], **decode: int) -> tuple[list[list[int]], int]:
+    """(each request's decoded tokens, retractions on the decode side); `decode`: EngineConfig
+    fields of the decode instance."""
     p_cfg = EngineConfig(num_pages=64, page_size_tokens=4, chunk_size_tokens=8, tp_size=p_tp)
-    d_cfg = EngineConfig(instance_id=1, num_pages=decode_pages, page_size_tokens=4, tp_size=d_tp)
+    d_cfg = EngineConfig(**{"instance_id": 1, "num_pages": 64, "page_size_tokens": 4, "tp_size": d_tp, **decode})
     runners = [make_runner(SOURCE, p_cfg), make_runner(SOURCE, d_cfg)]
     managers = [runner.kv_manager(MOONCAKE) for runner in runners]
     try:
@@ -124,7 +126,8 @@ def _decode_tokens(p_tp: int, d_tp: int, reqs: list[EngineRequest], decode_pages
         prefill.check_invariants()
         decode.check_invariants()
         assert all(results[r.request_id].row["status"] == "finished" for r in reqs)
-        return [results[r.request_id].token_ids for r in reqs]
+        return ([results[r.request_id].token_ids for r in reqs],
+                sum(results[r.request_id].row["num_retractions"] for r in reqs))
     finally:
         for manager in managers:
             manager.close()
@@ -142,13 +145,27 @@ def _requests(room: int) -> list[EngineRequest]:
 @pytest.fixture(scope="module")
 def one_to_one() -> list[list[int]]:
     pytest.importorskip("mooncake.engine")
-    return _decode_tokens(1, 1, _requests(100))
+    return _decode(1, 1, _requests(100))[0]
 
 
 @pytest.mark.parametrize(("m", "n"), [(2, 1), (1, 2), (2, 2)])
 def test_mooncake_tp_m_to_n_decodes_as_one_to_one(m: int, n: int, one_to_one: list[list[int]]) -> None:
     assert len({tuple(t) for t in one_to_one}) == 3 and all(len(t) == 6 for t in one_to_one)
-    assert _decode_tokens(m, n, _requests(200 + 10 * m + n)) == one_to_one
+    assert _decode(m, n, _requests(200 + 10 * m + n))[0] == one_to_one
+
+
+def test_mooncake_one_to_two_with_retractions_decodes_as_single_process(tiny_model) -> None:  # noqa: ANN001
+    """A decode pool too small for all three: retracted requests' KV is gathered from both decode
+    ranks to host and scattered back on resume; the tokens are one process's."""
+    from pdreal.engine.common import ModelRunner
+    from pdreal.engine.generate import generate
+
+    reqs = [EngineRequest(i, tuple(range(1 + i, 11 + 2 * i + i)), SamplingParams(max_new_tokens=20, ignore_eos=True),
+                          bootstrap_room=300 + i) for i in range(3)]
+    tokens, retractions = _decode(1, 2, reqs, num_pages=16, decode_reserved_tokens=1)
+    expected = generate(ModelRunner(tiny_model, EngineConfig(num_pages=64, page_size_tokens=4)),
+                        [list(r.input_ids) for r in reqs], [r.sampling for r in reqs])
+    assert retractions > 0 and tokens == expected
 
 
 @pytest.mark.slow
