@@ -25,6 +25,7 @@ served mixed steps.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import time
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pdreal.step_overhead import colocated_step_overhead_facts, step_overhead_facts
-from pdsim.perf.profile import ProfilePoint, write_profile_csv
+from pdsim.perf.profile import PROFILE_COLUMNS, ProfilePoint, write_profile_csv
 
 PROFILE_FILE, FACTS_FILE = "profile.csv", "engine.json"
 
@@ -173,6 +174,22 @@ def transfer_facts(layout: Any, backend: str, request_pages: int = 64) -> dict[s
             "one_page_transfer_s": small.seconds}
 
 
+def write_tp_profile_csv(path: Path, points: list[ProfilePoint], tp: int) -> None:
+    """The profile CSV with a `tp` column (pdsim's table model filters on it per instance side);
+    the rows of other TP sizes already in `path` are kept, so profiles per TP share one table."""
+    kept: list[dict[str, str]] = []
+    if path.is_file():
+        with path.open(newline="") as f:
+            kept = [row for row in csv.DictReader(f) if row.get("tp") and row["tp"] != str(tp)]
+    write_profile_csv(path, points)
+    with path.open(newline="") as f:
+        rows = [{**row, "tp": str(tp)} for row in csv.DictReader(f)]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*PROFILE_COLUMNS, "tp"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept + rows)
+
+
 def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:
     p = sub.add_parser("profile", help="step latencies -> pdsim profile table + engine facts",
                        description="Times prefill and decode steps over a grid on this device and writes "
@@ -185,6 +202,8 @@ def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse
     p.add_argument("--repeats", type=int, default=0, help="timed repeats per cell (default: the grid's)")
     p.add_argument("--ragged-decode", action="store_true",
                    help="profile decode batches with mixed context lengths (mean = the grid's context)")
+    p.add_argument("--tp", type=int, default=0,
+                   help="tensor-parallel ranks of the profiled engine (default: cluster.decode_tp, colocated_tp)")
     p.add_argument("--config", help="serve YAML: the engine whose facts are reported (as `pdreal serve`)")
     p.add_argument("overrides", nargs="*", help="serve config key=value, e.g. node.model=smollm2 cluster.page_size_tokens=16")
     p.set_defaults(func=func)
@@ -193,7 +212,7 @@ def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse
 def run_profile_command(args: argparse.Namespace) -> int:
     import torch
 
-    from pdreal.engine.common import ModelRunner
+    from pdreal.engine.tp_runner import make_runner
     from pdreal.model.weights import load_model
     from pdreal.serving.config import load_serve_config
     from pdreal.serving.node import engine_config, model_source
@@ -207,8 +226,12 @@ def run_profile_command(args: argparse.Namespace) -> int:
         grid = ProfileGrid(**{**asdict(grid), "ragged_decode": True})
     colocated = cfg.cluster.mode == "colocated"
     served = engine_config(cfg, "colocated" if colocated else "decode")
-    model = load_model(model_source(cfg)).model
-    runner = ModelRunner(model, replace(served, num_pages=max(served.num_pages, grid.pages_needed(served.page_size_tokens))))
+    served = replace(served, tp_size=getattr(args, "tp", 0) or served.tp_size)
+    # cluster.{decode,colocated}_tp > 1: the forwards are the TP runner's (its rank processes take
+    # part); the step overheads below are measured at TP 1 on the whole model
+    runner = make_runner(model_source(cfg), replace(served, num_pages=max(served.num_pages,
+                                                                          grid.pages_needed(served.page_size_tokens))))
+    model = runner.model if served.tp_size == 1 else load_model(model_source(cfg)).model
     start = time.perf_counter()
     points = profile_runner(runner, grid, lambda p: print(f"  {p.kind:<7} seqs {p.num_seqs:>3}  new {p.new_tokens:>5}  "
                                                           f"ctx {p.context_tokens:>6}  {1e3 * p.latency_s:9.2f} ms",
@@ -216,20 +239,22 @@ def run_profile_command(args: argparse.Namespace) -> int:
                             lambda done, total: print(f"  round {done}/{total} of {len(points_grid(grid))} cells "
                                                       f"{'(warm-up) ' if done == 0 else ''}done", flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
-    write_profile_csv(args.out / PROFILE_FILE, points)
+    write_tp_profile_csv(args.out / PROFILE_FILE, points, served.tp_size)
     # a colocated engine moves no KV: the in-process copy keeps the facts complete without mooncake
     backend = cfg.node.transfer_backend if cfg.node.transfer_backend in ("mooncake", "local") and not colocated \
         else "local"
-    spec, layout = model.spec, runner.pool.layout
+    runner.close()
+    spec, layout = model.spec, replace(runner.pool.layout, num_kv_heads=model.spec.num_kv_heads)
     facts = {"model": spec.name, "model_spec": asdict(spec), "device": cfg.node.device, "dtype": cfg.node.dtype,
              "attention": cfg.node.attention, "threads": cfg.node.threads, "engine": asdict(served),
              "kv_capacity_tokens": served.kv_capacity_tokens, "page_size_tokens": served.page_size_tokens,
              "max_running_requests": served.max_running_requests, "max_prefill_tokens": served.max_prefill_tokens,
              "chunk_size_tokens": served.chunk_size_tokens, "mode": cfg.cluster.mode,
              "colocated_schedule": served.colocated_schedule, "new_token_ratio": served.new_token_ratio,
+             "tp_size": served.tp_size,
              "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
              "transfer": transfer_facts(layout, backend),
-             **(colocated_step_overhead_facts if colocated else step_overhead_facts)(model, served),
+             **(colocated_step_overhead_facts if colocated else step_overhead_facts)(model, replace(served, tp_size=1)),
              "profile_points": len(points), "profile_wall_s": time.perf_counter() - start, "grid": asdict(grid)}
     (args.out / FACTS_FILE).write_text(json.dumps(facts, indent=2))
     print(f"pdreal profile: {len(points)} points -> {args.out / PROFILE_FILE}; engine facts -> {args.out / FACTS_FILE}")

@@ -79,6 +79,16 @@ class ModelRunner:
         """Copy an offloaded request's KV back into its newly allocated pages."""
         self.pool.write_pages(pages, host_kv)
 
+    def kv_manager(self, transfer: Any, hub: Any = None) -> Any:
+        """The instance's KV-transfer manager over this runner's pool (a TransferConfig in, a
+        KVManager out; the TP runner builds one per rank)."""
+        from pdreal.transfer import make_kv_manager
+
+        return make_kv_manager(transfer, self.pool, hub)
+
+    def close(self) -> None:
+        """Release what the runner owns beyond memory (the TP runner's rank processes)."""
+
 
 def step_failure_reason(exc: BaseException) -> str:
     """The failure reason of the requests an engine step failed with `exc` (guarded steps)."""

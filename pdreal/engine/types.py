@@ -31,6 +31,7 @@ class EngineConfig:
     attention: str = "torch"
     dtype: str = "fp32"
     device: str = "cpu"
+    tp_size: int = 1  # tensor-parallel ranks (pdreal/engine/tp_runner.py); each pool holds 1/tp of the KV heads
 
     @property
     def kv_capacity_tokens(self) -> int:

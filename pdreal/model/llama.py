@@ -19,6 +19,7 @@ from pdreal.model.batch import ForwardBatch
 from pdreal.model.spec import LlamaSpec
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Reduce = Callable[[torch.Tensor], torch.Tensor]  # sum of a row-parallel matmul's partials over TP ranks
 RopeTables = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -77,23 +78,35 @@ class DecoderLayer(nn.Module):
         self.up_proj = _param(spec.ffn_size, h)
         self.down_proj = _param(h, spec.ffn_size)
 
-    def forward(self, index: int, x: torch.Tensor, rope: RopeTables, attend: Attend) -> torch.Tensor:
+    def forward(self, index: int, x: torch.Tensor, rope: RopeTables, attend: Attend,
+                reduce: Reduce | None = None) -> torch.Tensor:
+        """One layer; under tensor parallelism (pdreal/model/tp.py) this rank holds a slice of the
+        heads and FFN columns and `reduce` sums the partial o_proj / down_proj outputs."""
         s = self.spec
+        total = reduce or _identity
         hidden = rms_norm(x, self.attn_norm, s.rms_eps)
         q = F.linear(hidden, self.q_proj).view(-1, s.num_heads, s.head_dim)
         k = F.linear(hidden, self.k_proj).view(-1, s.num_kv_heads, s.head_dim)
         v = F.linear(hidden, self.v_proj).view(-1, s.num_kv_heads, s.head_dim)
         attn = attend(index, Rope.apply(q, rope), Rope.apply(k, rope), v)
-        x = x + F.linear(attn.reshape(-1, s.q_size), self.o_proj)
+        x = x + total(F.linear(attn.reshape(-1, s.q_size), self.o_proj))
         hidden = rms_norm(x, self.ffn_norm, s.rms_eps)
         ffn = F.silu(F.linear(hidden, self.gate_proj)) * F.linear(hidden, self.up_proj)
-        return x + F.linear(ffn, self.down_proj)
+        return x + total(F.linear(ffn, self.down_proj))
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, spec: LlamaSpec) -> None:
+    """The whole model, or one tensor-parallel rank's shard of it (`spec` then holds this rank's
+    heads and FFN columns, `reduce` is the all-reduce over the ranks: pdreal/model/tp.py)."""
+
+    def __init__(self, spec: LlamaSpec, reduce: Reduce | None = None) -> None:
         super().__init__()
         self.spec = spec
+        self.reduce = reduce
         self.embed = _param(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
         self.final_norm = _param(spec.hidden_size)
@@ -112,7 +125,7 @@ class LlamaModel(nn.Module):
         x = F.embedding(input_ids, self.embed)
         rope = self.rope.tables(positions, x.dtype)
         for index, layer in enumerate(self.layers):
-            x = layer(index, x, rope, attend)
+            x = layer(index, x, rope, attend, self.reduce)
         return x
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:

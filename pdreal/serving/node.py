@@ -40,6 +40,7 @@ def engine_config(cfg: ServeConfig, role: str) -> Any:
         new_token_ratio=cfg.policy.new_token_ratio if colocated else 0.0,
         decode_reserved_tokens=cfg.policy.decode_reserved_tokens, attention=n.attention, dtype=n.dtype,
         device=n.device, colocated_schedule=c.colocated_schedule, prefix_cache=c.prefix_cache,
+        tp_size=getattr(c, f"{role}_tp"),
     )
 
 
@@ -58,20 +59,18 @@ def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any
     manager (none when colocated), engine; `progress(text)` reports each stage."""
     import torch
 
-    from pdreal.engine.common import ModelRunner
-    from pdreal.model.weights import load_model
+    from pdreal.engine.tp_runner import make_runner
 
     n = cfg.node
     torch.set_num_threads(n.threads)
     config = engine_config(cfg, role)
-    progress(f"loading model {n.model}")
-    model = load_model(model_source(cfg)).model
-    runner = ModelRunner(model, config)
-    spec, layout = model.spec, runner.pool.layout
+    progress(f"loading model {n.model}" + (f" on {config.tp_size} TP ranks" if config.tp_size > 1 else ""))
+    runner = make_runner(model_source(cfg), config)
+    spec, layout = runner.model.spec, runner.pool.layout  # a TP rank's pool holds 1/tp_size of the heads
     facts = {"model": spec.name, "vocab_size": spec.vocab_size, "eos_token_ids": list(spec.eos_token_ids),
              "context_length": spec.context_length,
-             "kv_capacity_tokens": config.kv_capacity_tokens,
-             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes // layout.page_size_tokens,
+             "kv_capacity_tokens": config.kv_capacity_tokens, "tp_size": config.tp_size,
+             "kv_bytes_per_token": 2 * layout.num_layers * layout.page_bytes * config.tp_size // layout.page_size_tokens,
              "threads": n.threads, "scheduler_pid": os.getpid()}
     if role == "colocated":
         from pdreal.engine.colocated import ColocatedEngine
@@ -79,14 +78,14 @@ def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any
         return ColocatedEngine(runner, config), facts, None
     from pdreal.engine.decode import DecodeEngine
     from pdreal.engine.prefill import PrefillEngine
-    from pdreal.transfer import TransferConfig, make_kv_manager
+    from pdreal.transfer import TransferConfig
 
     progress(f"starting the {n.transfer_backend} transfer engine on {n.public_host}")
     transfer = TransferConfig(backend=n.transfer_backend, host=n.public_host, protocol=n.transfer_protocol,
                               device_name=n.transfer_device, bootstrap_timeout_s=cfg.faults.bootstrap_timeout_s,
                               token=read_token(n.token_file))
     with filtered_stderr():  # Mooncake's start-up line about its own segment (native_log.py)
-        kv = make_kv_manager(transfer, runner.pool)
+        kv = runner.kv_manager(transfer)
     engine = (PrefillEngine if role == "prefill" else DecodeEngine)(runner, kv, config)
     facts.update(transfer_backend=n.transfer_backend, transfer_protocol=n.transfer_protocol,
                  bootstrap_addr=kv.bootstrap_addr)

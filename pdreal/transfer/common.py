@@ -6,6 +6,14 @@ leaves four hooks to a backend: `_connect` / `_send_transfer_info` (decode -> pr
 messages, engine thread), `_write` (data plane, worker thread) and `_notify` (prefill -> decode
 status with the aux data, worker thread). Chunk k's source pages go to the next pages of the
 destination list, so chunked prefill needs no extra bookkeeping on the decode side.
+
+Tensor parallelism (slices.py): a manager serves one TP rank (`TransferConfig.tp_rank`,
+`tp_size`) whose pool holds that rank's KV heads. A TP prefill instance's bootstrap address lists
+its ranks' addresses, comma-separated, in rank order; each decode rank sends its transfer info to
+the prefill ranks holding its heads (`source_ranks`) and waits for a status from each; a prefill
+rank waits for the info of every decode rank it owes heads (`dest_count`), writes each its
+overlap (whole pages when the head ranges are equal, head slices otherwise: `_write_slice`) and
+notifies each. The instance-level state is the MIN of its ranks' polls (pdreal/transfer/tp.py).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pdreal.transfer.base import (
     PollState,
     TransferAux,
 )
+from pdreal.transfer.slices import HeadSlice, dest_count, overlap, slice_compatible, source_ranks
 from pdsim.kvpoll import TERMINAL
 
 log = logging.getLogger(__name__)
@@ -48,6 +57,8 @@ class TransferConfig:
     transfer_timeout_s: float = 600.0  # decode: max wait from receiver creation to Success
     coalesce: bool = True  # False: one entry per page (for measuring the benefit)
     token: str = ""  # control-plane secret carried by every control message (mooncake); '' = none
+    tp_rank: int = 0  # the tensor-parallel rank whose pool (KV-head slice) this manager moves
+    tp_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class PeerInfo:
     session: str  # data-plane target (mooncake "host:rpc_port"; local: the hub name)
     base_ptr: int
     layout: KVLayout
+    tp_rank: int = 0  # which KV heads the pool holds: slices.rank_heads(total, tp_rank, tp_size)
+    tp_size: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "layout": asdict(self.layout)}
@@ -71,11 +84,11 @@ class PeerInfo:
 class _SenderRoom:
     state: PollState
     created_s: float
-    peer: PeerInfo | None = None
+    peers: list[PeerInfo] = field(default_factory=list)  # the decode ranks owed heads, as they asked
     dst_pages: list[int] = field(default_factory=list)
     dst_offset: int = 0
     first_send_s: float = math.nan
-    bytes_sent: int = 0
+    bytes_sent: dict[str, int] = field(default_factory=dict)  # by peer_id (each decode rank its own)
 
 
 @dataclass
@@ -84,6 +97,8 @@ class _ReceiverRoom:
     created_s: float
     addr: str
     aux: TransferAux | None = None
+    targets: list[str] = field(default_factory=list)  # the prefill ranks holding this rank's heads
+    pending: int = 0  # statuses still expected (one per target)
 
 
 _Job = tuple[int, _SenderRoom, list[int], TransferAux | None, str]
@@ -94,7 +109,8 @@ class PagedKVManager(KVManager):
         self.config, self.pool, self.clock = config, pool, clock
         self._senders: dict[int, _SenderRoom] = {}
         self._receivers: dict[int, _ReceiverRoom] = {}
-        self._early_info: dict[int, tuple[PeerInfo, list[int]]] = {}
+        self._early_info: dict[int, list[tuple[PeerInfo, list[int]]]] = {}
+        self._status_lock = threading.Lock()  # infos / statuses of several ranks may race
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self.wakeup: Callable[[], None] | None = None  # called after any room's state changes
         self._worker = threading.Thread(target=self._work, name=f"kv-{self.backend}-worker", daemon=True)
@@ -116,6 +132,16 @@ class PagedKVManager(KVManager):
     @abstractmethod
     def _notify(self, peer: PeerInfo, room: int, aux: TransferAux | None, reason: str) -> None: ...
 
+    def _write_slice(self, peer: PeerInfo, runs: list[PageRun], heads: HeadSlice) -> int:
+        """Write `heads` of `runs` into a peer of another TP size (data plane, worker thread)."""
+        raise KVTransferError(f"the {self.backend} backend cannot move KV head slices "
+                              f"(TP {self.config.tp_size} -> TP {peer.tp_size})")
+
+    @property
+    def total_kv_heads(self) -> int:
+        """The model's KV heads (this rank's pool holds 1 / tp_size of them)."""
+        return self.pool.layout.num_kv_heads * self.config.tp_size
+
     def _changed(self) -> None:
         wakeup = self.wakeup
         if wakeup is not None:
@@ -126,8 +152,7 @@ class PagedKVManager(KVManager):
         if room in self._senders:
             raise ValueError(f"bootstrap_room {room} already has a sender")
         self._senders[room] = _SenderRoom(PollState(on_change=self._changed), self.clock())
-        early = self._early_info.pop(room, None)
-        if early is not None:
+        for early in self._early_info.pop(room, []):
             self.on_transfer_info(room, *early)
         return _Sender(self, room)
 
@@ -135,13 +160,20 @@ class PagedKVManager(KVManager):
         """The decode side pre-allocated `pages` for `room` (any thread)."""
         r = self._senders.get(room)
         if r is None:
-            self._early_info[room] = (peer, pages)
+            self._early_info.setdefault(room, []).append((peer, pages))
             return
-        r.peer, r.dst_pages = peer, list(pages)
-        problem = self.pool.layout.compatible_with(peer.layout)
+        problem = slice_compatible(self.pool.layout, self.config.tp_size, peer.layout, peer.tp_size)
+        if not problem and r.peers and list(pages) != r.dst_pages:
+            problem = f"room {room}: decode rank {peer.tp_rank} sent other pages than rank {r.peers[0].tp_rank}"
         if problem:
             r.state.fail(problem)
-        else:
+            return
+        with self._status_lock:
+            r.peers.append(peer)
+            r.dst_pages = list(pages)
+            ready = len(r.peers) >= dest_count(self.total_kv_heads, self.config.tp_rank, self.config.tp_size,
+                                               peer.tp_size)
+        if ready:
             r.state.advance(KVPoll.WaitingForInput)
 
     def _sender_poll(self, room: int) -> KVPoll:
@@ -169,10 +201,11 @@ class PagedKVManager(KVManager):
                 reason = str(exc) or type(exc).__name__
                 log.warning("room %d: transfer failed: %s", room, reason)
                 r.state.fail(reason)
-                self._try_notify(r.peer, room, reason)
+                for peer in r.peers:
+                    self._try_notify(peer, room, reason)
 
     def _run_chunk(self, room: int, r: _SenderRoom, pages: list[int], aux: TransferAux | None) -> None:
-        if r.state.get() in TERMINAL or r.peer is None:
+        if r.state.get() in TERMINAL or not r.peers:
             raise KVTransferError(r.state.reason or f"room {room}: no destination")
         dst = r.dst_pages[r.dst_offset:r.dst_offset + len(pages)]
         if len(dst) != len(pages):
@@ -184,16 +217,28 @@ class PagedKVManager(KVManager):
         if pages:
             runs = coalesce_runs(pages, dst) if self.config.coalesce else [
                 PageRun(s, d, 1) for s, d in zip(pages, dst, strict=True)]
-            r.bytes_sent += self._write(r.peer, runs)
+            for peer in r.peers:
+                r.bytes_sent[peer.peer_id] = r.bytes_sent.get(peer.peer_id, 0) + self._write_peer(peer, runs)
         if aux is not None:
-            final = replace(aux, transfer_start_s=r.first_send_s, transfer_end_s=self.clock(),
-                            transfer_bytes=r.bytes_sent)
-            self._notify(r.peer, room, final, "")
+            end_s = self.clock()
+            for peer in r.peers:
+                final = replace(aux, transfer_start_s=r.first_send_s, transfer_end_s=end_s,
+                                transfer_bytes=r.bytes_sent.get(peer.peer_id, 0))
+                self._notify(peer, room, final, "")
             r.state.advance(KVPoll.Success)
 
-    def _try_notify(self, peer: PeerInfo | None, room: int, reason: str) -> None:
-        if peer is None:
-            return
+    def _write_peer(self, peer: PeerInfo, runs: list[PageRun]) -> int:
+        """This rank's heads that `peer` holds: whole pages when both hold the same heads."""
+        c, local = self.config, self.pool.layout.num_kv_heads
+        heads = overlap(self.total_kv_heads, c.tp_rank, c.tp_size, peer.tp_rank, peer.tp_size)
+        if heads is None:
+            raise KVTransferError(f"TP rank {c.tp_rank}/{c.tp_size} holds no heads of peer rank "
+                                  f"{peer.tp_rank}/{peer.tp_size}")
+        if heads.num_heads == local == peer.layout.num_kv_heads:
+            return self._write(peer, runs)
+        return self._write_slice(peer, runs, heads)
+
+    def _try_notify(self, peer: PeerInfo, room: int, reason: str) -> None:
         try:
             self._notify(peer, room, None, reason)
         except Exception as exc:  # noqa: BLE001 - the peer may be gone; the room is failed anyway
@@ -206,18 +251,28 @@ class PagedKVManager(KVManager):
         r = _ReceiverRoom(PollState(on_change=self._changed), self.clock(), bootstrap_addr)
         self._receivers[room] = r
         try:
-            self._connect(bootstrap_addr)
+            r.targets = self._targets(bootstrap_addr)
+            r.pending = len(r.targets)
+            for target in r.targets:
+                self._connect(target)
             r.state.advance(KVPoll.WaitingForInput)
         except Exception as exc:  # noqa: BLE001 - unreachable peer fails the request only
             r.state.fail(f"cannot reach prefill at {bootstrap_addr!r}: {exc}")
         return _Receiver(self, room)
+
+    def _targets(self, bootstrap_addr: str) -> list[str]:
+        """The prefill ranks' addresses (of a comma-separated list, one per rank) this rank reads."""
+        ranks = bootstrap_addr.split(",")
+        c = self.config
+        return [ranks[i] for i in source_ranks(self.total_kv_heads, c.tp_rank, c.tp_size, len(ranks))]
 
     def _receiver_init(self, room: int, pages: list[int]) -> None:
         r = self._receivers[room]
         if r.state.get() != KVPoll.WaitingForInput:
             raise KVTransferError(f"room {room}: init() in state {r.state.get().name}")
         try:
-            self._send_transfer_info(r.addr, room, list(pages))
+            for target in r.targets:
+                self._send_transfer_info(target, room, list(pages))
             r.state.advance(KVPoll.Transferring)
         except Exception as exc:  # noqa: BLE001
             r.state.fail(f"transfer info to {r.addr!r} not sent: {exc}")
@@ -228,8 +283,15 @@ class PagedKVManager(KVManager):
         if r is None:
             return
         if aux is not None:
-            r.aux = aux
-            r.state.advance(KVPoll.Success)
+            with self._status_lock:
+                r.aux = aux if r.aux is None else replace(
+                    r.aux, transfer_start_s=min(r.aux.transfer_start_s, aux.transfer_start_s),
+                    transfer_end_s=max(r.aux.transfer_end_s, aux.transfer_end_s),
+                    transfer_bytes=r.aux.transfer_bytes + aux.transfer_bytes)
+                r.pending -= 1
+                done = r.pending <= 0
+            if done:
+                r.state.advance(KVPoll.Success)
         else:
             r.state.fail(f"prefill side failed: {reason}")
 
@@ -243,10 +305,10 @@ class PagedKVManager(KVManager):
     def fail_peer(self, peer: str, reason: str) -> int:
         count = 0
         for s in list(self._senders.values()):
-            if s.peer is not None and peer in (s.peer.peer_id, s.peer.session):
+            if any(peer in (p.peer_id, p.session) for p in s.peers):
                 count += s.state.fail(reason)
         for r in list(self._receivers.values()):
-            if r.addr == peer:
+            if r.addr == peer or peer in r.targets:
                 count += r.state.fail(reason)
         return count
 

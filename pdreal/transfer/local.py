@@ -14,6 +14,7 @@ from pdreal.kv.allocator import PageRun
 from pdreal.kv.pool import KVPool
 from pdreal.transfer.base import KVTransferError, TransferAux
 from pdreal.transfer.common import Clock, PagedKVManager, PeerInfo, TransferConfig
+from pdreal.transfer.slices import HeadSlice
 
 
 class LocalHub:
@@ -55,7 +56,7 @@ class LocalKVManager(PagedKVManager):
         return self.name
 
     def local_peer(self) -> PeerInfo:
-        return PeerInfo(self.name, self.name, 0, self.pool.layout)
+        return PeerInfo(self.name, self.name, 0, self.pool.layout, self.config.tp_rank, self.config.tp_size)
 
     def _connect(self, addr: str) -> None:
         self.hub.get(addr)
@@ -66,6 +67,16 @@ class LocalKVManager(PagedKVManager):
     def _write(self, peer: PeerInfo, runs: list[PageRun]) -> int:
         self.hub.get(peer.peer_id).pool.copy_pages_from(self.pool, runs)
         return sum(run.num_pages for run in runs) * self.pool.layout.page_bytes * 2 * self.pool.layout.num_layers
+
+    def _write_slice(self, peer: PeerInfo, runs: list[PageRun], heads: HeadSlice) -> int:
+        src, dst = self.pool.buffer, self.hub.get(peer.peer_id).pool.buffer
+        s0, d0, n = heads.src_head, heads.dst_head, heads.num_heads
+        for run in runs:
+            s, d, pages = run.src_page, run.dst_page, run.num_pages
+            dst[:, :, d:d + pages, :, d0:d0 + n].copy_(src[:, :, s:s + pages, :, s0:s0 + n])
+        layout = self.pool.layout
+        return sum(r.num_pages for r in runs) * 2 * layout.num_layers * layout.page_size_tokens * n * \
+            layout.head_dim * layout.dtype_bytes
 
     def _notify(self, peer: PeerInfo, room: int, aux: TransferAux | None, reason: str) -> None:
         self.hub.get(peer.peer_id).on_status(room, aux, reason)

@@ -32,6 +32,7 @@ from pdreal.kv.allocator import PageRun
 from pdreal.kv.pool import KVPool, transfer_entries
 from pdreal.transfer.base import KVTransferError, TransferAux
 from pdreal.transfer.common import Clock, PagedKVManager, PeerInfo, TransferConfig
+from pdreal.transfer.slices import HeadSlice, slice_entries
 
 log = logging.getLogger(__name__)
 POLL_MS = 50
@@ -84,7 +85,8 @@ class MooncakeKVManager(PagedKVManager):
         return self._endpoint
 
     def local_peer(self) -> PeerInfo:
-        return PeerInfo(self._endpoint, self._session, self.pool.data_ptr, self.pool.layout)
+        return PeerInfo(self._endpoint, self._session, self.pool.data_ptr, self.pool.layout,
+                        self.config.tp_rank, self.config.tp_size)
 
     def _socket(self, cache: dict[str, Any], addr: str) -> Any:
         sock = cache.get(addr)
@@ -116,6 +118,17 @@ class MooncakeKVManager(PagedKVManager):
             rc = self._engine.batch_transfer_sync_write(peer.session, src[lo:hi], dst[lo:hi], lengths[lo:hi])
             if rc != 0:
                 raise KVTransferError(f"mooncake write of {len(lengths[lo:hi])} entries to {peer.session} returned {rc}")
+        return sum(lengths)
+
+    def _write_slice(self, peer: PeerInfo, runs: list[PageRun], heads: HeadSlice) -> int:
+        """A TP rank's head slice into a peer of another TP size: one entry per token and plane."""
+        src, dst, lengths = slice_entries(runs, self.pool.layout, self.pool.data_ptr, peer.layout,
+                                          peer.base_ptr, heads)
+        for lo in range(0, len(lengths), MAX_BATCH_ENTRIES):
+            hi = lo + MAX_BATCH_ENTRIES
+            rc = self._engine.batch_transfer_sync_write(peer.session, src[lo:hi], dst[lo:hi], lengths[lo:hi])
+            if rc != 0:
+                raise KVTransferError(f"mooncake slice write of {hi - lo} entries to {peer.session} returned {rc}")
         return sum(lengths)
 
     def _notify(self, peer: PeerInfo, room: int, aux: TransferAux | None, reason: str) -> None:

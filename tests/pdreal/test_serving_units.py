@@ -157,6 +157,28 @@ def test_profile_writes_a_table_pdsim_loads(tmp_path: Path) -> None:
     assert facts["transfer"]["bandwidth_bytes_per_s"] > 0 and facts["decode_step_overhead_s"] >= 0
 
 
+@pytest.mark.real
+def test_profile_per_tp_shares_one_table(tmp_path: Path) -> None:
+    """`pdreal profile --tp 2` times the TP runner's forwards; rows carry a tp column and a profile
+    of another TP size into the same folder keeps them (pdsim reads each side's TP)."""
+    pytest.importorskip("mooncake.engine")
+    from pdreal.profile import run_profile_command
+    from pdsim.perf.table import load_table
+
+    overrides = [f"node.model={tiny_model_file(tmp_path)}", "cluster.page_size_tokens=8", "node.num_pages=128"]
+    for tp in (2, 1):
+        args = argparse.Namespace(out=tmp_path / "profile", quick=True, repeats=1, config=None, tp=tp,
+                                  overrides=overrides)
+        assert run_profile_command(args) == 0
+        facts = json.loads((tmp_path / "profile" / "engine.json").read_text())
+        assert facts["tp_size"] == tp and facts["model_spec"]["num_kv_heads"] == 2
+    tables = {tp: load_table(tmp_path / "profile" / "profile.csv", "tiny", "cpu", tp) for tp in (1, 2)}
+    assert all(t.prefill_time_s([(64, 0)]) > 0 and t.decode_time_s(4, 400) > 0 for t in tables.values())
+    assert tables[1].prefill_time_s([(64, 0)]) != tables[2].prefill_time_s([(64, 0)])
+    with pytest.raises(ValueError, match="tp=4"):
+        load_table(tmp_path / "profile" / "profile.csv", "tiny", "cpu", 4)
+
+
 def test_router_decides_with_the_shared_policy() -> None:
     from pdreal.serving.router import Router
     from pdreal.serving.upstream import Upstream
