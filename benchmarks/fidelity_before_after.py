@@ -2,10 +2,9 @@
 
     .venv/bin/python benchmarks/fidelity_before_after.py --baseline ../base --out outputs/before_after
 
-For each mode (PD 1P1D, colocated) one `pdreal profile` is taken with this checkout and shared by
-both revisions (the forwards are the same code; a shared profile isolates what serving changed),
-then for each load `pdsim fidelity --profile ...` runs with this checkout and with the baseline
-back to back (the baseline is run with its own code: PYTHONPATH=<baseline>). Prints, per run, the
+For each mode (PD 1P1D, colocated) each revision takes its own `pdreal profile` (with its own
+code: PYTHONPATH=<checkout>; a profile is what each predicts from), then for each load
+`pdsim fidelity --profile ...` runs with this checkout and with the baseline back to back. Prints, per run, the
 profile-only errors (TTFT/TPOT p50/p90, goodput) and the served/profiled forward ratios per
 decode batch size and prefill size (served_vs_profile.py). Minutes per run: keep the machine
 quiet, and read the tables side by side only within one invocation.
@@ -37,6 +36,15 @@ def fidelity(checkout: Path, out: Path, args: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def profile(checkout: Path, out: Path, overrides: list[str], quick: bool) -> None:
+    """`pdreal profile` with `checkout`'s code into `out`."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    code = "import sys; from pdreal.cli import main; sys.exit(main())"
+    with (out.parent / f"{out.name}.log").open("w") as log:
+        subprocess.run([sys.executable, "-c", code, "profile", "--out", str(out), *(["--quick"] if quick else []),
+                        *overrides], cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
 def errors(run: Path) -> list[str]:
     path = run / "fidelity.json"
     if not path.is_file():
@@ -57,16 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[tuple[str, Path]] = []
     for mode, loads, shape in (("pd", PD_LOADS, []), ("colocated", COLOCATED_LOADS, ["--colocated", "1"])):
-        profile = args.out / f"{mode}_profile"
-        if not (profile / "engine.json").is_file():
-            from analysis.fidelity.real import ServeShape, run_profile
-
-            run_profile(profile, ServeShape(colocated=1 if shape else 0).overrides, args.quick_profile)
+        profiles = {}
+        for name, checkout in (("new", HERE), ("base", args.baseline.resolve())):
+            profiles[name] = args.out / f"{mode}_profile_{name}"
+            if not (profiles[name] / "engine.json").is_file():
+                profile(checkout, profiles[name], ["cluster.mode=colocated", "cluster.colocated=1"] if shape else [],
+                        args.quick_profile)
         for rate in loads:
             for name, checkout in (("new", HERE), ("base", args.baseline.resolve())):
                 run = args.out / f"{mode}_{rate}_{name}"
                 wall = fidelity(checkout, run, [*shape, "--requests", str(args.requests), "--rate", str(rate),
-                                                "--profile", str(profile.resolve())])
+                                                "--profile", str(profiles[name].resolve())])
                 print(f"{run.name}: {wall:.0f} s", flush=True)
                 runs.append((f"{mode} {rate} req/s {name}", run))
     print("\n| run | " + " | ".join(f"{m} {s}" for m, s in COLUMNS) + " |")
