@@ -39,6 +39,7 @@ from pdreal.engine.common import (
     EngineConfig,
     EngineRequest,
     EngineStats,
+    GuardedStep,
     ModelRunner,
     RequestOutput,
     check_engine_invariants,
@@ -46,9 +47,8 @@ from pdreal.engine.common import (
     generation_row,
     make_cache,
     oversize_reason,
-    step_failure_reason,
+    step_victims,
     stop_reached,
-    unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
@@ -107,7 +107,7 @@ class ColocatedState:
 Plan = list[tuple[ColocatedState, PrefillChunk]]
 
 
-class ColocatedEngine:
+class ColocatedEngine(GuardedStep):
     def __init__(self, runner: ModelRunner, config: EngineConfig, clock: Clock = time.monotonic) -> None:
         self.runner, self.config, self.clock = runner, config, clock
         self.limits = config.limits  # checks the schedule name
@@ -163,22 +163,8 @@ class ColocatedEngine:
             state.page_hashes = self.cache.hashes(req.input_ids)
         self.waiting.append(state)
 
-    def step(self) -> list[RequestOutput]:
-        """One iteration. Guarded: an exception fails the requests of the step's forward (every
-        live request when it came from outside one), frees their pages; the engine goes on."""
-        self._batch = []
-        try:
-            self._step()
-        except Exception as exc:  # noqa: BLE001 - one bad step must not take the instance down
-            self._fail_step(exc)
-        outputs, self._outputs = self._outputs, []
-        return outputs
-
     def _fail_step(self, exc: Exception) -> None:
-        reason = step_failure_reason(exc)
-        victims = [s for s in unique_states(self._batch or self.live()) if not s.done]
-        log.exception("%s: %d request(s) failed: %s", self.name, len(victims), reason)
-        ids = {id(s) for s in victims}
+        reason, victims, ids = step_victims(self._batch, self.live(), exc, self.name)
         self.waiting = deque(s for s in self.waiting if id(s) not in ids)
         self.running = [s for s in self.running if id(s) not in ids]
         if self.chunked is not None and id(self.chunked) in ids:

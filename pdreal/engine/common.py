@@ -3,6 +3,7 @@ outputs, the model runner."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -29,6 +30,8 @@ from pdreal.model.llama import LlamaModel
 from pdreal.model.sampling import SamplingParams
 from pdsim.policy.views import pages_for
 from pdsim.trace import STATUS_FINISHED
+
+log = logging.getLogger(__name__)
 
 
 class ModelRunner:
@@ -99,6 +102,40 @@ def unique_states(states: Iterable[Any]) -> list[Any]:
     """`states` without repeats (by identity), in order: the victims of a failed step."""
     seen: set[int] = set()
     return [s for s in states if s is not None and not (id(s) in seen or seen.add(id(s)))]
+
+
+class GuardedStep:
+    """`step()` for an engine whose iteration is `_step()`: an exception fails only the requests
+    that step was working on (`_fail_step`, which frees their pages), and the engine goes on."""
+
+    _batch: list[Any]
+    _outputs: list[RequestOutput]
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def _fail_step(self, exc: Exception) -> None:
+        raise NotImplementedError
+
+    def step(self) -> list[RequestOutput]:
+        """One iteration; the outputs it produced (tokens, finished requests, the failed ones)."""
+        self._batch = []
+        try:
+            self._step()
+        except Exception as exc:  # noqa: BLE001 - one bad step must not take the instance down
+            self._fail_step(exc)
+        outputs, self._outputs = self._outputs, []
+        return outputs
+
+
+def step_victims(batch: Iterable[Any], live: Iterable[Any], exc: BaseException, engine_name: str
+                 ) -> tuple[str, list[Any], set[int]]:
+    """(reason, the requests a failed step takes down, their ids by identity): the step's batch
+    if it had one, else every live request (the failure came from outside a forward); logged."""
+    reason = step_failure_reason(exc)
+    victims = [s for s in unique_states(list(batch) or live) if not s.done]
+    log.exception("%s: %d request(s) failed: %s", engine_name, len(victims), reason)
+    return reason, victims, {id(s) for s in victims}
 
 
 def context_reason(req: EngineRequest, context_length: int) -> str:

@@ -32,15 +32,15 @@ from pdreal.engine.common import (
     EngineConfig,
     EngineRequest,
     EngineStats,
+    GuardedStep,
     ModelRunner,
     RequestOutput,
     check_engine_invariants,
     engine_stats,
     generation_row,
     oversize_reason,
-    step_failure_reason,
+    step_victims,
     stop_reached,
-    unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
@@ -88,7 +88,7 @@ class DecodeState:
         return "running_enter_s" in self.times
 
 
-class DecodeEngine:
+class DecodeEngine(GuardedStep):
     def __init__(self, runner: ModelRunner, kv_manager: KVManager, config: EngineConfig,
                  clock: Clock = time.monotonic) -> None:
         self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
@@ -136,23 +136,8 @@ class DecodeEngine:
         """True when the next step has a forward to run (else a server loop may sleep a little)."""
         return bool(self.running or self.waiting)
 
-    def step(self) -> list[RequestOutput]:
-        """One loop iteration. Guarded: an exception fails the requests the step was working on
-        (its batch, or the requests its plan moved; every live request when it came from polling),
-        frees their pages and receivers; the engine goes on."""
-        self._batch = []
-        try:
-            self._step()
-        except Exception as exc:  # noqa: BLE001 - one bad step must not take the instance down
-            self._fail_step(exc)
-        outputs, self._outputs = self._outputs, []
-        return outputs
-
     def _fail_step(self, exc: Exception) -> None:
-        reason = step_failure_reason(exc)
-        victims = [s for s in unique_states(self._batch or self.live()) if not s.done]
-        log.exception("decode %d: %d request(s) failed: %s", self.config.instance_id, len(victims), reason)
-        ids = {id(s) for s in victims}
+        reason, victims, ids = step_victims(self._batch, self.live(), exc, f"decode {self.config.instance_id}")
         for name in ("prealloc", "transfer", "running"):
             setattr(self, name, [s for s in getattr(self, name) if id(s) not in ids])
         self.retracted = deque(s for s in self.retracted if id(s) not in ids)

@@ -38,9 +38,8 @@ from pdreal.engine.common import (
     context_reason,
     engine_stats,
     make_cache,
-    step_failure_reason,
+    step_victims,
     trace_row,
-    unique_states,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
@@ -157,10 +156,7 @@ class PrefillEngine:
         return outputs
 
     def _fail_step(self, exc: Exception) -> None:
-        reason = step_failure_reason(exc)
-        victims = [s for s in unique_states(self._batch or self.live()) if not s.done]
-        log.exception("prefill %d: %d request(s) failed: %s", self.config.instance_id, len(victims), reason)
-        ids = {id(s) for s in victims}
+        reason, victims, ids = step_victims(self._batch, self.live(), exc, f"prefill {self.config.instance_id}")
         self.bootstrap = [s for s in self.bootstrap if id(s) not in ids]
         self.waiting = deque(s for s in self.waiting if id(s) not in ids)
         self.inflight = [s for s in self.inflight if id(s) not in ids]
