@@ -42,7 +42,6 @@ from pdreal.attention.base import AttentionBackend
 from pdreal.kv.pool import KVPool
 from pdreal.model.batch import ForwardBatch
 
-
 DEFAULT_GATHER_BUDGET_BYTES = 8 << 20
 
 
