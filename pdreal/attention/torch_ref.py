@@ -152,7 +152,8 @@ class TorchAttention(AttentionBackend):
         seq_bytes_per_token = 2 * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
         for run_first, run_count in chunk_runs(batch):
             longest = max(batch.kv_lens[run_first:run_first + run_count])
-            max_seqs = self.gather_budget_bytes // (seq_bytes_per_token * longest)
+            fresh = batch.q_lens[run_first] == longest  # reads no pool: nothing to keep in cache
+            max_seqs = run_count if fresh else self.gather_budget_bytes // (seq_bytes_per_token * longest)
             for first, count in split_run(run_first, run_count, max_seqs):
                 group = self._plan_group(batch, first, count, token, gathered, dtype)
                 if not group.fresh:

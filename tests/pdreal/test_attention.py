@@ -179,3 +179,10 @@ def test_split_run_makes_near_equal_parts() -> None:
     assert split_run(2, 3, 10) == [(2, 3)]
     with pytest.raises(ValueError, match="gather_budget_bytes"):
         TorchAttention(gather_budget_bytes=0)
+
+
+def test_fresh_prompts_are_never_split() -> None:
+    """Equal fresh prompts gather nothing: one call however small the budget."""
+    backend = TorchAttention(gather_budget_bytes=1)
+    backend.plan(ForwardBatch.build(BATCHES["fresh_equal"], PAGE, "cpu"), 6, 2, 8, torch.float32)
+    assert [(g.num_seqs, g.fresh) for g in backend.groups] == [(2, True)]
