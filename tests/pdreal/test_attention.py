@@ -10,7 +10,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from pdreal.attention.base import AttentionBackend  # noqa: E402
-from pdreal.attention.torch_ref import TorchAttention  # noqa: E402
+from pdreal.attention.torch_ref import TorchAttention, split_run  # noqa: E402
 from pdreal.kv.pool import KVLayout, KVPool  # noqa: E402
 from pdreal.model.batch import ForwardBatch, SeqChunk  # noqa: E402
 from pdreal.model.spec import LlamaSpec  # noqa: E402
@@ -154,3 +154,35 @@ def test_one_backend_across_batches_of_every_size() -> None:
         expected, _ = attend(LoopAttention(), BATCHES[name], 6, 2)
         got, _ = attend(backend, BATCHES[name], 6, 2)
         torch.testing.assert_close(got, expected, atol=2e-6, rtol=1e-5)
+
+
+def test_groups_over_the_gather_budget_split_into_whole_sequences() -> None:
+    """A budget of 3 sequences' K/V cuts a 4-decode run into 2 + 2 and each part pads only to its
+    own longest context; the outputs still equal the reference, one SDPA call per part."""
+    chunks = BATCHES["decode_ragged"]  # contexts 11, 4, 18, 1
+    per_seq_bytes = 2 * 2 * 18 * 8 * 4  # K and V, 2 KV heads, 18 tokens, head_dim 8, fp32
+    backend = TorchAttention(gather_budget_bytes=3 * per_seq_bytes)
+    backend.plan(ForwardBatch.build(chunks, PAGE, "cpu"), 6, 2, 8, torch.float32)
+    assert [(g.first_chunk, g.num_seqs, g.kv_len, g.gather_start) for g in backend.groups] == [
+        (0, 2, 11, 0), (2, 2, 18, 22)]
+    expected, _ = attend(LoopAttention(), chunks, 6, 2)
+    for budget in (1, 3 * per_seq_bytes, 1 << 30):  # one sequence per call, two calls, one call
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            got, _ = attend(TorchAttention(gather_budget_bytes=budget), chunks, 6, 2)
+        torch.testing.assert_close(got, expected, atol=2e-6, rtol=1e-5)
+
+
+def test_split_run_makes_near_equal_parts() -> None:
+    assert split_run(3, 16, 5) == [(3, 4), (7, 4), (11, 4), (15, 4)]
+    assert split_run(0, 5, 2) == [(0, 2), (2, 2), (4, 1)]
+    assert split_run(0, 5, 0) == [(i, 1) for i in range(5)]
+    assert split_run(2, 3, 10) == [(2, 3)]
+    with pytest.raises(ValueError, match="gather_budget_bytes"):
+        TorchAttention(gather_budget_bytes=0)
+
+
+def test_fresh_prompts_are_never_split() -> None:
+    """Equal fresh prompts gather nothing: one call however small the budget."""
+    backend = TorchAttention(gather_budget_bytes=1)
+    backend.plan(ForwardBatch.build(BATCHES["fresh_equal"], PAGE, "cpu"), 6, 2, 8, torch.float32)
+    assert [(g.num_seqs, g.fresh) for g in backend.groups] == [(2, True)]
