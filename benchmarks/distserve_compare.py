@@ -26,25 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from distserve_peer import PEER_RUNNER, PLACEMENTS
 
 REPO = Path(__file__).resolve().parents[1]
 LENGTHS = "traces/sarathi_sharegpt_8k_filtered_lengths_llama2tok.csv"
-PLACEMENTS = {
-    # name: (simdistserve backend, tp prefill, tp decode, pdsim overrides)
-    "colocated": ("vllm", "1", "0", ["cluster.mode=colocated", "cluster.colocated=1", "cluster.colocated_tp=1",
-                                     "perf.path=calibration/distserve_profiler-a100-80g.vllm.json"]),
-    "disaggregated": ("distserve", "2", "1", ["cluster=1p1d", "cluster.prefill_tp=2", "cluster.decode_tp=1"]),
-}
-PEER_RUNNER = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from simdistserve.benchmarks.simulate_dist import parse_args, main
-wl, backend, tpp, tpd, out = sys.argv[2:7]
-n = len(json.load(open(wl)))
-main(parse_args(["--backend", backend, "--model", "facebook/opt-13b", "--workload", wl, "--arrival", "custom",
-                 "--N", str(n), "--tp-prefill", tpp, "--tp-decode", tpd, "--rate", "1",
-                 "--output-request-latency", out, "--slas", "[]", "--slo-scales", "[1]"]))
-"""
 
 
 def make_workload(n: int, rate_rps: float, seed: int, data_dir: Path) -> pd.DataFrame:

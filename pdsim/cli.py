@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 
 from pdsim.errors import one_line
+from pdsim.hydra_task import run_once
 from pdsim.plugins import plugin_commands
 
 USAGE = """usage: pdsim <command> [args]
@@ -93,21 +94,26 @@ def _plan(rest: list[str]) -> int:
 
 
 def _hydra(name: str, task: Callable[[], object], rest: list[str]) -> int:
-    """Validate single-run overrides up front, then hand argv to the hydra task."""
-    if not any(a.split("=")[0] in _HYDRA_FLAGS for a in rest):
+    """A plain run composes once (hydra_task.run_once); hydra flags and multiruns go through
+    @hydra.main, after the overrides are checked up front (one-line errors)."""
+    flagged = any(a.split("=")[0] in _HYDRA_FLAGS for a in rest)
+    if not flagged:
+        status = run_once(task, rest, job_name=task.__module__.rsplit(".", 1)[-1])
+        if status is not None:
+            return status
         error = check_overrides(rest)
         if error:
             print(f"pdsim: error: {error}", file=sys.stderr)
             return 2
     sys.argv = [f"pdsim {name}", *_with_override(rest, f"hydra/help={name}")]  # its own --help header
     task()
+    return 0
 
 
 def _with_override(args: list[str], override: str) -> list[str]:
     """`args` with `override` placed next to the other overrides (hydra wants them contiguous)."""
     first = next((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), len(args))
     return [*args[:first], override, *args[first:]]
-    return 0
 
 
 def check_overrides(overrides: list[str]) -> str | None:

@@ -75,3 +75,38 @@ def test_each_subcommand_has_its_own_help(tmp_path):
         proc = _pdsim(command, "--help", cwd=tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith(f"pdsim {command}: "), proc.stdout[:200]
         assert "--cfg job" in proc.stdout and "compat: distserve, none" in proc.stdout
+
+
+def test_a_run_composes_its_config_once(tmp_path, monkeypatch):
+    """`pdsim run` composes once (pdsim.hydra_task), not three times, and still writes what
+    hydra's own run writes: .hydra/config.yaml, hydra.yaml, overrides.yaml and the job log."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from pdsim.cli import main
+
+    calls: list[list[str]] = []
+    original = ConfigLoaderImpl.load_configuration
+
+    def counted(self, config_name, overrides, run_mode, **kwargs):  # noqa: ANN001, ANN202
+        calls.append(list(overrides))
+        return original(self, config_name, overrides, run_mode, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    out = tmp_path / "run"
+    overrides = ["scenario=rag", "scenario.num_requests=20", "progress=false", f"hydra.run.dir={out}"]
+    assert main(["run", *overrides]) == 0
+    assert calls == [overrides]
+    assert read_trace(out / "trace.parquet")["status"].eq("finished").sum() == 20
+    assert (out / ".hydra" / "overrides.yaml").read_text().splitlines() == [f"- {o}" for o in overrides[:3]]
+    assert "scenario:" in (out / ".hydra" / "config.yaml").read_text()
+    assert "run:" in (out / ".hydra" / "hydra.yaml").read_text() and (out / "run.log").exists()
+
+
+def test_a_config_asking_for_a_multirun_still_sweeps(tmp_path):
+    """hydra.mode=MULTIRUN in the composed config (as the sweep presets set it) hands the command to
+    @hydra.main, which runs it as a multirun under hydra.sweep.dir."""
+    sweep = tmp_path / "sweep"
+    proc = _pdsim("run", "hydra.mode=MULTIRUN", "scenario=rag", "scenario.num_requests=10", "progress=false",
+                  f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert read_trace(sweep / "0" / "trace.parquet")["status"].eq("finished").sum() == 10
