@@ -13,7 +13,6 @@ Entry points are read only when a command or report is asked for (no start-up co
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
 COMMANDS = "pdsim.commands"
@@ -22,11 +21,15 @@ RUN_REPORTS = "pdsim.run_reports"
 
 def plugin_commands() -> dict[str, Any]:
     """Commands other installed packages add to `pdsim`, by name (entry points, not loaded)."""
+    from importlib.metadata import entry_points  # ~20 ms: only when a plugin is asked for
+
     return {ep.name: ep for ep in entry_points(group=COMMANDS)}
 
 
 def run_report_writer(name: str = "html") -> Callable[..., Any]:
     """The run-report writer `name`; ValueError naming the field when none is installed."""
+    from importlib.metadata import entry_points
+
     found = {ep.name: ep for ep in entry_points(group=RUN_REPORTS)}
     if name not in found:
         raise ValueError(f"report: no run report {name!r} is installed (entry point group {RUN_REPORTS!r}; "

@@ -66,6 +66,8 @@ def test_typo_fails_at_compose_time():
     ("overrides", "needle"),
     [
         (["+unknown.key=1"], "unknown config key 'unknown'"),
+        (["+cluster.nosuch=3"], "unknown config key 'cluster.nosuch'"),
+        (["+scenario.input.foo=2"], "unknown config key 'scenario.input.foo'"),
         (["slo.ttft_s=-1"], "slo: field 'ttft_s' must be > 0, got -1.0"),
         (["slo.attainment_target=1.5"], "slo: field 'attainment_target' must be in (0, 1], got 1.5"),
         (["cluster.prefill_tp=3"], "cluster: field 'prefill_tp' = 3 does not divide model llama3_8b's 32"),
