@@ -50,6 +50,8 @@ def cases(quick: bool) -> dict[str, tuple[str, ...]]:
         "agent_colocated_cache_aware": ("scenario=agent", SMALL, "cluster=colocated4", "policy=cache_aware"),
         "rag_linear": ("scenario=rag", SMALL, "perf=linear"),
         "sharegpt_distserve": ("scenario=sharegpt", SMALL, "model=opt_13b", "hardware=a100_80g", "perf=distserve_a100"),
+        "sharegpt_compat_distserve": ("compat=distserve", "scenario=sharegpt", SMALL, "model=opt_13b",
+                                      "hardware=a100_80g", "cluster=1p1d", "cluster.prefill_tp=2"),
         "rag_splitwise": ("scenario=rag", SMALL, "perf=splitwise", "model=llama2_70b", "cluster.prefill_tp=4",
                           "cluster.decode_tp=4"),
         "agent_kv_host": ("scenario=agent", SMALL, "kv_tiers=host"),

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pdsim.perf.base import PrefillItem
 
 Coefficients = tuple[float, float, float]
@@ -59,6 +61,18 @@ class FittedModel:
         if self.batch_floor and num_seqs >= self.batch_threshold:  # never faster than the last small-batch size
             floor_ms = _evaluate(self.decode_small_ms, context_tokens, self.batch_threshold - 1)
             time_ms = max(time_ms, floor_ms)
+        return time_ms / 1e3
+
+    def decode_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
+        """decode_time_s(num_seqs, c) for every c of an int64 array, with the same floating-point
+        operations in the same order (bit-identical: the simulator's decode spans use this)."""
+        if num_seqs <= 0:
+            return np.zeros(context_tokens.shape[0], dtype=np.float64)
+        a, b, c = self.decode_coefficients(num_seqs)
+        time_ms = (a + b * context_tokens) + c * num_seqs
+        if self.batch_floor and num_seqs >= self.batch_threshold:
+            a, b, c = self.decode_small_ms
+            time_ms = np.maximum(time_ms, (a + b * context_tokens) + c * (self.batch_threshold - 1))
         return time_ms / 1e3
 
     def mixed_time_s(

@@ -9,7 +9,7 @@ float time k single steps would.
 Linear and roofline models (also wrapped in a StepOverheadModel) are evaluated vectorised with the
 same floating-point operations, in the same order, as their `decode_time_s` (so each step is bit-identical to the scalar call on
 CPython 3.11; `sum` of floats is compensated from 3.12 on, which can move roofline's last bit).
-MeasuredModel's own decode_series_s is its vector path (bit-identical by construction).
+MeasuredModel's and FittedModel's own decode_series_s are their vector paths (bit-identical).
 Other models are called once per iteration. For every model in pdsim.perf a decode-only mixed
 step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
 iterations use the same series. Both simulator paths (step by step and skip-ahead) take every
@@ -22,7 +22,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pdsim.perf import LatencyModel, LinearModel, MeasuredModel, RooflineModel, StepOverheadModel
+from pdsim.perf import (
+    FittedModel,
+    LatencyModel,
+    LinearModel,
+    MeasuredModel,
+    RooflineModel,
+    StepOverheadModel,
+)
 from pdsim.perf import cost as roofline_cost
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
@@ -59,6 +66,8 @@ def _vector_for(latency: LatencyModel) -> VectorFn | None:
     if isinstance(latency, RooflineModel):
         return RooflineDecode(latency)
     if isinstance(latency, MeasuredModel):  # its scalar call is this on a 1-element array
+        return latency.decode_series_s
+    if isinstance(latency, FittedModel):  # bit-identical to its scalar call (tests/perf)
         return latency.decode_series_s
     if isinstance(latency, StepOverheadModel):
         inner = _vector_for(latency.inner)

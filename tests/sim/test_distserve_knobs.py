@@ -3,6 +3,7 @@ control hop 1 ms, prefill 0.1 s + 1 ms/token, decode iteration 10 ms, 10 us per 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from simkit import make_config, make_requests, rounded, timeline
 
@@ -68,6 +69,21 @@ def test_fitted_batch_floor_is_optional() -> None:
               batch_threshold=4)
     assert FittedModel(**kw).decode_time_s(4, 0) == pytest.approx(0.013)  # floored at batch 3
     assert FittedModel(**kw, batch_floor=False).decode_time_s(4, 0) == pytest.approx(0.004)
+
+
+def test_fitted_step_series_is_bit_identical_to_the_scalar_call() -> None:
+    """Decode spans take a fitted model's steps from decode_series_s: small and large batches, with
+    and without the floor, wrapped in DistServe's overheads, equal decode_time_s bit for bit."""
+    kw = dict(prefill_ms=(1.0, 0.01, 1e-6), decode_small_ms=(12.3, 1.7e-4, 0.31), decode_large_ms=(3.1, 2.9e-4, 0.27),
+              batch_threshold=9)
+    for model in (FittedModel(**kw), FittedModel(**kw, batch_floor=False)):
+        for inner in (model, StepOverheadModel(model, 0.003, 0.002, per_context_token_s=1e-7,
+                                               decode_context_offset_tokens=1)):
+            for n in (1, 8, 9, 40):
+                steps = StepSeries(inner).steps(n, 777, 200)
+                assert steps.tolist() == [inner.decode_time_s(n, 777 + n * i) for i in range(200)]
+    floored = FittedModel(**kw).decode_series_s(40, np.array([0, 1000]))
+    assert (floored > FittedModel(**kw, batch_floor=False).decode_series_s(40, np.array([0, 1000]))).all()
 
 
 def test_least_requests_routing_counts_requests_not_tokens() -> None:
