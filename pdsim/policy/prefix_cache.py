@@ -7,11 +7,14 @@ A trie keyed by block hash: the path from the root spells a prompt's leading blo
 leaves before their parents. Only full blocks are cached. The pages of cached blocks are owned by
 the pool's CACHE_OWNER; the caller moves pages in and frees the pages `evict` reports.
 
-Array-backed: a block is an int slot into parallel lists (parent slot, hash, lock count, last
-use, creation number, child count) and one dict maps (parent slot, block hash) to the child's
-slot; no object per block. Slots of evicted blocks are reused. The LRU order is a heap of
-(last use, creation number, slot) with stale entries skipped: creation numbers never repeat, so
-ties break exactly as they did when each block was an object numbered at creation.
+Array-backed: a block is an int slot into parallel lists (its key, lock count, last use,
+creation number, child count) and one dict maps each key, (parent slot, block hash), to the
+child's slot; no object per block. Slots of evicted blocks are reused. The blocks an insert adds
+form one chain below the last cached one: they are made together (`_add_chain`). The LRU order
+is a heap of (last use, creation number, slot) with stale entries skipped: creation numbers never
+repeat, so ties break exactly as they did when each block was an object numbered at creation.
+Eviction takes, one block at a time, the unlocked leaf with the smallest (last use, creation
+number) (tests/policy/test_prefix_cache_model.py holds the cache to that rule).
 
 The two rules on which blocks a prompt may use and give back (`matchable_blocks`,
 `cacheable_blocks`) are module functions: pdsim and pdreal both call them. Block hashes follow
@@ -53,9 +56,8 @@ class PrefixCache:
         self.evictable_blocks = 0
         self.on_evict: Callable[[int], None] | None = None  # told each evicted block hash (kv_tiers)
         self._child: dict[tuple[int, int], int] = {}  # (parent slot, block hash) -> slot
-        self._parent: list[int] = [_DEAD]  # slot 0 is the root
-        self._hash: list[int] = [0]
-        self._ref: list[int] = [0]
+        self._key: list[tuple[int, int]] = [(_DEAD, 0)]  # slot -> its key in _child; slot 0 is the root
+        self._ref: list[int] = [1]  # the root holds a reference of its own: never evicted
         self._last_s: list[float] = [0.0]
         self._created: list[int] = [0]
         self._children: list[int] = [0]
@@ -72,7 +74,7 @@ class PrefixCache:
         return self.num_blocks * self.pages_per_block
 
     def block_hash(self, block: BlockNode) -> int:
-        return self._hash[block]
+        return self._key[block][1]
 
     def ref_count(self, block: BlockNode) -> int:
         """How many requests hold `block` locked (0 = evictable once it is a leaf)."""
@@ -100,7 +102,7 @@ class PrefixCache:
         ref, last_s, children = self._ref, self._last_s, self._children
         for node in path:
             if ref[node] <= 0:
-                raise RuntimeError(f"prefix cache: unlock of unreferenced block {self._hash[node]}")
+                raise RuntimeError(f"prefix cache: unlock of unreferenced block {self.block_hash(node)}")
             ref[node] -= 1
             last_s[node] = now_s
             if ref[node] == 0:
@@ -110,68 +112,88 @@ class PrefixCache:
 
     def insert(self, hash_ids: Sequence[int], now_s: float) -> int:
         """Add the blocks of `hash_ids` not yet cached (unreferenced); returns how many are new."""
-        child_of, last_s, children = self._child, self._last_s, self._children
-        node, created, get, number = ROOT, 0, child_of.get, self._next_created
-        for h in hash_ids:
+        get, last_s, node = self._child.get, self._last_s, ROOT
+        for cached, h in enumerate(hash_ids):
             child = get((node, h))
-            if child is None:
-                child = child_of[node, h] = self._new_block(node, h, number + created)
-                children[node] += 1
-                created += 1
+            if child is None:  # the rest hangs below `node`, one new block under the other
+                created = len(hash_ids) - cached
+                node = self._add_chain(node, hash_ids[cached:], now_s)
+                break
             last_s[child] = now_s
             node = child
-        self._next_created = number + created
+        else:
+            created = 0
         self.num_blocks += created
         self.evictable_blocks += created
-        if node != ROOT and self._ref[node] == 0 and not children[node]:
+        if node != ROOT and self._ref[node] == 0 and not self._children[node]:
             heapq.heappush(self._heap, (now_s, self._created[node], node))
         return created
 
-    def _new_block(self, parent: int, block_hash: int, number: int) -> int:
-        """A slot for a new block (a freed one if any) numbered `number`."""
-        if self._free:
-            slot = self._free.pop()
-            self._parent[slot], self._hash[slot], self._ref[slot] = parent, block_hash, 0
-            self._created[slot], self._children[slot] = number, 0
-            return slot
-        self._parent.append(parent)
-        self._hash.append(block_hash)
-        self._ref.append(0)
-        self._last_s.append(0.0)
-        self._created.append(number)
-        self._children.append(0)
-        return len(self._parent) - 1
+    def _add_chain(self, parent: int, hashes: Sequence[int], now_s: float) -> int:
+        """New blocks for `hashes` (at least one), each the child of the one before, the first
+        one `parent`'s; numbered in that order, in freed slots first (last freed first). Returns
+        the last block."""
+        free, n = self._free, len(hashes)
+        slots = free[:-n - 1:-1]
+        del free[len(free) - len(slots):]
+        if len(slots) < n:
+            start, more = len(self._ref), n - len(slots)
+            slots += range(start, start + more)
+            self._key += [(_DEAD, 0)] * more
+            self._ref += [0] * more  # freed slots hold 0 too: only unreferenced blocks are evicted
+            self._last_s += [0.0] * more
+            self._created += [_DEAD] * more
+            self._children += [0] * more
+        keys = list(zip([parent, *slots[:-1]], hashes, strict=True))
+        key_of, created, children, last_s = self._key, self._created, self._children, self._last_s
+        numbers = range(self._next_created, self._next_created + n)
+        for slot, key, number in zip(slots, keys, numbers, strict=True):
+            key_of[slot] = key  # (one statement each: a tuple assignment costs twice as much)
+            created[slot] = number
+            children[slot] = 1
+            last_s[slot] = now_s
+        children[slots[-1]] = 0
+        children[parent] += 1
+        self._child.update(zip(keys, slots, strict=True))
+        self._next_created += n
+        return slots[-1]
 
     def evict(self, blocks: int) -> int:
         """Evict up to `blocks` unreferenced blocks, LRU leaves first; returns blocks evicted.
 
         A parent left childless and unlocked is evicted at once when it would be the heap's next
         pop anyway (its entry sorts before the heap's top): the same order without the push/pop.
+        A parent last used when its child was sorts before it (it is numbered before its child),
+        hence before the heap's top, with no comparison.
         """
         heap, pop, push, on_evict = self._heap, heapq.heappop, heapq.heappush, self.on_evict
         ref, children, created, last_s = self._ref, self._children, self._created, self._last_s
-        parents, hashes, child_of, free = self._parent, self._hash, self._child, self._free
+        keys, child_of, free = self._key, self._child, self._free
         evicted = 0
         while evicted < blocks and heap:
             t, number, node = pop(heap)
             if created[node] != number or ref[node] or children[node] or t != last_s[node]:
                 continue  # stale entry: evicted (slot maybe reused), re-locked, grew children, touched
-            while True:
-                parent, block_hash = parents[node], hashes[node]
-                del child_of[parent, block_hash]
+            while True:  # evict `node` (last used at t, sorting before the heap's top), then its parent?
+                key = keys[node]
+                del child_of[key]
                 created[node] = _DEAD
                 free.append(node)
-                children[parent] -= 1
+                node = key[0]
+                children[node] -= 1
                 evicted += 1
                 if on_evict is not None:
-                    on_evict(block_hash)
-                if parent == ROOT or ref[parent] or children[parent]:
+                    on_evict(key[1])
+                if ref[node] or children[node]:  # (the root's own reference stops here too)
                     break
-                entry = (last_s[parent], created[parent], parent)
-                if evicted < blocks and (not heap or entry < heap[0]):
-                    node = parent
-                    continue
-                push(heap, entry)
+                if evicted < blocks:
+                    if last_s[node] == t:
+                        continue
+                    entry = (last_s[node], created[node], node)
+                    if not heap or entry < heap[0]:
+                        t = entry[0]
+                        continue
+                push(heap, (last_s[node], created[node], node))
                 break
         self.num_blocks -= evicted
         self.evictable_blocks -= evicted
@@ -191,7 +213,7 @@ class PrefixCache:
         for node in live:
             ref = self._ref[node]
             if ref < 0 or (final and ref):
-                raise RuntimeError(f"prefix cache: block {self._hash[node]} has ref {ref}")
+                raise RuntimeError(f"prefix cache: block {self.block_hash(node)} has ref {ref}")
         free = sum(1 for node in live if self._ref[node] == 0)
         children = sum(self._children[node] for node in live) + self._children[ROOT]
         if len(live) != self.num_blocks or free != self.evictable_blocks or children != len(live):
