@@ -25,16 +25,18 @@ do not occur in practice (tests/sim/test_skip_ahead.py compares whole traces of 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Iterator
+from bisect import bisect_left
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import reduce
+from operator import add
 from typing import Protocol
 
-import numpy as np
 import simpy
 
 from pdsim.perf import LatencyModel
 from pdsim.sim.state import SimRequest
-from pdsim.sim.steptime import StepSeries, boundaries
+from pdsim.sim.steptime import StepSeries
 
 MAX_SPAN_ITERATIONS = 1024  # longer runs are split into several spans (bounds the work per span)
 
@@ -66,10 +68,15 @@ class PageGrowth:
     @classmethod
     def of(cls, kv_tokens: Iterable[int], page: int) -> PageGrowth:
         counts = [0] * (page + 1)
-        n = 0
         for kv in kv_tokens:
             counts[kv % page] += 1
-            n += 1
+        return cls.from_residues(counts, page)
+
+    @classmethod
+    def from_residues(cls, counts: list[int], page: int) -> PageGrowth:
+        """From counts[r] = requests whose KV length is r modulo page (page + 1 entries, the
+        last 0); `counts` is summed in place."""
+        n = sum(counts)
         for x in range(page - 1, -1, -1):
             counts[x] += counts[x + 1]
         return cls(n, page, tuple(counts))
@@ -95,8 +102,8 @@ class PageGrowth:
 
 @dataclass(slots=True, eq=False)
 class Span:
-    bounds: np.ndarray  # b_0 (start) .. b_k
-    steps: np.ndarray  # step_0 .. step_{k-1}
+    bounds: list[float]  # b_0 (start) .. b_k
+    steps: list[float]  # step_0 .. step_{k-1}
     growth: PageGrowth | None  # None for a single iteration
     end: int  # the boundary the instance wakes at (k, or earlier once truncated)
     settled: int = 0  # virtual boundaries 1..settled are applied
@@ -104,14 +111,14 @@ class Span:
 
     @property
     def end_s(self) -> float:
-        return float(self.bounds[self.end])
+        return self.bounds[self.end]
 
     def due(self, now_s: float) -> int:
         """Virtual boundaries passed strictly before now_s (never the end)."""
         j, last, bounds = self._due, self.end - 1, self.bounds
         if j < last and bounds[j + 1] < now_s:
             if j + 1 < last and bounds[j + 2] < now_s:  # several passed: bisect
-                j = min(int(bounds.searchsorted(now_s)) - 1, last)
+                j = min(bisect_left(bounds, now_s) - 1, last)
             else:
                 j += 1
             self._due = j
@@ -126,7 +133,7 @@ class Span:
 
     def truncate(self, now_s: float) -> bool:
         """End at the first boundary at or after now_s; True if the end moved earlier."""
-        first = max(1, self.settled + 1, int(self.bounds.searchsorted(now_s)))
+        first = max(1, self.settled + 1, bisect_left(self.bounds, now_s))
         if first < self.end:
             self.end = first
             return True
@@ -147,28 +154,34 @@ class BatchClock:
     def limit(self, running: Collection[SimRequest], free_pages: int) -> tuple[int, PageGrowth | None]:
         """Iterations the batch runs before a request finishes or its page growth at a boundary
         needs more than `free_pages` (at most max_iterations), and its page growth."""
-        k = self.max_iterations
-        if k > 1:
-            k = min(k, min(sr.req.output_tokens - sr.generated for sr in running))
+        k, page = self.max_iterations, self.page
         if k <= 1:
             return 1, None
-        growth = PageGrowth.of((sr.kv_tokens for sr in running), self.page)
+        counts = [0] * (page + 1)
+        for sr in running:  # one pass: the first finish and the KV lengths modulo the page
+            left = sr.req.output_tokens - sr.generated
+            if left < k:
+                k = left
+            counts[sr.kv_tokens % page] += 1
+        if k <= 1:
+            return 1, None
+        growth = PageGrowth.from_residues(counts, page)
         if growth.pages(k - 1) > free_pages:
             k = growth.first_over(free_pages, k)
         return k, growth
 
     def begin(self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None, first_extra_s: float = 0.0) -> Span:
         """Plan k iterations; the first takes first_extra_s longer (a KV reload before it)."""
-        steps = self.series.steps(n, ctx_tokens, k)
-        if first_extra_s > 0.0:
-            steps = steps.copy()
-            steps[0] += first_extra_s
-        span = Span(boundaries(self.env.now, steps), steps, growth if k > 1 else None, k)
+        steps, bounds = self.series.span(n, ctx_tokens, k, self.env.now, first_extra_s)
+        span = Span(bounds, steps, growth if k > 1 else None, k)
         self.span = span
         return span
 
-    def wait(self, span: Span) -> Iterator[simpy.Event]:
-        """simpy sub-process: sleep until the span's (possibly moved) end."""
+    def sleep_through(self, owner: BatchOwner, span: Span) -> Iterator[simpy.Event]:
+        """simpy sub-process: sleep until the span's (possibly moved) end. Returns (via
+        `yield from`) whether the owner is still alive; the owner's router view is marked stale
+        before and after the wait."""
+        owner.view_stale = True
         while True:
             delay, lands = hop_delay(self.env.now, span.end_s)
             try:
@@ -176,7 +189,8 @@ class BatchClock:
             except simpy.Interrupt:
                 continue
             if lands:
-                return
+                owner.view_stale = True
+                return owner.alive
 
     def run_span(self, owner: BatchOwner, span: Span) -> Iterator[simpy.Event]:
         """simpy sub-process: sleep through `span`, then apply its iterations up to the last one.
@@ -184,10 +198,7 @@ class BatchClock:
         Returns (via `yield from`) whether the owner is still alive; a dead owner's span is left
         unsettled. The owner's router view is marked stale before and after the wait.
         """
-        owner.view_stale = True
-        yield from self.wait(span)
-        owner.view_stale = True
-        if not owner.alive:
+        if not (yield from self.sleep_through(owner, span)):
             return False
         self.settle(owner, span.end - 1)
         self.span = None
@@ -223,16 +234,49 @@ class BatchClock:
             grow = (kv + d) // page - kv // page
             sr.kv_tokens = kv + d
             if sr.generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", float(span.bounds[first]))
+                sr.mark("first_token_s", span.bounds[first])
             sr.generated += d
             if grow:
                 owner.add_pages(sr, grow)
             if sr.token_times is not None:
                 if times is None:
-                    times = span.bounds[first:upto + 1].tolist()
+                    times = span.bounds[first:upto + 1]
                 sr.token_times.extend(times)
         span.settled = upto
         owner.advanced(d, span.steps[first:upto + 1])
+
+    def finish(self, owner: BatchOwner) -> list[SimRequest]:
+        """At the span's end (now): its virtual boundaries settled+1..end-1 (as `settle`) and its
+        last iteration, in one pass over the batch. The last iteration adds one more token per
+        request and grows no page (the next plan grows them). Returns the requests whose last
+        output token that was, in batch order; the span is over."""
+        span = self.span
+        self.span = None
+        end, first = span.end, span.settled + 1
+        d, page = end - first, self.page  # virtual boundaries to apply, then the last iteration
+        times: list[float] | None = None
+        done: list[SimRequest] = []
+        for sr in owner.running.values():
+            kv = sr.kv_tokens
+            grow = (kv + d) // page - kv // page
+            sr.kv_tokens = kv + d + 1
+            generated = sr.generated
+            if generated == 0:  # a prefill that made no token: the first comes from decode
+                sr.mark("first_token_s", span.bounds[first])
+            generated += d + 1
+            sr.generated = generated
+            if grow:
+                owner.add_pages(sr, grow)
+            if sr.token_times is not None:
+                if times is None:
+                    times = span.bounds[first:end + 1]  # bounds[end] is now
+                sr.token_times.extend(times)
+            if generated >= sr.req.output_tokens:
+                done.append(sr)
+        span.settled = end - 1
+        if d:
+            owner.advanced(d, span.steps[first:end])
+        return done
 
     def settle_now(self, owner: BatchOwner) -> None:
         """Apply every virtual boundary passed before now (before the batch changes)."""
@@ -250,20 +294,10 @@ class BatchOwner(Protocol):
     def add_pages(self, sr: SimRequest, pages: int) -> None:
         """Grow `sr`'s KV by `pages` pages (they are known to be free)."""
 
-    def advanced(self, iterations: int, steps: np.ndarray) -> None:
+    def advanced(self, iterations: int, steps: Sequence[float]) -> None:
         """The batch ran `iterations` more iterations of these step times: update counters."""
 
 
-def add_steps(total_s: float, steps: np.ndarray) -> float:
+def add_steps(total_s: float, steps: Sequence[float]) -> float:
     """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
-    if steps.shape[0] == 0:
-        return total_s
-    if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
-        out = np.empty(steps.shape[0] + 1, dtype=np.float64)
-        out[0] = total_s
-        out[1:] = steps
-        return float(out.cumsum(out=out)[-1])
-    total = total_s
-    for step in steps.tolist():
-        total += step
-    return total
+    return reduce(add, steps, total_s)

@@ -19,6 +19,7 @@ decode-only step from here, so they agree bit for bit whatever the model.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import accumulate
 
 import numpy as np
 
@@ -34,6 +35,10 @@ from pdsim.perf import cost as roofline_cost
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
 
+# Spans of the linear model up to this many iterations are computed in plain Python floats (the
+# same operations as decode_time_s): cheaper than the ~6 numpy calls of the array path.
+SHORT_SPAN_ITERATIONS = 64
+
 
 class StepSeries:
     """Step times of decode iterations for one instance's latency model."""
@@ -41,6 +46,7 @@ class StepSeries:
     def __init__(self, latency: LatencyModel) -> None:
         self.latency = latency
         self._vector = _vector_for(latency)
+        self._linear = latency if isinstance(latency, LinearModel) else None
 
     def steps(self, n: int, ctx0: int, k: int) -> np.ndarray:
         """Step times (s) of k iterations of `n` sequences starting with `ctx0` context tokens."""
@@ -49,6 +55,23 @@ class StepSeries:
             return self._vector(n, ctx)
         decode = self.latency.decode_time_s
         return np.array([decode(n, c) for c in ctx.tolist()], dtype=np.float64)
+
+    def span(self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0) -> tuple[list[float], list[float]]:
+        """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
+        its boundaries b_0 = start_s .. b_k, both as lists of floats (bit-identical either way)."""
+        m = self._linear
+        if m is not None and k <= SHORT_SPAN_ITERATIONS and n > 0:
+            fixed_s = m.decode_base_s + m.decode_per_seq_s * n  # decode_time_s's association
+            per_ctx_s = m.decode_per_ctx_token_s
+            steps = [fixed_s + per_ctx_s * ctx for ctx in range(ctx0, ctx0 + n * k, n)]
+            if first_extra_s > 0.0:
+                steps[0] += first_extra_s
+            return steps, list(accumulate(steps, initial=start_s))
+        array = self.steps(n, ctx0, k)
+        if first_extra_s > 0.0:
+            array = array.copy()
+            array[0] += first_extra_s
+        return array.tolist(), boundaries(start_s, array).tolist()
 
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
