@@ -12,8 +12,8 @@ state earlier (a request aborted, a crash, a cache-aware router reading the pref
 
 Anything that changes what the next boundary would do (a new request handshaken, KV arrived, a
 reload done, a request released) calls `notify`; during a span that *truncates* it: the end
-moves to the first boundary at or after now and the waiting process is interrupted, so the step
-path's next boundary is where the instance wakes. Router and sampler views read the pages the
+moves to the first boundary at or after now and the waiting process is re-armed to wake there
+(`rearm`), so the step path's next boundary is where the instance wakes. Router and sampler views read the pages the
 virtual boundaries have grown without settling (`pending_pages`).
 
 Ties: a virtual boundary at exactly the current time counts as not yet passed. The step path
@@ -182,13 +182,10 @@ class BatchClock:
         `yield from`) whether the owner is still alive; the owner's router view is marked stale
         before and after the wait."""
         owner.view_stale = True
+        env = self.env
         while True:
-            delay, lands = hop_delay(self.env.now, span.end_s)
-            try:
-                yield self.env.timeout(delay)
-            except simpy.Interrupt:
-                continue
-            if lands:
+            yield env.timeout(hop_delay(env.now, span.end_s)[0])  # (truncate may move it: rearm)
+            if env.now == span.end_s:
                 owner.view_stale = True
                 return owner.alive
 
@@ -208,7 +205,7 @@ class BatchClock:
         """Something changed what the next boundary does: wake there instead of at the end."""
         span = self.span
         if span is not None and span.truncate(self.env.now) and self.env.active_process is not self.process:
-            self.process.interrupt("batch changed")
+            rearm(self.process, hop_delay(self.env.now, span.end_s)[0])
 
     def pending_pages(self) -> int:
         return self.span.pending_pages(self.env.now) if self.span is not None else 0
@@ -296,6 +293,18 @@ class BatchOwner(Protocol):
 
     def advanced(self, iterations: int, steps: Sequence[float]) -> None:
         """The batch ran `iterations` more iterations of these step times: update counters."""
+
+
+def rearm(process: simpy.Process, delay_s: float) -> None:
+    """Wake `process`, which sleeps on a timeout, after delay_s instead: a new timeout takes over
+    its callback. This is what `process.interrupt()` leads to (the sleeper catches the Interrupt
+    and yields a new timeout) without the Interruption event and the exception; it uses
+    simpy 4.1's Process internals (`_resume`, `_target`), as its Interruption does."""
+    target = process.target
+    target.callbacks.remove(process._resume)
+    wake = process.env.timeout(delay_s)
+    wake.callbacks.append(process._resume)
+    process._target = wake
 
 
 def add_steps(total_s: float, steps: Sequence[float]) -> float:
