@@ -32,6 +32,7 @@ from functools import reduce
 from operator import add
 from typing import Protocol
 
+import numpy as np
 import simpy
 
 from pdsim.perf import LatencyModel
@@ -103,7 +104,7 @@ class PageGrowth:
 @dataclass(slots=True, eq=False)
 class Span:
     bounds: list[float]  # b_0 (start) .. b_k
-    steps: list[float]  # step_0 .. step_{k-1}
+    steps: Sequence[float]  # step_0 .. step_{k-1} (a list, or a float64 array: see StepSeries.span)
     growth: PageGrowth | None  # None for a single iteration
     end: int  # the boundary the instance wakes at (k, or earlier once truncated)
     settled: int = 0  # virtual boundaries 1..settled are applied
@@ -309,4 +310,11 @@ def rearm(process: simpy.Process, delay_s: float) -> None:
 
 def add_steps(total_s: float, steps: Sequence[float]) -> float:
     """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
+    if isinstance(steps, np.ndarray):
+        if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
+            out = np.empty(steps.shape[0] + 1, dtype=np.float64)
+            out[0] = total_s
+            out[1:] = steps
+            return float(out.cumsum(out=out)[-1])
+        steps = steps.tolist()
     return reduce(add, steps, total_s)

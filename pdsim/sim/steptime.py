@@ -18,7 +18,7 @@ decode-only step from here, so they agree bit for bit whatever the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 
 import numpy as np
@@ -36,8 +36,9 @@ from pdsim.perf import cost as roofline_cost
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
 
 # Spans of the linear model up to this many iterations are computed in plain Python floats (the
-# same operations as decode_time_s): cheaper than the ~6 numpy calls of the array path.
-SHORT_SPAN_ITERATIONS = 64
+# same operations as decode_time_s): cheaper than the ~6 numpy calls and two `tolist` of the
+# array path up to ~100 iterations.
+SHORT_SPAN_ITERATIONS = 96
 
 
 class StepSeries:
@@ -56,9 +57,13 @@ class StepSeries:
         decode = self.latency.decode_time_s
         return np.array([decode(n, c) for c in ctx.tolist()], dtype=np.float64)
 
-    def span(self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0) -> tuple[list[float], list[float]]:
+    def span(
+        self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0
+    ) -> tuple[Sequence[float], list[float]]:
         """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
-        its boundaries b_0 = start_s .. b_k, both as lists of floats (bit-identical either way)."""
+        its boundaries b_0 = start_s .. b_k as a list. The steps are a list for short linear spans,
+        else a float64 array (summed by numpy's in-order cumsum, span.add_steps); the values are
+        bit-identical either way."""
         m = self._linear
         if m is not None and k <= SHORT_SPAN_ITERATIONS and n > 0:
             fixed_s = m.decode_base_s + m.decode_per_seq_s * n  # decode_time_s's association
@@ -71,7 +76,7 @@ class StepSeries:
         if first_extra_s > 0.0:
             array = array.copy()
             array[0] += first_extra_s
-        return array.tolist(), boundaries(start_s, array).tolist()
+        return array, boundaries(start_s, array).tolist()
 
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
