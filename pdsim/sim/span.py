@@ -13,8 +13,8 @@ state earlier (a request aborted, a crash, a cache-aware router reading the pref
 Anything that changes what the next boundary would do (a new request handshaken, KV arrived, a
 reload done, a request released) calls `notify`; during a span that *truncates* it: the end
 moves to the first boundary at or after now and the waiting process is re-armed to wake there
-(`rearm`), so the step path's next boundary is where the instance wakes. Router and sampler views read the pages the
-virtual boundaries have grown without settling (`pending_pages`).
+(`rearm`), so the step path's next boundary is where the instance wakes. Router and sampler
+views read the pages the virtual boundaries have grown without settling (`pending_pages`).
 
 Ties: a virtual boundary at exactly the current time counts as not yet passed. The step path
 orders such a tie by simpy's event ids (which event was scheduled first), which a skipped boundary
