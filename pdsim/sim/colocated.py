@@ -115,7 +115,7 @@ class ColocatedInstance(InstanceBase):
         n, clock = len(self.running), self.clock
         k, growth = 1, None
         if not self.waiting and self.chunked is None:
-            k, growth = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
+            k, growth, _ = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
         span = clock.begin(n, self.ctx_tokens, k, growth)
         self.busy_s += float(span.steps[0])
         self.iterations += 1

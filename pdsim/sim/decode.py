@@ -179,12 +179,12 @@ class DecodeInstance(InstanceBase):
         """Start the next iterations: as many as the batch provably runs unchanged (span.py);
         the first one starts late by this boundary's KV reload time."""
         n, clock = len(self.running), self.clock
-        k, growth = 1, None
+        k, growth, first_finish = 1, None, 1
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
-            k, growth = clock.limit(self.running.values(), self.pool.free_pages)
+            k, growth, first_finish = clock.limit(self.running.values(), self.pool.free_pages)
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
             k = self._prealloc_limit(min(k, PREALLOC_LOOKAHEAD), n, growth)
-        span = clock.begin(n, self.ctx_tokens, k, growth, reload_s)
+        span = clock.begin(n, self.ctx_tokens, k, growth, reload_s, first_finish)
         self.busy_s += float(span.steps[0])
         self.iterations += 1
         self.batch_size = n

@@ -107,6 +107,7 @@ class Span:
     steps: Sequence[float]  # step_0 .. step_{k-1} (a list, or a float64 array: see StepSeries.span)
     growth: PageGrowth | None  # None for a single iteration
     end: int  # the boundary the instance wakes at (k, or earlier once truncated)
+    first_finish: int = 1  # no request makes its last token before this many iterations
     settled: int = 0  # virtual boundaries 1..settled are applied
     _due: int = 0  # the last answer of due() (time only moves forward)
 
@@ -152,29 +153,36 @@ class BatchClock:
         self.span: Span | None = None
         self.process: simpy.Process | None = None
 
-    def limit(self, running: Collection[SimRequest], free_pages: int) -> tuple[int, PageGrowth | None]:
+    def limit(self, running: Collection[SimRequest], free_pages: int) -> tuple[int, PageGrowth | None, int]:
         """Iterations the batch runs before a request finishes or its page growth at a boundary
-        needs more than `free_pages` (at most max_iterations), and its page growth."""
+        needs more than `free_pages` (at most max_iterations), its page growth, and the
+        iterations until its first finish (or more than max_iterations)."""
         k, page = self.max_iterations, self.page
         if k <= 1:
-            return 1, None
+            return 1, None, 1
+        first_finish = k + 1
         counts = [0] * (page + 1)
         for sr in running:  # one pass: the first finish and the KV lengths modulo the page
             left = sr.req.output_tokens - sr.generated
-            if left < k:
-                k = left
+            if left < first_finish:
+                first_finish = left
             counts[sr.kv_tokens % page] += 1
+        k = min(k, first_finish)
         if k <= 1:
-            return 1, None
+            return 1, None, first_finish
         growth = PageGrowth.from_residues(counts, page)
         if growth.pages(k - 1) > free_pages:
             k = growth.first_over(free_pages, k)
-        return k, growth
+        return k, growth, first_finish
 
-    def begin(self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None, first_extra_s: float = 0.0) -> Span:
-        """Plan k iterations; the first takes first_extra_s longer (a KV reload before it)."""
+    def begin(
+        self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None, first_extra_s: float = 0.0,
+        first_finish: int = 1,
+    ) -> Span:
+        """Plan k iterations; the first takes first_extra_s longer (a KV reload before it).
+        first_finish: as from `limit` (1 when unknown: every span end checks for finishes)."""
         steps, bounds = self.series.span(n, ctx_tokens, k, self.env.now, first_extra_s)
-        span = Span(bounds, steps, growth if k > 1 else None, k)
+        span = Span(bounds, steps, growth if k > 1 else None, k, first_finish)
         self.span = span
         return span
 
@@ -254,6 +262,7 @@ class BatchClock:
         d, page = end - first, self.page  # virtual boundaries to apply, then the last iteration
         times: list[float] | None = None
         done: list[SimRequest] = []
+        check = end >= span.first_finish  # (else no request can have made its last token)
         for sr in owner.running.values():
             kv = sr.kv_tokens
             grow = (kv + d) // page - kv // page
@@ -269,7 +278,7 @@ class BatchClock:
                 if times is None:
                     times = span.bounds[first:end + 1]  # bounds[end] is now
                 sr.token_times.extend(times)
-            if generated >= sr.req.output_tokens:
+            if check and generated >= sr.req.output_tokens:
                 done.append(sr)
         span.settled = end - 1
         if d:
