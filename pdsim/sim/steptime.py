@@ -66,7 +66,7 @@ class StepSeries:
         bit-identical either way."""
         m = self._linear
         if m is not None and k <= SHORT_SPAN_ITERATIONS and n > 0:
-            fixed_s = m.decode_base_s + m.decode_per_seq_s * n  # decode_time_s's association
+            fixed_s = float(m.decode_base_s + m.decode_per_seq_s * n)  # decode_time_s's association
             per_ctx_s = m.decode_per_ctx_token_s
             steps = [fixed_s + per_ctx_s * ctx for ctx in range(ctx0, ctx0 + n * k, n)]
             if first_extra_s > 0.0:
