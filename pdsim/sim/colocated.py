@@ -32,8 +32,9 @@ from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prefill import Planned, start_chunks
 from pdsim.sim.prompt_kv import PromptKV
-from pdsim.sim.span import BatchClock, Span, add_steps
+from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
+from pdsim.sim.steptime import add_steps
 
 
 class ColocatedInstance(InstanceBase):

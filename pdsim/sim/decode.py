@@ -38,8 +38,10 @@ from pdsim.policy.views import ROLE_DECODE, InstanceView
 from pdsim.sim.handoff import handoff_at_prefill_end, tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.span import BatchClock, PageGrowth, Span, add_steps
+from pdsim.sim.pagegrowth import PageGrowth
+from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
+from pdsim.sim.steptime import add_steps
 
 # While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
 # call per boundary): the admission point is found without stepping, at a bounded cost per span.

@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from functools import reduce
-from operator import add
 from typing import Protocol
 
-import numpy as np
 import simpy
 
 from pdsim.perf import LatencyModel
+from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.state import SimRequest
 from pdsim.sim.steptime import StepSeries
 
@@ -50,55 +48,6 @@ def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:
     if now_s + delay == target_s:
         return delay, True
     return delay / 2, False
-
-
-@dataclass(frozen=True, slots=True)
-class PageGrowth:
-    """Pages a batch of `n` requests grows over its next iterations.
-
-    A request whose KV length at iteration 0 is r modulo the page size grows one page at the
-    start of iteration i when its length then, r + i, is a page multiple: floor((j + r) / page)
-    times in iterations 1..j. Summed over the batch that is q * n + #{r >= page - s} with
-    j = q * page + s, an O(1) lookup in `at_least` (at_least[x] = requests with r >= x).
-    """
-
-    n: int
-    page: int
-    at_least: tuple[int, ...]
-
-    @classmethod
-    def of(cls, kv_tokens: Iterable[int], page: int) -> PageGrowth:
-        counts = [0] * (page + 1)
-        for kv in kv_tokens:
-            counts[kv % page] += 1
-        return cls.from_residues(counts, page)
-
-    @classmethod
-    def from_residues(cls, counts: list[int], page: int) -> PageGrowth:
-        """From counts[r] = requests whose KV length is r modulo page (page + 1 entries, the
-        last 0); `counts` is summed in place."""
-        n = sum(counts)
-        for x in range(page - 1, -1, -1):
-            counts[x] += counts[x + 1]
-        return cls(n, page, tuple(counts))
-
-    def pages(self, j: int) -> int:
-        """Pages grown at the boundaries 1..j."""
-        if j <= 0:
-            return 0
-        q, s = divmod(j, self.page)
-        return q * self.n + self.at_least[self.page - s]
-
-    def first_over(self, free_pages: int, k: int) -> int:
-        """The first boundary j in 1..k-1 whose growth exceeds free_pages (k if none)."""
-        lo, hi = 1, k  # pages() is non-decreasing: bisect for the first j with pages(j) > free
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.pages(mid) > free_pages:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
 
 
 @dataclass(slots=True, eq=False)
@@ -315,15 +264,3 @@ def rearm(process: simpy.Process, delay_s: float) -> None:
     wake = process.env.timeout(delay_s)
     wake.callbacks.append(process._resume)
     process._target = wake
-
-
-def add_steps(total_s: float, steps: Sequence[float]) -> float:
-    """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
-    if isinstance(steps, np.ndarray):
-        if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
-            out = np.empty(steps.shape[0] + 1, dtype=np.float64)
-            out[0] = total_s
-            out[1:] = steps
-            return float(out.cumsum(out=out)[-1])
-        steps = steps.tolist()
-    return reduce(add, steps, total_s)

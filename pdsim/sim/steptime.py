@@ -19,7 +19,9 @@ decode-only step from here, so they agree bit for bit whatever the model.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import reduce
 from itertools import accumulate
+from operator import add
 
 import numpy as np
 
@@ -62,7 +64,7 @@ class StepSeries:
     ) -> tuple[Sequence[float], list[float]]:
         """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
         its boundaries b_0 = start_s .. b_k as a list. The steps are a list for short linear spans,
-        else a float64 array (summed by numpy's in-order cumsum, span.add_steps); the values are
+        else a float64 array (summed by numpy's in-order cumsum, add_steps); the values are
         bit-identical either way."""
         m = self._linear
         if m is not None and k <= SHORT_SPAN_ITERATIONS and n > 0:
@@ -85,6 +87,18 @@ def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
     out[0] = start_s
     out[1:] = steps
     return out.cumsum(out=out)
+
+
+def add_steps(total_s: float, steps: Sequence[float]) -> float:
+    """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
+    if isinstance(steps, np.ndarray):
+        if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
+            out = np.empty(steps.shape[0] + 1, dtype=np.float64)
+            out[0] = total_s
+            out[1:] = steps
+            return float(out.cumsum(out=out)[-1])
+        steps = steps.tolist()
+    return reduce(add, steps, total_s)
 
 
 def _vector_for(latency: LatencyModel) -> VectorFn | None:

@@ -20,8 +20,9 @@ from pdsim.policy.router import HEALTH_ONLY_ROUTING
 from pdsim.sim import simulate
 from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
-from pdsim.sim.span import PageGrowth, add_steps, hop_delay
-from pdsim.sim.steptime import SHORT_SPAN_ITERATIONS, StepSeries, boundaries
+from pdsim.sim.pagegrowth import PageGrowth
+from pdsim.sim.span import hop_delay
+from pdsim.sim.steptime import SHORT_SPAN_ITERATIONS, StepSeries, add_steps, boundaries
 from pdsim.workload.request import Workload
 
 CTX_PERF = dict(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01, decode_per_seq_s=1.3e-4,
