@@ -84,6 +84,10 @@ def _preallocate(
     limits: StepLimits, memory: Callable[[], DecodeMemoryView], retracted: Sequence[T],
     handshaken: Iterable[T], free_slots: int, access: DecodeAccess[T],
 ) -> tuple[tuple[T, ...], tuple[T, ...]]:
+    first = iter(handshaken)
+    head = next(first, None)
+    if not retracted and head is None:
+        return (), ()
     by_id: dict[int, T] = {}
 
     def views(items: Iterable[T]) -> Iterable[RequestView]:
@@ -92,10 +96,6 @@ def _preallocate(
             by_id[v.request_id] = item
             yield v
 
-    first = iter(handshaken)
-    head = next(first, None)
-    if not retracted and head is None:
-        return (), ()
     rest = first if head is None else _chain_one(head, first)
     plan = plan_preallocation(list(views(retracted)), views(rest), memory(), free_slots)
     return tuple(by_id[i] for i in plan.resume_ids), tuple(by_id[i] for i in plan.admit_ids)
@@ -126,20 +126,24 @@ def plan_decode_step(
     page = limits.page_size_tokens
     free_slots = prealloc_free_slots(limits, num_transfer, len(waiting))
     resume, admit = _preallocate(limits, memory, retracted, handshaken, free_slots, access)
-    free = free_pages - sum(need_now_tokens(access.view(r), page) // page for r in (*resume, *admit))
+    free = free_pages
+    if resume or admit:
+        free -= sum(need_now_tokens(access.view(r), page) // page for r in (*resume, *admit))
     join: list[T] = []
     done: list[T] = []
-    room = limits.max_running_requests - len(running)
-    for req in (*waiting, *resume):
-        if len(join) >= room:
-            break
-        if access.done_at_join(req):
-            done.append(req)
-            free += pages_for(access.kv_tokens(req), page)
-        else:
-            join.append(req)
+    if waiting or resume:
+        room = limits.max_running_requests - len(running)
+        for req in (*waiting, *resume):
+            if len(join) >= room:
+                break
+            if access.done_at_join(req):
+                done.append(req)
+                free += pages_for(access.kv_tokens(req), page)
+            else:
+                join.append(req)
     batch = (*running, *join)
     growth = plan_page_growth(batch, free, page, access.kv_tokens, access.view)
-    out = {id(r) for r in (*growth.victims, *growth.failed)}
-    return DecodeStepPlan(resume, admit, tuple(join), tuple(done), growth,
-                          tuple(r for r in batch if id(r) not in out))
+    if growth.victims or growth.failed:
+        out = {id(r) for r in (*growth.victims, *growth.failed)}
+        batch = tuple(r for r in batch if id(r) not in out)
+    return DecodeStepPlan(resume, admit, tuple(join), tuple(done), growth, batch)

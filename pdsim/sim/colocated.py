@@ -32,8 +32,9 @@ from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prefill import Planned, start_chunks
 from pdsim.sim.prompt_kv import PromptKV
-from pdsim.sim.span import BatchClock, Span, add_steps
+from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
+from pdsim.sim.steptime import add_steps
 
 
 class ColocatedInstance(InstanceBase):
@@ -115,7 +116,7 @@ class ColocatedInstance(InstanceBase):
         n, clock = len(self.running), self.clock
         k, growth = 1, None
         if not self.waiting and self.chunked is None:
-            k, growth = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
+            k, growth, _ = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
         span = clock.begin(n, self.ctx_tokens, k, growth)
         self.busy_s += float(span.steps[0])
         self.iterations += 1

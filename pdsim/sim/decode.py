@@ -38,8 +38,10 @@ from pdsim.policy.views import ROLE_DECODE, InstanceView
 from pdsim.sim.handoff import handoff_at_prefill_end, tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.span import BatchClock, PageGrowth, Span, add_steps
+from pdsim.sim.pagegrowth import PageGrowth
+from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
+from pdsim.sim.steptime import add_steps
 
 # While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
 # call per boundary): the admission point is found without stepping, at a bounded cost per span.
@@ -146,16 +148,16 @@ class DecodeInstance(InstanceBase):
                 self.view_stale = True
                 yield self.sleep()
                 continue
-            if (yield from self.clock.run_span(self, self._begin_span(reload_s))):
-                self._complete_step()
+            if (yield from self.clock.sleep_through(self, self._begin_span(reload_s))):
+                self._complete_span()
 
     def _plan(self) -> DecodeStepPlan[SimRequest]:
         """The shared decision of this boundary (pdsim.policy.decode_step)."""
         if handoff_at_prefill_end(self.cfg.cluster):
             self._admit_handed_off()
+        handshaken = (sr for sr in self.prealloc.values() if sr.handshaken) if self.prealloc else ()
         return plan_decode_step(
-            self.limits, self.memory_view, list(self.retracted.values()),
-            (sr for sr in self.prealloc.values() if sr.handshaken), len(self.transfer),
+            self.limits, self.memory_view, list(self.retracted.values()), handshaken, len(self.transfer),
             list(self.waiting.values()), list(self.running.values()), self.pool.free_pages, self.access,
         )
 
@@ -179,12 +181,12 @@ class DecodeInstance(InstanceBase):
         """Start the next iterations: as many as the batch provably runs unchanged (span.py);
         the first one starts late by this boundary's KV reload time."""
         n, clock = len(self.running), self.clock
-        k, growth = 1, None
+        k, growth, first_finish = 1, None, 1
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
-            k, growth = clock.limit(self.running.values(), self.pool.free_pages)
+            k, growth, first_finish = clock.limit(self.running.values(), self.pool.free_pages)
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
             k = self._prealloc_limit(min(k, PREALLOC_LOOKAHEAD), n, growth)
-        span = clock.begin(n, self.ctx_tokens, k, growth, reload_s)
+        span = clock.begin(n, self.ctx_tokens, k, growth, reload_s, first_finish)
         self.busy_s += float(span.steps[0])
         self.iterations += 1
         self.batch_size = n
@@ -244,8 +246,9 @@ class DecodeInstance(InstanceBase):
         if self.decisions is not None:
             self.decisions.decode(self.env.now, self.name, plan, _rid)
         if not plan.changes:
+            allocate = self.pool.allocate
             for sr in plan.growth.grow:
-                self.pool.allocate(sr.rid, 1)
+                allocate(sr.rid, 1)
                 sr.d_pages += 1
             return 0.0
         now = self.env.now
@@ -316,19 +319,13 @@ class DecodeInstance(InstanceBase):
         self.retractions += 1
         self.retracted[sr.rid] = sr
 
-    def _complete_step(self) -> None:
-        now = self.env.now
-        done: list[SimRequest] = []
-        for sr in self.running.values():
-            sr.kv_tokens += 1
-            sr.generated += 1
-            sr.mark("first_token_s", now)
-            if sr.token_times is not None:
-                sr.token_times.append(now)
-            if sr.generated >= sr.req.output_tokens:
-                done.append(sr)
-        self.ctx_tokens += len(self.running)
-        self.remaining_output_tokens -= len(self.running)
+    def _complete_span(self) -> None:
+        """The span's end: its virtual boundaries and last iteration (one pass, span.py), then
+        the requests that made their last token finish."""
+        done = self.clock.finish(self)
+        n = len(self.running)
+        self.ctx_tokens += n
+        self.remaining_output_tokens -= n
         for sr in done:
             del self.running[sr.rid]
             self.ctx_tokens -= sr.kv_tokens

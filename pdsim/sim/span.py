@@ -12,9 +12,9 @@ state earlier (a request aborted, a crash, a cache-aware router reading the pref
 
 Anything that changes what the next boundary would do (a new request handshaken, KV arrived, a
 reload done, a request released) calls `notify`; during a span that *truncates* it: the end
-moves to the first boundary at or after now and the waiting process is interrupted, so the step
-path's next boundary is where the instance wakes. Router and sampler views read the pages the
-virtual boundaries have grown without settling (`pending_pages`).
+moves to the first boundary at or after now and the waiting process is re-armed to wake there
+(`rearm`), so the step path's next boundary is where the instance wakes. Router and sampler
+views read the pages the virtual boundaries have grown without settling (`pending_pages`).
 
 Ties: a virtual boundary at exactly the current time counts as not yet passed. The step path
 orders such a tie by simpy's event ids (which event was scheduled first), which a skipped boundary
@@ -25,16 +25,17 @@ do not occur in practice (tests/sim/test_skip_ahead.py compares whole traces of 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Iterator
+from bisect import bisect_left
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
 import simpy
 
 from pdsim.perf import LatencyModel
+from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.state import SimRequest
-from pdsim.sim.steptime import StepSeries, boundaries
+from pdsim.sim.steptime import StepSeries
 
 MAX_SPAN_ITERATIONS = 1024  # longer runs are split into several spans (bounds the work per span)
 
@@ -49,69 +50,26 @@ def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:
     return delay / 2, False
 
 
-@dataclass(frozen=True, slots=True)
-class PageGrowth:
-    """Pages a batch of `n` requests grows over its next iterations.
-
-    A request whose KV length at iteration 0 is r modulo the page size grows one page at the
-    start of iteration i when its length then, r + i, is a page multiple: floor((j + r) / page)
-    times in iterations 1..j. Summed over the batch that is q * n + #{r >= page - s} with
-    j = q * page + s, an O(1) lookup in `at_least` (at_least[x] = requests with r >= x).
-    """
-
-    n: int
-    page: int
-    at_least: tuple[int, ...]
-
-    @classmethod
-    def of(cls, kv_tokens: Iterable[int], page: int) -> PageGrowth:
-        counts = [0] * (page + 1)
-        n = 0
-        for kv in kv_tokens:
-            counts[kv % page] += 1
-            n += 1
-        for x in range(page - 1, -1, -1):
-            counts[x] += counts[x + 1]
-        return cls(n, page, tuple(counts))
-
-    def pages(self, j: int) -> int:
-        """Pages grown at the boundaries 1..j."""
-        if j <= 0:
-            return 0
-        q, s = divmod(j, self.page)
-        return q * self.n + self.at_least[self.page - s]
-
-    def first_over(self, free_pages: int, k: int) -> int:
-        """The first boundary j in 1..k-1 whose growth exceeds free_pages (k if none)."""
-        lo, hi = 1, k  # pages() is non-decreasing: bisect for the first j with pages(j) > free
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.pages(mid) > free_pages:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-
 @dataclass(slots=True, eq=False)
 class Span:
-    bounds: np.ndarray  # b_0 (start) .. b_k
-    steps: np.ndarray  # step_0 .. step_{k-1}
+    bounds: list[float]  # b_0 (start) .. b_k
+    steps: Sequence[float]  # step_0 .. step_{k-1} (a list, or a float64 array: see StepSeries.span)
     growth: PageGrowth | None  # None for a single iteration
     end: int  # the boundary the instance wakes at (k, or earlier once truncated)
+    first_finish: int = 1  # no request makes its last token before this many iterations
     settled: int = 0  # virtual boundaries 1..settled are applied
     _due: int = 0  # the last answer of due() (time only moves forward)
 
     @property
     def end_s(self) -> float:
-        return float(self.bounds[self.end])
+        return self.bounds[self.end]
 
     def due(self, now_s: float) -> int:
         """Virtual boundaries passed strictly before now_s (never the end)."""
         j, last, bounds = self._due, self.end - 1, self.bounds
         if j < last and bounds[j + 1] < now_s:
             if j + 1 < last and bounds[j + 2] < now_s:  # several passed: bisect
-                j = min(int(bounds.searchsorted(now_s)) - 1, last)
+                j = min(bisect_left(bounds, now_s) - 1, last)
             else:
                 j += 1
             self._due = j
@@ -126,7 +84,7 @@ class Span:
 
     def truncate(self, now_s: float) -> bool:
         """End at the first boundary at or after now_s; True if the end moved earlier."""
-        first = max(1, self.settled + 1, int(self.bounds.searchsorted(now_s)))
+        first = max(1, self.settled + 1, bisect_left(self.bounds, now_s))
         if first < self.end:
             self.end = first
             return True
@@ -144,39 +102,50 @@ class BatchClock:
         self.span: Span | None = None
         self.process: simpy.Process | None = None
 
-    def limit(self, running: Collection[SimRequest], free_pages: int) -> tuple[int, PageGrowth | None]:
+    def limit(self, running: Collection[SimRequest], free_pages: int) -> tuple[int, PageGrowth | None, int]:
         """Iterations the batch runs before a request finishes or its page growth at a boundary
-        needs more than `free_pages` (at most max_iterations), and its page growth."""
-        k = self.max_iterations
-        if k > 1:
-            k = min(k, min(sr.req.output_tokens - sr.generated for sr in running))
+        needs more than `free_pages` (at most max_iterations), its page growth, and the
+        iterations until its first finish (or more than max_iterations)."""
+        k, page = self.max_iterations, self.page
         if k <= 1:
-            return 1, None
-        growth = PageGrowth.of((sr.kv_tokens for sr in running), self.page)
+            return 1, None, 1
+        first_finish = k + 1
+        counts = [0] * (page + 1)
+        for sr in running:  # one pass: the first finish and the KV lengths modulo the page
+            left = sr.req.output_tokens - sr.generated
+            if left < first_finish:
+                first_finish = left
+            counts[sr.kv_tokens % page] += 1
+        k = min(k, first_finish)
+        if k <= 1:
+            return 1, None, first_finish
+        growth = PageGrowth.from_residues(counts, page)
         if growth.pages(k - 1) > free_pages:
             k = growth.first_over(free_pages, k)
-        return k, growth
+        return k, growth, first_finish
 
-    def begin(self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None, first_extra_s: float = 0.0) -> Span:
-        """Plan k iterations; the first takes first_extra_s longer (a KV reload before it)."""
-        steps = self.series.steps(n, ctx_tokens, k)
-        if first_extra_s > 0.0:
-            steps = steps.copy()
-            steps[0] += first_extra_s
-        span = Span(boundaries(self.env.now, steps), steps, growth if k > 1 else None, k)
+    def begin(
+        self, n: int, ctx_tokens: int, k: int, growth: PageGrowth | None, first_extra_s: float = 0.0,
+        first_finish: int = 1,
+    ) -> Span:
+        """Plan k iterations; the first takes first_extra_s longer (a KV reload before it).
+        first_finish: as from `limit` (1 when unknown: every span end checks for finishes)."""
+        steps, bounds = self.series.span(n, ctx_tokens, k, self.env.now, first_extra_s)
+        span = Span(bounds, steps, growth if k > 1 else None, k, first_finish)
         self.span = span
         return span
 
-    def wait(self, span: Span) -> Iterator[simpy.Event]:
-        """simpy sub-process: sleep until the span's (possibly moved) end."""
+    def sleep_through(self, owner: BatchOwner, span: Span) -> Iterator[simpy.Event]:
+        """simpy sub-process: sleep until the span's (possibly moved) end. Returns (via
+        `yield from`) whether the owner is still alive; the owner's router view is marked stale
+        before and after the wait."""
+        owner.view_stale = True
+        env = self.env
         while True:
-            delay, lands = hop_delay(self.env.now, span.end_s)
-            try:
-                yield self.env.timeout(delay)
-            except simpy.Interrupt:
-                continue
-            if lands:
-                return
+            yield env.timeout(hop_delay(env.now, span.end_s)[0])  # (truncate may move it: rearm)
+            if env.now == span.end_s:
+                owner.view_stale = True
+                return owner.alive
 
     def run_span(self, owner: BatchOwner, span: Span) -> Iterator[simpy.Event]:
         """simpy sub-process: sleep through `span`, then apply its iterations up to the last one.
@@ -184,10 +153,7 @@ class BatchClock:
         Returns (via `yield from`) whether the owner is still alive; a dead owner's span is left
         unsettled. The owner's router view is marked stale before and after the wait.
         """
-        owner.view_stale = True
-        yield from self.wait(span)
-        owner.view_stale = True
-        if not owner.alive:
+        if not (yield from self.sleep_through(owner, span)):
             return False
         self.settle(owner, span.end - 1)
         self.span = None
@@ -197,7 +163,7 @@ class BatchClock:
         """Something changed what the next boundary does: wake there instead of at the end."""
         span = self.span
         if span is not None and span.truncate(self.env.now) and self.env.active_process is not self.process:
-            self.process.interrupt("batch changed")
+            rearm(self.process, hop_delay(self.env.now, span.end_s)[0])
 
     def pending_pages(self) -> int:
         return self.span.pending_pages(self.env.now) if self.span is not None else 0
@@ -223,16 +189,50 @@ class BatchClock:
             grow = (kv + d) // page - kv // page
             sr.kv_tokens = kv + d
             if sr.generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", float(span.bounds[first]))
+                sr.mark("first_token_s", span.bounds[first])
             sr.generated += d
             if grow:
                 owner.add_pages(sr, grow)
             if sr.token_times is not None:
                 if times is None:
-                    times = span.bounds[first:upto + 1].tolist()
+                    times = span.bounds[first:upto + 1]
                 sr.token_times.extend(times)
         span.settled = upto
         owner.advanced(d, span.steps[first:upto + 1])
+
+    def finish(self, owner: BatchOwner) -> list[SimRequest]:
+        """At the span's end (now): its virtual boundaries settled+1..end-1 (as `settle`) and its
+        last iteration, in one pass over the batch. The last iteration adds one more token per
+        request and grows no page (the next plan grows them). Returns the requests whose last
+        output token that was, in batch order; the span is over."""
+        span = self.span
+        self.span = None
+        end, first = span.end, span.settled + 1
+        d, page = end - first, self.page  # virtual boundaries to apply, then the last iteration
+        times: list[float] | None = None
+        done: list[SimRequest] = []
+        check = end >= span.first_finish  # (else no request can have made its last token)
+        for sr in owner.running.values():
+            kv = sr.kv_tokens
+            grow = (kv + d) // page - kv // page
+            sr.kv_tokens = kv + d + 1
+            generated = sr.generated
+            if generated == 0:  # a prefill that made no token: the first comes from decode
+                sr.mark("first_token_s", span.bounds[first])
+            generated += d + 1
+            sr.generated = generated
+            if grow:
+                owner.add_pages(sr, grow)
+            if sr.token_times is not None:
+                if times is None:
+                    times = span.bounds[first:end + 1]  # bounds[end] is now
+                sr.token_times.extend(times)
+            if check and generated >= sr.req.output_tokens:
+                done.append(sr)
+        span.settled = end - 1
+        if d:
+            owner.advanced(d, span.steps[first:end])
+        return done
 
     def settle_now(self, owner: BatchOwner) -> None:
         """Apply every virtual boundary passed before now (before the batch changes)."""
@@ -250,20 +250,17 @@ class BatchOwner(Protocol):
     def add_pages(self, sr: SimRequest, pages: int) -> None:
         """Grow `sr`'s KV by `pages` pages (they are known to be free)."""
 
-    def advanced(self, iterations: int, steps: np.ndarray) -> None:
+    def advanced(self, iterations: int, steps: Sequence[float]) -> None:
         """The batch ran `iterations` more iterations of these step times: update counters."""
 
 
-def add_steps(total_s: float, steps: np.ndarray) -> float:
-    """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
-    if steps.shape[0] == 0:
-        return total_s
-    if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
-        out = np.empty(steps.shape[0] + 1, dtype=np.float64)
-        out[0] = total_s
-        out[1:] = steps
-        return float(out.cumsum(out=out)[-1])
-    total = total_s
-    for step in steps.tolist():
-        total += step
-    return total
+def rearm(process: simpy.Process, delay_s: float) -> None:
+    """Wake `process`, which sleeps on a timeout, after delay_s instead: a new timeout takes over
+    its callback. This is what `process.interrupt()` leads to (the sleeper catches the Interrupt
+    and yields a new timeout) without the Interruption event and the exception; it uses
+    simpy 4.1's Process internals (`_resume`, `_target`), as its Interruption does."""
+    target = process.target
+    target.callbacks.remove(process._resume)
+    wake = process.env.timeout(delay_s)
+    wake.callbacks.append(process._resume)
+    process._target = wake

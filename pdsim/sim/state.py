@@ -52,10 +52,10 @@ class SimRequest:
     d_pages: int = 0
     num_retractions: int = 0
     token_times: list[float] | None = None
+    rid: int = field(init=False)  # = req.request_id; a slot, not a property (read in hot loops)
 
-    @property
-    def rid(self) -> int:
-        return self.req.request_id
+    def __post_init__(self) -> None:
+        self.rid = self.req.request_id
 
     def mark(self, name: str, t: float) -> None:
         """Set a trace time once (first occurrence wins)."""

@@ -18,7 +18,10 @@ decode-only step from here, so they agree bit for bit whatever the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import reduce
+from itertools import accumulate
+from operator import add
 
 import numpy as np
 
@@ -34,6 +37,11 @@ from pdsim.perf import cost as roofline_cost
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
 
+# Spans of the linear model up to this many iterations are computed in plain Python floats (the
+# same operations as decode_time_s): cheaper than the ~6 numpy calls and two `tolist` of the
+# array path up to ~100 iterations.
+SHORT_SPAN_ITERATIONS = 96
+
 
 class StepSeries:
     """Step times of decode iterations for one instance's latency model."""
@@ -41,6 +49,7 @@ class StepSeries:
     def __init__(self, latency: LatencyModel) -> None:
         self.latency = latency
         self._vector = _vector_for(latency)
+        self._linear = latency if isinstance(latency, LinearModel) else None
 
     def steps(self, n: int, ctx0: int, k: int) -> np.ndarray:
         """Step times (s) of k iterations of `n` sequences starting with `ctx0` context tokens."""
@@ -50,6 +59,27 @@ class StepSeries:
         decode = self.latency.decode_time_s
         return np.array([decode(n, c) for c in ctx.tolist()], dtype=np.float64)
 
+    def span(
+        self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0
+    ) -> tuple[Sequence[float], list[float]]:
+        """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
+        its boundaries b_0 = start_s .. b_k as a list. The steps are a list for short linear spans,
+        else a float64 array (summed by numpy's in-order cumsum, add_steps); the values are
+        bit-identical either way."""
+        m = self._linear
+        if m is not None and k <= SHORT_SPAN_ITERATIONS and n > 0:
+            fixed_s = float(m.decode_base_s + m.decode_per_seq_s * n)  # decode_time_s's association
+            per_ctx_s = m.decode_per_ctx_token_s
+            steps = [fixed_s + per_ctx_s * ctx for ctx in range(ctx0, ctx0 + n * k, n)]
+            if first_extra_s > 0.0:
+                steps[0] += first_extra_s
+            return steps, list(accumulate(steps, initial=start_s))
+        array = self.steps(n, ctx0, k)
+        if first_extra_s > 0.0:
+            array = array.copy()
+            array[0] += first_extra_s
+        return array, boundaries(start_s, array).tolist()
+
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
     """b_0 = start_s, b_{i+1} = b_i + steps[i]: sequential float additions (np.cumsum is)."""
@@ -57,6 +87,18 @@ def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
     out[0] = start_s
     out[1:] = steps
     return out.cumsum(out=out)
+
+
+def add_steps(total_s: float, steps: Sequence[float]) -> float:
+    """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
+    if isinstance(steps, np.ndarray):
+        if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
+            out = np.empty(steps.shape[0] + 1, dtype=np.float64)
+            out[0] = total_s
+            out[1:] = steps
+            return float(out.cumsum(out=out)[-1])
+        steps = steps.tolist()
+    return reduce(add, steps, total_s)
 
 
 def _vector_for(latency: LatencyModel) -> VectorFn | None:

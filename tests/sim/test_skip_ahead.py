@@ -18,9 +18,11 @@ from simkit import make_config, make_requests, synthetic
 from pdsim.perf import LinearModel, RooflineModel, StepOverheadModel
 from pdsim.policy.router import HEALTH_ONLY_ROUTING
 from pdsim.sim import simulate
+from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
-from pdsim.sim.span import PageGrowth, hop_delay
-from pdsim.sim.steptime import StepSeries, boundaries
+from pdsim.sim.pagegrowth import PageGrowth
+from pdsim.sim.span import hop_delay
+from pdsim.sim.steptime import SHORT_SPAN_ITERATIONS, StepSeries, add_steps, boundaries
 from pdsim.workload.request import Workload
 
 CTX_PERF = dict(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01, decode_per_seq_s=1.3e-4,
@@ -109,6 +111,43 @@ def test_step_series_is_bit_identical_to_the_model() -> None:
         t += s
         expected.append(t)
     assert boundaries(0.123, np.array(ref)).tolist() == expected
+
+
+@pytest.mark.parametrize("k", [1, 5, SHORT_SPAN_ITERATIONS, SHORT_SPAN_ITERATIONS + 1, 300])
+@pytest.mark.parametrize("extra_s", [0.0, 0.0123])
+def test_span_series_both_paths_bit_identical(k: int, extra_s: float) -> None:
+    # plain Python (short linear spans) and numpy (long ones, other models) give the same bits
+    for model in (LinearModel(**CTX_PERF), StepOverheadModel(LinearModel(**CTX_PERF), 0.001, 0.0023)):
+        steps, bounds = StepSeries(model).span(7, 12345, k, 3.21, extra_s)
+        ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(k)]
+        ref[0] += extra_s
+        assert list(steps) == ref and type(steps) is (list if k <= SHORT_SPAN_ITERATIONS and
+                                                       isinstance(model, LinearModel) else np.ndarray)
+        t, expected = 3.21, [3.21]
+        for s in ref:
+            t += s
+            expected.append(t)
+        assert bounds == expected and all(type(b) is float for b in bounds)
+        total = 0.5
+        for s in ref[1:]:
+            total += s
+        assert add_steps(0.5, steps[1:]) == total and type(add_steps(0.5, steps[1:])) is float
+
+
+def test_truncated_spans_rearm_instead_of_interrupting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # requests reaching a busy decode instance cut its spans short: the sleeping process is
+    # re-armed (no simpy Interrupt), with the step path's results (test above)
+    rearms: list[float] = []
+    real = span_module.rearm
+
+    def counted(process: Any, delay_s: float) -> None:
+        rearms.append(delay_s)
+        real(process, delay_s)
+
+    monkeypatch.setattr(span_module, "rearm", counted)
+    monkeypatch.setattr(span_module.simpy.Process, "interrupt", None)  # (would raise if called)
+    _run(SCENARIOS["disaggregated"], True)
+    assert len(rearms) > 50 and min(rearms) >= 0.0
 
 
 def test_hop_delay_and_page_growth() -> None:

@@ -1,0 +1,55 @@
+"""Page growth of a decode batch over its next iterations, in O(1) per lookup (span.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PageGrowth:
+    """Pages a batch of `n` requests grows over its next iterations.
+
+    A request whose KV length at iteration 0 is r modulo the page size grows one page at the
+    start of iteration i when its length then, r + i, is a page multiple: floor((j + r) / page)
+    times in iterations 1..j. Summed over the batch that is q * n + #{r >= page - s} with
+    j = q * page + s, an O(1) lookup in `at_least` (at_least[x] = requests with r >= x).
+    """
+
+    n: int
+    page: int
+    at_least: tuple[int, ...]
+
+    @classmethod
+    def of(cls, kv_tokens: Iterable[int], page: int) -> PageGrowth:
+        counts = [0] * (page + 1)
+        for kv in kv_tokens:
+            counts[kv % page] += 1
+        return cls.from_residues(counts, page)
+
+    @classmethod
+    def from_residues(cls, counts: list[int], page: int) -> PageGrowth:
+        """From counts[r] = requests whose KV length is r modulo page (page + 1 entries, the
+        last 0); `counts` is summed in place."""
+        n = sum(counts)
+        for x in range(page - 1, -1, -1):
+            counts[x] += counts[x + 1]
+        return cls(n, page, tuple(counts))
+
+    def pages(self, j: int) -> int:
+        """Pages grown at the boundaries 1..j."""
+        if j <= 0:
+            return 0
+        q, s = divmod(j, self.page)
+        return q * self.n + self.at_least[self.page - s]
+
+    def first_over(self, free_pages: int, k: int) -> int:
+        """The first boundary j in 1..k-1 whose growth exceeds free_pages (k if none)."""
+        lo, hi = 1, k  # pages() is non-decreasing: bisect for the first j with pages(j) > free
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.pages(mid) > free_pages:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
