@@ -71,6 +71,8 @@ class Simulation:
             cfg.cluster.transfer_aux_bytes,
         )
         self.wire_bytes_per_token = wire_bytes_per_token(cfg.model, cfg.cluster.decode_tp)
+        self.transfer_failure_prob = cfg.faults.transfer_failure_prob
+        self.instant_kv = cfg.cluster.transfer_backend == "none"  # no wire: KV at decode at once
         self.faults = FaultInjector(cfg.faults, self, {i.name: i for i in self.instances})
         self.sampler = TimeseriesSampler(self.env, self.network, self.instances, cfg.timeseries_interval_s)
         self.env.process(arrivals(self.env, self._requests(), self._on_arrival))
@@ -179,11 +181,11 @@ class Simulation:
         """Put a chunk's pages (and the aux data with the last chunk) on the wire."""
         if is_last:
             sr.last_sent = True
-            prob = self.cfg.faults.transfer_failure_prob
+            prob = self.transfer_failure_prob
             sr.fail_transfer = prob > 0 and bool(self.fault_rng.random() < prob)
         if pages == 0 and not is_last:
             return
-        if self.cfg.cluster.transfer_backend == "none":  # no wire: the KV is at decode at once
+        if self.instant_kv:
             sr.mark("transfer_start_s", self.env.now)
             sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
             sr.pages_sent += pages

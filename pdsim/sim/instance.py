@@ -64,18 +64,19 @@ class InstanceBase:
         self._health_view: InstanceView | None = None
 
     def dispatch(self, sr: SimRequest) -> None:
-        """The router sent `sr` here; `_receive(sr)` runs after one control-plane hop unless the
-        request ended, was re-dispatched (a newer attempt) or this instance died meanwhile."""
+        """The router sent `sr` here: counted as queued at once; the router calls `arrive` after
+        one control-plane hop (one timer for both halves of a disaggregated request)."""
         self.view_stale = True
         self.queued_requests += 1
         self.queued_tokens += self.dispatched_tokens(sr)
-        self.hooks.after(self.cfg.cluster.dispatch_delay_s, self._arrive, sr, sr.attempt)
 
     def dispatched_tokens(self, sr: SimRequest) -> int:
         """Tokens the router counts as queued here for `sr` (prompt tokens still to prefill)."""
         return sr.prompt_tokens
 
-    def _arrive(self, sr: SimRequest, attempt: int) -> None:
+    def arrive(self, sr: SimRequest, attempt: int) -> None:
+        """`_receive(sr)` unless the request ended, was re-dispatched (a newer attempt) or this
+        instance died since the dispatch."""
         if sr.done or sr.attempt != attempt or not self.alive:
             return
         self.view_stale = True

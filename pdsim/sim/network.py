@@ -3,6 +3,9 @@
 A flow moves `nbytes` over a path of resources (NIC egress/ingress of instances and nodes, or
 NVLink ports). Rates are recomputed by progressive filling whenever a flow starts or ends, so
 between those moments every flow moves at a constant rate and the next completion time is exact.
+Only the flows connected to the changed one through shared resources are refilled: the filling of
+one connected group never reads another's, so the rates are those of a filling over all flows
+(the same floats), at a cost that does not grow with the number of unrelated transfers.
 A flow is delivered `latency_s` after its last byte leaves; its callback runs then. Cancelled
 flows (peer crash, aborted request) free their share at once and never call back.
 """
@@ -10,7 +13,7 @@ flows (peer crash, aborted request) free their share at once and never call back
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -73,7 +76,7 @@ class Network:
         self.flows[flow.flow_id] = flow
         for res in path:
             res.flows[flow.flow_id] = flow
-        self._reschedule()
+        self._reschedule(path, flow)
         return flow
 
     def cancel(self, flow: Flow) -> None:
@@ -82,7 +85,7 @@ class Network:
         self._advance()
         self._remove(flow)
         flow.on_done = _noop
-        self._reschedule()
+        self._reschedule(flow.path)
 
     def utilization(self, res: Resource) -> float:
         if not res.flows:
@@ -106,8 +109,9 @@ class Network:
                     res.bytes_moved += moved
         self._last_update_s = now
 
-    def _reschedule(self) -> None:
-        self._fill_rates()
+    def _reschedule(self, changed: Sequence[Resource], started: Flow | None = None) -> None:
+        """Refill the rates of the flows connected to the `changed` resources; re-arm the timer."""
+        fill_rates(self._affected(changed, started))
         self._generation += 1
         if not self.flows:
             return
@@ -115,6 +119,27 @@ class Network:
         gen = self._generation
         event = self.env.timeout(max(0.0, next_s))
         event.callbacks.append(lambda _e: self._on_timer(gen))
+
+    def _affected(self, changed: Sequence[Resource], started: Flow | None = None) -> dict[int, Flow]:
+        """The flows whose rates a change at `changed` (the path of the `started` flow, or of
+        flows that ended) can move: every flow when one changed resource carries them all (as a
+        shared node NIC often does), none or only the started one when they share no resource
+        with another flow, else the connected ones."""
+        flows = self.flows
+        n = len(flows)
+        if n <= 1:
+            return flows
+        most = 0
+        for res in changed:
+            k = len(res.flows)
+            if k == n:
+                return flows
+            most = max(most, k)
+        if most == 0:
+            return {}
+        if most == 1 and started is not None:
+            return {started.flow_id: started}
+        return connected_flows(changed)
 
     def _on_timer(self, generation: int) -> None:
         if generation != self._generation:
@@ -127,7 +152,7 @@ class Network:
         done = [f for f in self.flows.values() if f.remaining_bytes <= f.rate_bytes_per_s * eps_s]
         for flow in done:
             self._remove(flow)
-        self._reschedule()
+        self._reschedule([res for flow in done for res in flow.path])
         for flow in done:
             self._deliver(flow)
 
@@ -137,32 +162,53 @@ class Network:
         else:
             flow.on_done()
 
-    def _fill_rates(self) -> None:
-        """Max-min fair rates by progressive filling; ties broken by resource creation order.
-        Only resources carrying a flow take part (the cost does not grow with idle links)."""
-        flows = self.flows
-        if len(flows) <= 1:  # alone: the path's narrowest link (what the filling gives)
-            for flow in flows.values():
-                flow.rate_bytes_per_s = min(res.capacity_bytes_per_s for res in flow.path)
-            return
-        busy = dict(sorted({res.order: res for flow in flows.values() for res in flow.path}.items()))
-        cap = {order: res.capacity_bytes_per_s for order, res in busy.items()}
-        count = {order: len(res.flows) for order, res in busy.items()}
-        frozen: set[int] = set()
-        while len(frozen) < len(flows):
-            best, share = -1, math.inf
-            for order, left in cap.items():  # the first resource offering the smallest share
-                n = count[order]
-                if n > 0 and left / n < share:
-                    best, share = order, left / n
-            for flow in busy[best].flows.values():
-                if flow.flow_id in frozen:
-                    continue
+
+def connected_flows(seeds: Iterable[Resource]) -> dict[int, Flow]:
+    """The active flows reachable from `seeds` through shared resources (a connected group of
+    the flow/resource graph, or several), by flow id."""
+    flows: dict[int, Flow] = {}
+    reached = {res.order: res for res in seeds}
+    stack = list(reached.values())
+    while stack:
+        for flow_id, flow in stack.pop().flows.items():
+            if flow_id not in flows:
+                flows[flow_id] = flow
+                for res in flow.path:
+                    if res.order not in reached:
+                        reached[res.order] = res
+                        stack.append(res)
+    return flows
+
+
+def fill_rates(flows: dict[int, Flow]) -> None:
+    """Max-min fair rates of `flows` (closed under shared resources) by progressive filling;
+    ties broken by resource creation order. Only resources carrying a flow take part."""
+    if len(flows) <= 1:  # alone: the path's narrowest link (what the filling gives)
+        for flow in flows.values():
+            flow.rate_bytes_per_s = min(res.capacity_bytes_per_s for res in flow.path)
+        return
+    # per busy resource: [capacity left, flows not yet frozen, resource]; scanned in creation order
+    slots: dict[int, list] = {}
+    for flow in flows.values():
+        for res in flow.path:
+            if res.order not in slots:
+                slots[res.order] = [res.capacity_bytes_per_s, len(res.flows), res]
+    live = [slots[order] for order in sorted(slots)]
+    frozen: set[int] = set()
+    while live:
+        best, share = live[0], live[0][0] / live[0][1]
+        for slot in live:  # the first resource offering the smallest share
+            if slot[0] / slot[1] < share:
+                best, share = slot, slot[0] / slot[1]
+        for flow in best[2].flows.values():
+            if flow.flow_id not in frozen:
                 frozen.add(flow.flow_id)
                 flow.rate_bytes_per_s = share
                 for res in flow.path:
-                    cap[res.order] -= share
-                    count[res.order] -= 1
+                    slot = slots[res.order]
+                    slot[0] -= share
+                    slot[1] -= 1
+        live = [slot for slot in live if slot[1] > 0]
 
 
 def _noop() -> None:

@@ -2,9 +2,10 @@
 
 Same contract and output as `pdsim.trace.TraceRecorder` (rows are dicts of the fields that
 differ from the schema's defaults; `to_frame` gives the schema's DataFrame sorted by
-request_id), but numeric fields live in 8-byte `array` columns instead of lists of Python
-objects, which keeps a 200k-request run's records in ~60 MB, and a request id is checked for
-duplicates against a bitmap of the workload's ids.
+request_id), but numeric fields live in two 8-byte `array`s, row after row (one `extend` per row
+for the floats and one for the integers), instead of lists of Python objects, which keeps a
+200k-request run's records in ~60 MB, and a request id is checked for duplicates against a bitmap
+of the workload's ids.
 """
 
 from __future__ import annotations
@@ -23,21 +24,24 @@ _FLOATS = tuple(f.name for f in FIELDS if f.type == FLOAT)
 _INTS = tuple(f.name for f in FIELDS if f.type in INTEGER_TYPES)
 _OBJECTS = tuple(f.name for f in FIELDS if f.name not in _FLOATS and f.name not in _INTS)
 _KNOWN = frozenset(FIELD_NAMES)
+_FLOAT_INDEX = {name: k for k, name in enumerate(_FLOATS)}
+_INT_INDEX = {name: k for k, name in enumerate(_INTS)}
 
 
 class SimRecorder:
     def __init__(self, num_requests: int) -> None:
         self._seen = bytearray(num_requests)
-        self._floats = {name: array("d") for name in _FLOATS}
-        self._ints = {name: array("q") for name in _INTS}
+        self._floats = array("d")  # _FLOATS of each row, row after row
+        self._ints = array("q")  # _INTS likewise
         self._objects: dict[str, list[Any]] = {name: [] for name in _OBJECTS}
-        # (field, default, append) per column, in a fixed order: one tight loop per row
-        self._appenders = tuple((name, TRACE_DEFAULTS[name], column.append)
-                                for columns in (self._floats, self._ints, self._objects)
-                                for name, column in columns.items())
+        self._float_defaults = tuple(TRACE_DEFAULTS[name] for name in _FLOATS)
+        self._int_defaults = tuple(TRACE_DEFAULTS[name] for name in _INTS)
+        self._object_appenders = tuple((name, TRACE_DEFAULTS[name], column.append)
+                                       for name, column in self._objects.items())
+        self._rows = 0
 
     def __len__(self) -> int:
-        return len(self._ints["request_id"])
+        return self._rows
 
     def add(self, row: dict[str, Any]) -> None:
         if not _KNOWN.issuperset(row):
@@ -51,24 +55,27 @@ class SimRecorder:
             raise ValueError(f"request {rid}: status {row.get('status')!r} not in {STATUSES}")
         self._seen[rid] = 1
         get = row.get
-        for name, default, append in self._appenders:
+        self._floats.extend(map(get, _FLOATS, self._float_defaults))
+        self._ints.extend(map(get, _INTS, self._int_defaults))
+        for name, default, append in self._object_appenders:
             append(get(name, default))
+        self._rows += 1
 
     def statuses(self) -> list[str]:
         return self._objects["status"]
 
     def to_frame(self) -> pd.DataFrame:
+        floats = np.array(self._floats, dtype=np.float64).reshape(-1, len(_FLOATS))
+        ints = np.array(self._ints, dtype=np.int64).reshape(-1, len(_INTS))
         columns: dict[str, Any] = {}
         schema = arrow_schema()
         for f in FIELDS:
+            arrow_type = schema.field(f.name).type
             if f.name in self._objects:
-                columns[f.name] = pa.array(self._objects[f.name], type=schema.field(f.name).type)
+                columns[f.name] = pa.array(self._objects[f.name], type=arrow_type)
             else:
-                is_float = f.name in self._floats
-                values = self._floats[f.name] if is_float else self._ints[f.name]
-                dtype = np.float64 if is_float else np.int64
-                data = np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype)
-                columns[f.name] = pa.array(data, type=schema.field(f.name).type)
+                data = floats[:, _FLOAT_INDEX[f.name]] if f.name in _FLOAT_INDEX else ints[:, _INT_INDEX[f.name]]
+                columns[f.name] = pa.array(np.ascontiguousarray(data), type=arrow_type)
         table = pa.table(columns, schema=schema)
         return table.to_pandas().sort_values("request_id", kind="stable").reset_index(drop=True)
 

@@ -5,8 +5,9 @@ rejection is recorded with status 'rejected' and the policy's reason), then asks
 `pdsim.policy.route` for a (prefill, decode) pair over the instances' current views (only
 instances it believes healthy; cache_aware also sees each prefill instance's prefix hit for this
 request as its cache summary, kv_centric its per-tier prefix lengths), draws a random 63-bit
-bootstrap_room from its own seeded stream, and sends the request to both halves at once; each
-copy arrives after one control-plane hop. In colocated mode only one instance is chosen.
+bootstrap_room from its own seeded stream, and sends the request to both halves at once; both
+copies arrive after one control-plane hop, on one timer. In colocated mode only one instance is
+chosen.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Router:
         self.policy = RouterPolicy.create(cfg.policy, cfg.slo, block_tokens, route_rng, room_rng, predictor)
         self.policy_name = cfg.policy.routing
         self.dispatched = 0
+        self.dispatch_delay_s = cfg.cluster.dispatch_delay_s
         self.health_only = not self.policy.reads_load
         self._health_views: dict[str, tuple[tuple[int, int], tuple[InstanceView, ...]]] = {}
 
@@ -67,6 +69,7 @@ class Router:
         sr.prefill.dispatch(sr)
         if sr.decode is not None:
             sr.decode.dispatch(sr)
+        self.hooks.after(self.dispatch_delay_s, _arrive, sr.prefill, sr.decode, sr, sr.attempt)
 
     def _health(self, side: str, instances: Sequence[Any]) -> tuple[InstanceView, ...]:
         """Health-only views of one side, rebuilt only when an instance's routability changed
@@ -88,6 +91,16 @@ class Router:
             return views
         return [replace(v, cached_blocks=frozenset(sr.req.hash_ids[:len(p.peek_match(sr))]))
                 for v, p in zip(views, self.prefill, strict=True)]
+
+
+def _arrive(prefill: Any, decode: Any, sr: SimRequest, attempt: int) -> None:
+    """Both copies of a dispatched request reach their instances, prefill's first: what two
+    same-time timers created back to back did, since nothing the prefill copy's arrival schedules
+    can run between them (only an abort could schedule an urgent event, and then the decode
+    copy's arrival does nothing)."""
+    prefill.arrive(sr, attempt)
+    if decode is not None:
+        decode.arrive(sr, attempt)
 
 
 def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Iterator:

@@ -45,6 +45,7 @@ class Topology:
         self.placements: dict[str, Placement] = {}
         self._gpu_cursor = 0
         self._nodes: dict[int, tuple[Resource, Resource]] = {}
+        self._paths: dict[tuple[str, str], tuple[Resource, ...]] = {}  # answered paths (emptied by `place`)
 
     def _nic_bytes_per_s(self) -> float:
         gbps = self.cluster.tcp_gbps if self.cluster.transfer_backend == "tcp" else self.hw.nic_gbps
@@ -77,9 +78,16 @@ class Topology:
             nvl_in=self.network.add_resource(f"{name}:nvl_in", nvl) if nvl > 0 else None,
         )
         self.placements[name] = placement
+        self._paths.clear()
         return placement
 
     def path(self, src: str, dst: str) -> tuple[Resource, ...]:
+        path = self._paths.get((src, dst))
+        if path is None:
+            path = self._paths[(src, dst)] = self._path(src, dst)
+        return path
+
+    def _path(self, src: str, dst: str) -> tuple[Resource, ...]:
         a, b = self.placements[src], self.placements[dst]
         nvlink = self.cluster.transfer_backend == "nvlink" or a.node == b.node
         if nvlink and a.nvl_out is not None and b.nvl_in is not None:

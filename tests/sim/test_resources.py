@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import simpy
 
 from pdsim.policy.prefix_cache import PrefixCache
 from pdsim.sim.kv_pool import CACHE_OWNER, KVPool, KVPoolError
-from pdsim.sim.network import Network
+from pdsim.sim.network import Network, connected_flows, fill_rates
 from pdsim.sim.transfer import chunk_pages_to_send
 
 
@@ -55,6 +56,33 @@ def test_cancel_frees_the_share() -> None:
     env.timeout(1.0).callbacks.append(lambda _e: net.cancel(f0))
     env.run()
     assert hits == [pytest.approx(2.0)]  # 5 B at 5 B/s by 1.0, then 5 B alone by 1.5, +0.5 latency
+
+
+def test_refilling_connected_flows_gives_the_global_filling() -> None:
+    """Flows start and end on 4 nodes' NICs; after every change the rates (refilled only for
+    the flows connected to the change) equal a filling over all flows, float for float."""
+    env = simpy.Environment()
+    net = Network(env)
+    rng = np.random.default_rng([7, 20])
+    nodes = [(net.add_resource(f"n{i}:out", 400.0), net.add_resource(f"n{i}:in", 400.0)) for i in range(4)]
+    nics = [(net.add_resource(f"i{i}:out", 100.0 + 10 * i), net.add_resource(f"i{i}:in", 120.0), i % 4) for i in range(12)]
+    checks, groups = [], []
+
+    def start() -> None:
+        a, b = rng.choice(len(nics), size=2, replace=False)
+        src, dst = nics[a], nics[b]
+        net.start_flow((src[0], nodes[src[2]][0], nodes[dst[2]][1], dst[1]), float(rng.uniform(10, 500)), 0.0, lambda: None)
+        rates = {i: f.rate_bytes_per_s for i, f in net.flows.items()}
+        fill_rates(dict(net.flows))  # every flow at once
+        checks.append(rates == {i: f.rate_bytes_per_s for i, f in net.flows.items()})
+        groups.append(len(connected_flows(r for n in nodes for r in n)) - len(net.flows))
+
+    for t in np.sort(rng.uniform(0, 20, size=300)):
+        env.timeout(float(t)).callbacks.append(lambda _e: start())
+    env.run()
+    assert len(checks) == 300 and all(checks)
+    assert set(groups) == {0}  # the walk from every resource reaches every flow
+    assert net.resources["n0:out"].bytes_moved > 0 and not net.flows
 
 
 def test_bad_capacity_names_the_resource() -> None:
