@@ -112,23 +112,21 @@ class MooncakeKVManager(PagedKVManager):
         self._send(self._engine_push, addr, message)
 
     def _write(self, peer: PeerInfo, runs: list[PageRun]) -> int:
-        src, dst, lengths = transfer_entries(runs, self.pool.layout, self.pool.data_ptr, peer.layout, peer.base_ptr)
-        for lo in range(0, len(lengths), MAX_BATCH_ENTRIES):
-            hi = lo + MAX_BATCH_ENTRIES
-            rc = self._engine.batch_transfer_sync_write(peer.session, src[lo:hi], dst[lo:hi], lengths[lo:hi])
-            if rc != 0:
-                raise KVTransferError(f"mooncake write of {len(lengths[lo:hi])} entries to {peer.session} returned {rc}")
-        return sum(lengths)
+        entries = transfer_entries(runs, self.pool.layout, self.pool.data_ptr, peer.layout, peer.base_ptr)
+        return self._batch_write(peer, *entries, what="write")
 
     def _write_slice(self, peer: PeerInfo, runs: list[PageRun], heads: HeadSlice) -> int:
         """A TP rank's head slice into a peer of another TP size: one entry per token and plane."""
-        src, dst, lengths = slice_entries(runs, self.pool.layout, self.pool.data_ptr, peer.layout,
-                                          peer.base_ptr, heads)
+        entries = slice_entries(runs, self.pool.layout, self.pool.data_ptr, peer.layout, peer.base_ptr, heads)
+        return self._batch_write(peer, *entries, what="slice write")
+
+    def _batch_write(self, peer: PeerInfo, src: list[int], dst: list[int], lengths: list[int], what: str) -> int:
+        """Write (src, dst, length) entries to `peer` in batches of MAX_BATCH_ENTRIES; bytes written."""
         for lo in range(0, len(lengths), MAX_BATCH_ENTRIES):
             hi = lo + MAX_BATCH_ENTRIES
             rc = self._engine.batch_transfer_sync_write(peer.session, src[lo:hi], dst[lo:hi], lengths[lo:hi])
             if rc != 0:
-                raise KVTransferError(f"mooncake slice write of {hi - lo} entries to {peer.session} returned {rc}")
+                raise KVTransferError(f"mooncake {what} of {len(lengths[lo:hi])} entries to {peer.session} returned {rc}")
         return sum(lengths)
 
     def _notify(self, peer: PeerInfo, room: int, aux: TransferAux | None, reason: str) -> None:
