@@ -109,7 +109,7 @@ def _vector_for(latency: LatencyModel) -> VectorFn | None:
         return RooflineDecode(latency)
     if isinstance(latency, MeasuredModel):  # its scalar call is this on a 1-element array
         return latency.decode_series_s
-    if isinstance(latency, FittedModel):  # bit-identical to its scalar call (tests/perf)
+    if isinstance(latency, FittedModel):  # bit-identical to its scalar call (tests/sim/test_distserve_knobs.py)
         return latency.decode_series_s
     if isinstance(latency, StepOverheadModel):
         inner = _vector_for(latency.inner)
