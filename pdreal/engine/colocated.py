@@ -42,13 +42,17 @@ from pdreal.engine.common import (
     GuardedStep,
     ModelRunner,
     RequestOutput,
+    allocate_pages,
     check_engine_invariants,
     engine_stats,
     generation_row,
+    lock_prefix,
     make_cache,
     oversize_reason,
+    release_pages,
     step_victims,
     stop_reached,
+    unlock_prefix,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
@@ -219,7 +223,7 @@ class ColocatedEngine(GuardedStep):
             self.running.remove(state)
             self._finish(state, STATUS_FAILED, f"KV exhausted on {self.name} ({self.config.kv_capacity_tokens} tokens)")
         for state in plan.grow:
-            pages = self._allocate(1)
+            pages = allocate_pages(self.cache, self.allocator, 1)
             if pages is None:
                 raise RuntimeError(f"{self.name}: planned page growth of request {state.req.request_id} did not fit")
             state.pages.extend(pages)
@@ -242,19 +246,9 @@ class ColocatedEngine(GuardedStep):
     def free_kv_tokens(self) -> int:
         return self.free_pages() * self.config.page_size_tokens
 
-    def _allocate(self, num_pages: int) -> list[int] | None:
-        return self.cache.allocate(num_pages) if self.cache is not None else self.allocator.allocate(num_pages)
-
     def _release(self, state: ColocatedState) -> None:
         """Free a request's KV; with the cache, its full prompt pages stay cached once computed."""
-        if self.cache is not None:
-            complete = state.prefilled_tokens >= len(state.prompt_ids)
-            self.cache.release(state.prefix, state.pages, state.page_hashes, len(state.req.input_ids), complete,
-                               self.clock())
-            state.prefix = CachedPrefix()
-        else:
-            self.allocator.free(state.pages)
-        state.pages = []
+        release_pages(self.cache, self.allocator, state, state.prefilled_tokens >= len(state.prompt_ids), self.clock())
 
     def remaining_outputs(self) -> Iterator[int]:
         return (s.remaining_output_tokens for s in self.running)
@@ -277,17 +271,15 @@ class ColocatedEngine(GuardedStep):
         by_id = {s.req.request_id: s for s in self.waiting if s.req.request_id in {c.request_id for c in chunks}}
         if self.cache is not None:
             for state in by_id.values():
-                state.prefix = self.cache.lock(self._matches.get(state.req.request_id, []), now)
-                state.pages = list(state.prefix.pages)
-                state.prefilled_tokens = state.cached_tokens = len(state.pages) * self.config.page_size_tokens
+                lock_prefix(self.cache, state, self._matches.get(state.req.request_id, []), now,
+                            self.config.page_size_tokens)
         plan: Plan = []
         for i, chunk in enumerate(chunks):
             state = self.chunked if chunk.request_id == chunked_id else by_id[chunk.request_id]
-            pages = self._allocate(chunk.new_pages)
+            pages = allocate_pages(self.cache, self.allocator, chunk.new_pages)
             if pages is None:
                 for dropped in (by_id[c.request_id] for c in chunks[i:] if c.request_id != chunked_id):
-                    self._release(dropped)  # unlocks its prefix: it stays waiting
-                    dropped.prefilled_tokens = dropped.cached_tokens = 0
+                    unlock_prefix(self.cache, self.allocator, dropped, now)
                 break
             if state is not self.chunked:
                 if self.waiting.popleft() is not state:

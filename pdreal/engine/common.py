@@ -24,7 +24,7 @@ from pdreal.engine.types import (  # noqa: F401 - re-exported: the engines' plai
     trace_row,
 )
 from pdreal.kv.pool import KVLayout, KVPool
-from pdreal.kv.radix import RadixCache
+from pdreal.kv.radix import CachedPrefix, RadixCache
 from pdreal.model.batch import ForwardBatch, SeqChunk
 from pdreal.model.llama import LlamaModel
 from pdreal.model.sampling import SamplingParams
@@ -192,6 +192,38 @@ def engine_stats(engine: Any, queues: dict[str, int]) -> EngineStats:
 def make_cache(runner: Any, config: EngineConfig) -> RadixCache | None:
     """The radix prefix cache of a prefill or colocated engine (None when config.prefix_cache is off)."""
     return RadixCache(runner.pool.allocator, config.page_size_tokens) if config.prefix_cache else None
+
+
+# A prompt-computing request's pages under its engine's optional prefix cache (prefill and
+# colocated engines): `state` has req, pages, prefix, page_hashes, prefilled_tokens, cached_tokens.
+
+def allocate_pages(cache: RadixCache | None, allocator: Any, num_pages: int) -> list[int] | None:
+    """`num_pages` pages (the cache evicts unlocked blocks when short); None if they do not fit."""
+    return cache.allocate(num_pages) if cache is not None else allocator.allocate(num_pages)
+
+
+def lock_prefix(cache: RadixCache, state: Any, path: list[int], now: float, page_size_tokens: int) -> None:
+    """A request about to start locks its cached prefix: those pages head its page table."""
+    state.prefix = cache.lock(path, now)
+    state.pages = list(state.prefix.pages)
+    state.prefilled_tokens = state.cached_tokens = len(state.pages) * page_size_tokens
+
+
+def release_pages(cache: RadixCache | None, allocator: Any, state: Any, complete: bool, now: float) -> None:
+    """Free a request's pages; with the cache its full prompt pages stay cached when `complete`
+    (its prompt's KV all computed)."""
+    if cache is not None:
+        cache.release(state.prefix, state.pages, state.page_hashes, len(state.req.input_ids), complete, now)
+        state.prefix = CachedPrefix()
+    else:
+        allocator.free(state.pages)
+    state.pages = []
+
+
+def unlock_prefix(cache: RadixCache | None, allocator: Any, state: Any, now: float) -> None:
+    """A request whose first chunk was dropped lets go of its prefix; it stays waiting."""
+    release_pages(cache, allocator, state, False, now)
+    state.prefilled_tokens = state.cached_tokens = 0
 
 
 def check_engine_invariants(engine: Any, role: str) -> None:

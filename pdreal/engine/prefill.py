@@ -32,14 +32,19 @@ from pdreal.engine.common import (
     EngineConfig,
     EngineRequest,
     EngineStats,
+    GuardedStep,
     ModelRunner,
     RequestOutput,
+    allocate_pages,
     check_engine_invariants,
     context_reason,
     engine_stats,
+    lock_prefix,
     make_cache,
+    release_pages,
     step_victims,
     trace_row,
+    unlock_prefix,
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
@@ -75,7 +80,7 @@ class PrefillState:
                            prefilled_tokens=self.prefilled_tokens, cached_tokens=self.cached_tokens)
 
 
-class PrefillEngine:
+class PrefillEngine(GuardedStep):
     def __init__(self, runner: ModelRunner, kv_manager: KVManager, config: EngineConfig,
                  clock: Clock = time.monotonic) -> None:
         self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
@@ -137,23 +142,17 @@ class PrefillEngine:
         """True when the next step has a forward to run (else a server loop may sleep a little)."""
         return bool(self.waiting or self.chunked)
 
-    def step(self) -> list[RequestOutput]:
-        """One loop iteration; returns the outputs (finished half-rows) it produced. Guarded: an
-        exception fails the requests of the step's batch (every live request when it came from
-        polling, outside a batch), frees their pages and closes their rooms; the engine goes on."""
+    def _step(self) -> None:
+        """One loop iteration (guarded, GuardedStep.step: an exception fails the requests of the
+        step's batch, or every live request when it came from polling outside a batch, frees
+        their pages and closes their rooms; the engine goes on)."""
+        self._poll_bootstrap()
+        plan = self._schedule()
+        if plan:
+            logits = self.runner.forward([chunk for _, _, chunk in plan])
+            self._postprocess(plan, logits)
         self._batch = []
-        try:
-            self._poll_bootstrap()
-            plan = self._schedule()
-            if plan:
-                logits = self.runner.forward([chunk for _, _, chunk in plan])
-                self._postprocess(plan, logits)
-            self._batch = []
-            self._poll_inflight()
-        except Exception as exc:  # noqa: BLE001 - one bad step must not take the instance down
-            self._fail_step(exc)
-        outputs, self._outputs = self._outputs, []
-        return outputs
+        self._poll_inflight()
 
     def _fail_step(self, exc: Exception) -> None:
         reason, victims, ids = step_victims(self._batch, self.live(), exc, f"prefill {self.config.instance_id}")
@@ -199,15 +198,16 @@ class PrefillEngine:
         if self.cache is not None:
             for chunk in batch.chunks:
                 if by_id[chunk.request_id] is not self.chunked:
-                    self._lock(by_id[chunk.request_id], matches.get(chunk.request_id, []), now)
+                    lock_prefix(self.cache, by_id[chunk.request_id], matches.get(chunk.request_id, []), now,
+                                self.config.page_size_tokens)
         plan = []
         for i, chunk in enumerate(batch.chunks):
             state = by_id[chunk.request_id]
-            pages = self._allocate(chunk.new_pages)
+            pages = allocate_pages(self.cache, self.allocator, chunk.new_pages)
             if pages is None:
                 for later in batch.chunks[i:]:
                     if by_id[later.request_id] is not self.chunked:
-                        self._unlock(by_id[later.request_id], now)
+                        unlock_prefix(self.cache, self.allocator, by_id[later.request_id], now)
                 break
             self._batch.append(state)
             state.pages.extend(pages)
@@ -231,23 +231,6 @@ class PrefillEngine:
         cached = len(path) * self.config.page_size_tokens
         return RequestView(state.req.request_id, len(state.req.input_ids), 1, prefilled_tokens=cached,
                            cached_tokens=cached)
-
-    def _lock(self, state: PrefillState, path: list[int], now: float) -> None:
-        """A request about to start locks its cached prefix: those pages head its page table."""
-        state.prefix = self.cache.lock(path, now)
-        state.pages = list(state.prefix.pages)
-        state.prefilled_tokens = state.cached_tokens = len(state.pages) * self.config.page_size_tokens
-
-    def _allocate(self, num_pages: int) -> list[int] | None:
-        if self.cache is not None:
-            return self.cache.allocate(num_pages)
-        return self.allocator.allocate(num_pages)
-
-    def _unlock(self, state: PrefillState, now: float) -> None:
-        """A request whose first chunk was dropped lets go of its prefix; it stays waiting."""
-        self.cache.release(state.prefix, state.pages, state.page_hashes, len(state.req.input_ids), False, now)
-        state.prefix, state.pages = CachedPrefix(), []
-        state.prefilled_tokens = state.cached_tokens = 0
 
     def _postprocess(self, plan: list[tuple[PrefillState, PrefillChunk, SeqChunk]], logits: Any) -> None:
         firsts = sample(logits, [s.req.sampling for s, _, _ in plan], [0] * len(plan))
@@ -292,13 +275,7 @@ class PrefillEngine:
         state.done = True
         if state.times.get("inflight_enter_s") is not None:
             state.times["inflight_leave_s"] = now
-        if self.cache is not None:
-            complete = state.prefilled_tokens >= len(state.req.input_ids)
-            self.cache.release(state.prefix, state.pages, state.page_hashes, len(state.req.input_ids), complete, now)
-            state.prefix = CachedPrefix()
-        else:
-            self.allocator.free(state.pages)
-        state.pages = []
+        release_pages(self.cache, self.allocator, state, state.prefilled_tokens >= len(state.req.input_ids), now)
         if self.kv_events is not None and state.block_hashes:
             self.kv_events.removed(state.block_hashes)
             state.block_hashes = ()
