@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from mypy_extensions import mypyc_attr
 from typing import Generic, TypeVar
 
 from pdsim.policy.limits import StepLimits
@@ -43,6 +44,7 @@ from pdsim.policy.views import RequestView, pages_for
 T = TypeVar("T")
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class DecodeAccess(Generic[T]):
     """How the planner reads an executor's request: its view, its KV length, and whether it is
@@ -53,6 +55,7 @@ class DecodeAccess(Generic[T]):
     done_at_join: Callable[[T], bool]
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class DecodeStepPlan(Generic[T]):
     resume: tuple[T, ...]  # retracted -> pages now, KV reloaded, then the waiting tail

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from mypy_extensions import mypyc_attr
 from typing import Generic, TypeVar
 
 from pdsim.policy.views import RequestView, pages_for
@@ -136,6 +137,7 @@ def choose_retraction_victims(
     return tuple(victims)
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class GrowthPlan(Generic[T]):
     """Before a decode iteration: who is retracted, who fails, who gets a new page.

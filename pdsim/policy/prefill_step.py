@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from mypy_extensions import mypyc_attr
 from typing import Generic, Protocol, TypeVar
 
 from pdsim.policy.batching import (
@@ -90,6 +91,7 @@ class ColocatedExecutor(Protocol[T]):
         """Remaining output tokens of every running request (their future growth)."""
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class ColocatedStepPlan(Generic[T]):
     prefill: PrefillBatch

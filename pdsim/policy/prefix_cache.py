@@ -84,9 +84,10 @@ class PrefixCache:
         """The longest cached path for the first `max_blocks` hashes (nothing is locked)."""
         get, node, path = self._child.get, ROOT, []
         for h in hash_ids[:max_blocks]:
-            node = get((node, h))
-            if node is None:
+            child = get((node, h))
+            if child is None:
                 break
+            node = child
             path.append(node)
         return path
 

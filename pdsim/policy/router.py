@@ -48,7 +48,8 @@ class RouterPolicyConfig(Protocol):
     token_bucket_rps: float
     token_bucket_burst: int
     cache_weight: float
-    length_buckets: Sequence[int]
+    @property
+    def length_buckets(self) -> Sequence[int]: ...
     admission_ttft_margin: float
     admission_tbt_margin: float
 

@@ -15,8 +15,10 @@ identical to one event per iteration (`skip_ahead=false`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
+
+import simpy
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
@@ -52,8 +54,9 @@ class ColocatedInstance(InstanceBase):
         self.retractions = 0
         self._matches: dict[int, list[BlockNode]] = {}
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
-        self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
-        self.clock.process = self.env.process(self.run())
+        # the running batch's spans (self.clock is the base class's optional handle to it)
+        self.batch_clock = self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
+        self.batch_clock.process = self.env.process(self.run())
 
     def _receive(self, sr: SimRequest) -> None:
         sr.mark("prefill_waiting_enter_s", self.env.now)
@@ -65,7 +68,7 @@ class ColocatedInstance(InstanceBase):
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
-        self.clock.settle_now(self)
+        self.batch_clock.settle_now(self)
         self.waiting.pop(sr.rid, None)
         if self.chunked is sr:
             self.chunked = None
@@ -78,7 +81,7 @@ class ColocatedInstance(InstanceBase):
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
-    def run(self) -> Iterator:
+    def run(self) -> Generator[simpy.Event, Any, None]:
         while self.alive:
             self._victims = []
             plan = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
@@ -95,7 +98,7 @@ class ColocatedInstance(InstanceBase):
                 yield self.sleep()
                 continue
             if not planned:  # decode-only iterations
-                if (yield from self.clock.run_span(self, self._begin_span())):
+                if (yield from self.batch_clock.run_span(self, self._begin_span())):
                     self._complete([], list(self.running.values()))
                 continue
             items = [(c.new_tokens, c.context_tokens) for _, _, c in planned]
@@ -113,7 +116,7 @@ class ColocatedInstance(InstanceBase):
     def _begin_span(self) -> Span:
         """Decode-only iterations: as many as run before a finish or a retraction (page growth
         may evict cache blocks); one while requests wait (their prefill may fit at any boundary)."""
-        n, clock = len(self.running), self.clock
+        n, clock = len(self.running), self.batch_clock
         k, growth = 1, None
         if not self.waiting and self.chunked is None:
             k, growth, _ = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
@@ -237,12 +240,12 @@ class ColocatedInstance(InstanceBase):
     def peek_match(self, sr: SimRequest) -> list[BlockNode]:
         """The cached blocks of `sr`'s prompt here, for cache-aware routing (a span's pending
         page growth may evict blocks: settled first)."""
-        self.clock.settle_now(self)
+        self.batch_clock.settle_now(self)
         self.view_stale = True
         return self.kv.peek_match(sr)
 
     def kv_used_tokens(self) -> int:
-        return self.kv.used_tokens + self.clock.pending_pages() * self.page
+        return self.kv.used_tokens + self.batch_clock.pending_pages() * self.page
 
     def build_view(self) -> InstanceView:
         return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.kv.pool.capacity_tokens)

@@ -19,9 +19,11 @@ pdreal's DecodeEngine makes); this module only executes them in simulated time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from operator import attrgetter
 from typing import Any
+
+import simpy
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
@@ -69,8 +71,9 @@ class DecodeInstance(InstanceBase):
         self.ctx_tokens = 0
         self.remaining_output_tokens = 0  # over running + transfer + waiting (memory_view)
         self.retractions = 0
-        self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
-        self.clock.process = self.env.process(self.run())
+        # the running batch's spans (self.clock is the base class's optional handle to it)
+        self.batch_clock = self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
+        self.batch_clock.process = self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------
     def dispatched_tokens(self, sr: SimRequest) -> int:
@@ -121,7 +124,7 @@ class DecodeInstance(InstanceBase):
 
     def release(self, sr: SimRequest) -> None:
         rid = sr.rid
-        self.clock.settle_now(self)
+        self.batch_clock.settle_now(self)
         for queue in (self.transfer, self.waiting, self.running):
             if rid in queue:
                 self.remaining_output_tokens -= _remaining(sr)
@@ -137,7 +140,7 @@ class DecodeInstance(InstanceBase):
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
-    def run(self) -> Iterator:
+    def run(self) -> Generator[simpy.Event, Any, None]:
         while self.alive:
             plan = self._plan()
             reload_s = self._apply(plan)
@@ -148,7 +151,7 @@ class DecodeInstance(InstanceBase):
                 self.view_stale = True
                 yield self.sleep()
                 continue
-            if (yield from self.clock.sleep_through(self, self._begin_span(reload_s))):
+            if (yield from self.batch_clock.sleep_through(self, self._begin_span(reload_s))):
                 self._complete_span()
 
     def _plan(self) -> DecodeStepPlan[SimRequest]:
@@ -180,7 +183,7 @@ class DecodeInstance(InstanceBase):
     def _begin_span(self, reload_s: float) -> Span:
         """Start the next iterations: as many as the batch provably runs unchanged (span.py);
         the first one starts late by this boundary's KV reload time."""
-        n, clock = len(self.running), self.clock
+        n, clock = len(self.running), self.batch_clock
         k, growth, first_finish = 1, None, 1
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
             k, growth, first_finish = clock.limit(self.running.values(), self.pool.free_pages)
@@ -322,7 +325,7 @@ class DecodeInstance(InstanceBase):
     def _complete_span(self) -> None:
         """The span's end: its virtual boundaries and last iteration (one pass, span.py), then
         the requests that made their last token finish."""
-        done = self.clock.finish(self)
+        done = self.batch_clock.finish(self)
         n = len(self.running)
         self.ctx_tokens += n
         self.remaining_output_tokens -= n
@@ -338,7 +341,7 @@ class DecodeInstance(InstanceBase):
         self.hooks.finish(sr)
 
     def kv_used_tokens(self) -> int:
-        return (self.pool.used_pages + self.clock.pending_pages()) * self.page
+        return (self.pool.used_pages + self.batch_clock.pending_pages()) * self.page
 
     def build_view(self) -> InstanceView:
         return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.pool.capacity_tokens)

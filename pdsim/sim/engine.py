@@ -104,10 +104,10 @@ class Simulation:
         p_lat, d_lat = self._latency(c.prefill_tp), self._latency(c.decode_tp)
         prefill = [self.new_prefill(i, ctx, p_lat, block_tokens) for i in range(c.prefill)]
         decode = [self.new_decode(i, ctx, d_lat) for i in range(c.decode)]
-        for inst in prefill:
-            inst.placement = self.topology.place(inst.name, c.prefill_tp)
-        for inst in decode:
-            inst.placement = self.topology.place(inst.name, c.decode_tp)
+        for p_inst in prefill:
+            p_inst.placement = self.topology.place(p_inst.name, c.prefill_tp)
+        for d_inst in decode:
+            d_inst.placement = self.topology.place(d_inst.name, c.decode_tp)
         attach_kv_tiers(self.cfg, prefill, self.network, block_tokens)
         return prefill, decode
 

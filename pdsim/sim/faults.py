@@ -37,7 +37,7 @@ class FaultInjector:
     def __init__(self, cfg: FaultConfig, sim: Any, instances: dict[str, Any]) -> None:
         self.cfg = cfg
         self.sim = sim
-        self.target = None
+        self.target: Any = None  # the instance that crashes
         if cfg.crash_instance:
             if cfg.crash_instance not in instances:
                 raise ValueError(

@@ -148,7 +148,7 @@ class InstanceBase:
     def crash(self) -> None:
         self.view_stale = True
         if self.clock is not None:  # tokens of the iterations completed before the crash
-            self.clock.settle_now(self)
+            self.clock.settle_now(self)  # type: ignore[arg-type]  # (decode, colocated: BatchOwners)
             self.clock.span = None
         self.alive = False
         self.batch_size = 0
@@ -161,7 +161,7 @@ class InstanceBase:
             kv_used_tokens=kv_used_tokens, kv_total_tokens=kv_total_tokens, healthy=self._healthy and not self.draining,
         )
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, str | float]:
         now = self.env.now
         return {
             "role": self.role,

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 CACHE_OWNER = -1
 
 
+@mypyc_attr(native_class=False)
 class KVPoolError(RuntimeError):
     """An allocation or free that breaks the pool's accounting."""
 

@@ -261,14 +261,14 @@ class InstanceTiers:
     def on_gpu_insert(self, hashes: Sequence[int]) -> None:
         """Blocks joined the GPU cache: drop host/ssd copies; write through to the store."""
         self.version += 1
-        through = self.store is not None and self.cfg.store_write == "through"
+        through = self.store if self.cfg.store_write == "through" else None
         for block_hash in hashes:
             if self.host is not None:
                 self.host.discard(block_hash)
             if self.ssd is not None:
                 self.ssd.discard(block_hash)
-            if through and block_hash not in self.store:
-                self.store.put(block_hash)
+            if through is not None and block_hash not in through:
+                through.put(block_hash)
                 self.stats.store_write_bytes += self.block_bytes
 
     def take_batch_load(self) -> tuple[float, float]:

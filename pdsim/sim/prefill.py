@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any, Protocol
 
 import simpy
 
@@ -21,11 +22,21 @@ from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
+from pdsim.sim.kv_tiers import InstanceTiers
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
 from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send
 
 Planned = list[tuple[SimRequest, int, PrefillChunk]]
+
+
+class ChunkOwner(Protocol):
+    """What `start_chunks` uses of a prefill or colocated instance."""
+
+    env: simpy.Environment
+    chunked: SimRequest | None
+    waiting: dict[int, SimRequest]
+    kv: PromptKV
 
 
 class PrefillInstance(InstanceBase):
@@ -94,7 +105,7 @@ class PrefillInstance(InstanceBase):
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
-    def run(self) -> Iterator:
+    def run(self) -> Generator[simpy.Event, Any, None]:
         while self.alive:
             self._pop_bootstrapped()
             planned = self._schedule()
@@ -105,8 +116,9 @@ class PrefillInstance(InstanceBase):
                 continue
             step_s = self.latency.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
             store_read = None
-            if self.kv.tiers is not None:
-                step_s, store_read = self._with_loads(step_s)
+            tiers = self.kv.tiers
+            if tiers is not None:
+                step_s, store_read = self._with_loads(tiers, step_s)
             self.busy_s += step_s
             self.iterations += 1
             self.batch_size = len(planned)
@@ -125,15 +137,16 @@ class PrefillInstance(InstanceBase):
             if self.alive:
                 self._complete(planned, send=not layerwise)
 
-    def _with_loads(self, compute_s: float) -> tuple[float, simpy.Event | None]:
+    def _with_loads(self, tiers: InstanceTiers, compute_s: float) -> tuple[float, simpy.Event | None]:
         """Step time with this batch's tier loads (PCIe/SSD overlapped layer-wise or added) and
         the store read's network flow (None when nothing comes from the store)."""
-        local_s, store_bytes = self.kv.tiers.take_batch_load()
+        local_s, store_bytes = tiers.take_batch_load()
         step_s = max(compute_s, local_s) if self.cfg.kv_tiers.overlap_load else compute_s + local_s
-        if store_bytes <= 0:
+        read = tiers.start_store_read  # (set whenever a store exists)
+        if store_bytes <= 0 or read is None:
             return step_s, None
         done = self.env.event()
-        self.kv.tiers.start_store_read(store_bytes, done.succeed)
+        read(store_bytes, done.succeed)
         return step_s, done
 
     def _pop_bootstrapped(self) -> None:
@@ -206,7 +219,7 @@ class PrefillInstance(InstanceBase):
     def kv_used_tokens(self) -> int:
         return self.kv.used_tokens
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, str | float]:
         stats = super().stats()
         if self.kv.tiers is not None:
             stats.update(self.kv.tiers.stats_dict())
@@ -222,7 +235,7 @@ class PrefillInstance(InstanceBase):
         }
 
 
-def start_chunks(inst: PrefillInstance, chunks: tuple[PrefillChunk, ...], matches: dict[int, list[BlockNode]]) -> Planned:
+def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: dict[int, list[BlockNode]]) -> Planned:
     """Lock new requests' prefixes, allocate every chunk's pages; drop what does not fit.
 
     Shared by prefill and colocated instances. New requests leave the waiting queue here.

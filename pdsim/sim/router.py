@@ -12,7 +12,7 @@ chosen.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -50,6 +50,8 @@ class Router:
         req = sr.req
         view = RequestView(req.request_id, req.input_tokens, req.output_tokens, arrival_s=req.arrival_s,
                            hash_ids=req.hash_ids)
+        prefill: Sequence[InstanceView]
+        decode: Sequence[InstanceView]
         if self.health_only:
             prefill, decode = self._health("prefill", self.prefill), self._health("decode", self.decode)
         else:
@@ -103,7 +105,7 @@ def _arrive(prefill: Any, decode: Any, sr: SimRequest, attempt: int) -> None:
         decode.arrive(sr, attempt)
 
 
-def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Iterator:
+def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Generator[simpy.Event, Any, None]:
     """simpy process: hand each request to `on_arrival` at its arrival time (absolute times)."""
     for sr in requests:
         delay = sr.req.arrival_s - env.now

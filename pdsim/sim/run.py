@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 import simpy
+from mypy_extensions import mypyc_attr
 from tqdm import tqdm
 
 from pdsim.config import Config
@@ -31,10 +32,12 @@ from pdsim.workload.request import Workload
 log = logging.getLogger(__name__)
 
 
+@mypyc_attr(native_class=False)
 class InvariantError(RuntimeError):
     """The simulation ended in an inconsistent state (a simulator bug, never a user error)."""
 
 
+@mypyc_attr(native_class=False)
 class SimulationStuck(RuntimeError):
     """No event left but some requests never reached a terminal status."""
 

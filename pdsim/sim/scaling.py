@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
+
+import simpy
 
 from pdsim.config import Config
 from pdsim.policy.scaling import (
@@ -94,7 +96,7 @@ class Rebalancer:
         self.events: list[dict[str, Any]] = []
         self.env.process(self.watch())
 
-    def watch(self) -> Iterator:
+    def watch(self) -> Generator[simpy.Event, Any, None]:
         """simpy process: sample and decide every interval (absolute times); stops when the
         run is done or nothing else is scheduled (a stuck simulation)."""
         k = 1
@@ -117,7 +119,7 @@ class Rebalancer:
         while self.samples and self.samples[0].t_s <= now - self.params.window_s:
             self.samples.popleft()
 
-    def move(self, decision: ScalingDecision) -> Iterator:
+    def move(self, decision: ScalingDecision) -> Generator[simpy.Event, Any, None]:
         """simpy process: drain the donor, retire it, warm up, start the new instance."""
         router = self.sim.router
         donors = router.prefill if decision.from_role == ROLE_PREFILL else router.decode

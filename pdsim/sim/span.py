@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import simpy
 
@@ -135,7 +135,7 @@ class BatchClock:
         self.span = span
         return span
 
-    def sleep_through(self, owner: BatchOwner, span: Span) -> Iterator[simpy.Event]:
+    def sleep_through(self, owner: BatchOwner, span: Span) -> Generator[simpy.Event, Any, bool]:
         """simpy sub-process: sleep until the span's (possibly moved) end. Returns (via
         `yield from`) whether the owner is still alive; the owner's router view is marked stale
         before and after the wait."""
@@ -147,7 +147,7 @@ class BatchClock:
                 owner.view_stale = True
                 return owner.alive
 
-    def run_span(self, owner: BatchOwner, span: Span) -> Iterator[simpy.Event]:
+    def run_span(self, owner: BatchOwner, span: Span) -> Generator[simpy.Event, Any, bool]:
         """simpy sub-process: sleep through `span`, then apply its iterations up to the last one.
 
         Returns (via `yield from`) whether the owner is still alive; a dead owner's span is left
@@ -161,9 +161,10 @@ class BatchClock:
 
     def truncate(self) -> None:
         """Something changed what the next boundary does: wake there instead of at the end."""
-        span = self.span
-        if span is not None and span.truncate(self.env.now) and self.env.active_process is not self.process:
-            rearm(self.process, hop_delay(self.env.now, span.end_s)[0])
+        span, process = self.span, self.process
+        if span is not None and process is not None and span.truncate(self.env.now) \
+                and self.env.active_process is not process:
+            rearm(process, hop_delay(self.env.now, span.end_s)[0])
 
     def pending_pages(self) -> int:
         return self.span.pending_pages(self.env.now) if self.span is not None else 0
@@ -206,6 +207,7 @@ class BatchClock:
         request and grows no page (the next plan grows them). Returns the requests whose last
         output token that was, in batch order; the span is over."""
         span = self.span
+        assert span is not None, "finish without a span"
         self.span = None
         end, first = span.end, span.settled + 1
         d, page = end - first, self.page  # virtual boundaries to apply, then the last iteration

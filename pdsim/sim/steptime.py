@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from itertools import accumulate
 from operator import add
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,7 @@ class StepSeries:
         if first_extra_s > 0.0:
             array = array.copy()
             array[0] += first_extra_s
-        return array, boundaries(start_s, array).tolist()
+        return array, boundaries(start_s, array).tolist()  # type: ignore[return-value]  # (sliced as the list)
 
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
@@ -152,7 +153,7 @@ class RooflineDecode:
             terms = m.terms(step)
             att_index = [op.name for op in step.ops].index("attention_decode")
             busy = [max(c / m.mfu, mem / m.mbu) for c, mem in terms.ops]
-            head: float = 0
+            head = 0.0
             for b in busy[:att_index]:
                 head = head + b
             parts = (head, tuple(busy[att_index + 1:]), terms.comm_s)
@@ -163,7 +164,8 @@ class RooflineDecode:
         m = self.model
         head, tail, comm_s = self._parts(n)
         ctx_f = ctx.astype(np.float64)
-        att = roofline_cost._attention_op(m.model, ctx_f, ctx_f, float(n), m.tp, True)
+        # elementwise over the context array: its flops and bytes are arrays (Any: not floats)
+        att: Any = roofline_cost._attention_op(m.model, ctx_f, ctx_f, float(n), m.tp, True)  # type: ignore[arg-type]
         compute_s = att.flops / self._bf16_flops_per_s
         memory_s = att.bytes / self._hbm_bytes_per_s
         busy = head + np.maximum(compute_s / m.mfu, memory_s / m.mbu)

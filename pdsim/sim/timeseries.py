@@ -9,7 +9,7 @@ Columns are kept as typed arrays (8 bytes a value) and become a DataFrame at the
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ class TimeseriesSampler:
         self.instances.append(inst)
         self.kv_total_tokens.append(inst.view().kv_total_tokens)
 
-    def sample(self) -> Iterator:
+    def sample(self) -> Generator[simpy.Event, Any, None]:
         """simpy process; stops when nothing else is scheduled (a stuck simulation)."""
         while True:
             self.record()
