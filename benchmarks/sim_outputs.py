@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/sim_outputs.py --baseline fc52d6d --quick
     .venv/bin/python benchmarks/sim_outputs.py --record OUT        # only write this tree's outputs
     .venv/bin/python benchmarks/sim_outputs.py --compare A B       # compare two recorded folders
+    .venv/bin/python benchmarks/sim_outputs.py --pure              # compiled core vs its own sources
 
 A speed change must not change a single result. This runs every scenario of the scenario tree
 at a small size, every routing/admission policy, colocated (both schedules), the other perf
@@ -13,6 +14,10 @@ models, KV tiers, faults, P:D rebalancing, `skip_ahead=false`, and Mooncake conv
 checkout, each in its own process. Per case it writes trace.parquet, trace.summary.json (metrics, instance and link
 statistics; no wall times) and timeseries.parquet, then compares the files byte for byte; a
 difference is reported with the first differing trace column. Exit status 1 on any difference.
+
+With --pure the two runs are both of this checkout: its compiled simulator core (setup.py,
+mypyc) against its sources run as pure Python (PDSIM_PURE_PYTHON=1); CI runs this. Each run
+prints which core it imported.
 """
 
 from __future__ import annotations
@@ -105,22 +110,27 @@ def export_tree(rev: str, into: Path) -> Path:
     return into
 
 
-def tree_env(tree: Path) -> dict[str, str]:
+def tree_env(tree: Path, pure: bool = False) -> dict[str, str]:
     """Environment that makes `import pdsim` load `tree`'s copy (PYTHONPATH precedes the editable
-    install's finder) and keeps the data folder of this checkout."""
+    install's finder) and keeps the data folder of this checkout; `pure`: its sources only."""
     from_env = os.environ.get("PDSIM_DATA_DIR") or str(ROOT.parent / "shared" / "data")
-    return {**os.environ, "PYTHONPATH": str(tree), "PDSIM_DATA_DIR": from_env}
+    env = {**os.environ, "PYTHONPATH": str(tree), "PDSIM_DATA_DIR": from_env}
+    env.pop("PDSIM_PURE_PYTHON", None)
+    return {**env, "PDSIM_PURE_PYTHON": "1"} if pure else env
 
 
-def run_record(tree: Path, out_dir: Path, quick: bool, only: list[str]) -> None:
+def run_record(tree: Path, out_dir: Path, quick: bool, only: list[str], pure: bool = False) -> bool:
+    """Record `tree`'s outputs into out_dir; returns whether its core ran compiled."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--record", str(out_dir)]
     cmd += ["--quick"] * quick + [arg for name in only for arg in ("--case", name)]
-    check = "import pdsim, sys; print(pdsim.__file__)"
-    where = subprocess.run([sys.executable, "-c", check], env=tree_env(tree), cwd=tree, check=True,
-                           capture_output=True, text=True).stdout.strip()
+    check = "import pdsim, pdsim.compiled as c; print(c.core_compiled(), pdsim.__file__)"
+    compiled, where = subprocess.run([sys.executable, "-c", check], env=tree_env(tree, pure), cwd=tree, check=True,
+                                     capture_output=True, text=True).stdout.split()
     if not where.startswith(str(tree)):
         sys.exit(f"sim_outputs: pdsim imported from {where}, not from {tree}")
-    subprocess.run(cmd, env=tree_env(tree), cwd=tree, check=True)
+    print(f"{out_dir.name}: {tree} ({'compiled' if compiled == 'True' else 'pure Python'} core)", flush=True)
+    subprocess.run(cmd, env=tree_env(tree, pure), cwd=tree, check=True)
+    return compiled == "True"
 
 
 def digest(path: Path) -> str:
@@ -169,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
     parser.add_argument("--record", type=Path, help="only record this tree's outputs into a folder")
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("BASE", "NEW"), help="compare two folders")
+    parser.add_argument("--pure", action="store_true", help="compare this checkout's compiled core against its "
+                        "sources as pure Python (fails when the core is not compiled)")
     parser.add_argument("--keep", type=Path, help="record into this folder (kept; a baseline/ already there is "
                         "reused) instead of a temporary one")
     args = parser.parse_args(argv)
@@ -179,9 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         return report(compare(*args.compare), _cases_in(args.compare[0]))
     with tempfile.TemporaryDirectory(prefix="sim_outputs_") as tmp:
         work = args.keep or Path(tmp)
-        if not (work / "baseline" / COMPLETE).exists():  # a complete kept baseline is reused
+        if args.pure:
+            run_record(ROOT, work / "baseline", args.quick, args.case, pure=True)
+        elif not (work / "baseline" / COMPLETE).exists():  # a complete kept baseline is reused
             run_record(export_tree(args.baseline, Path(tmp) / "tree"), work / "baseline", args.quick, args.case)
-        run_record(ROOT, work / "new", args.quick, args.case)
+        if not run_record(ROOT, work / "new", args.quick, args.case) and args.pure:
+            sys.exit("sim_outputs --pure: this checkout's simulator core is not compiled (pip install -e .)")
         return report(compare(work / "baseline", work / "new"), _cases_in(work / "baseline"))
 
 

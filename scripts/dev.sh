@@ -2,6 +2,8 @@
 # Set up and run pdsim/pdreal from a fresh clone. Needs only python3 (>= 3.11) and bash.
 #   bash scripts/dev.sh run [pdsim run overrides...]   install core deps, run `pdsim run scenario=rag`
 #   bash scripts/dev.sh test [pytest args...]          install everything, run lint + the whole test suite
+# Installing compiles the simulator core with mypyc (a C compiler is needed; `run` falls back to
+# pure Python without one, `test` fails).
 # The virtual environment lives in .venv (override with PDSIM_VENV).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +63,8 @@ case "$cmd" in
     exec "$VENV/bin/pdsim" run scenario=rag "$@"
     ;;
   test)
+    # the simulator core must compile here (setup.py, mypyc): no silent fall-back to pure Python
+    export PDSIM_REQUIRE_COMPILED=1
     install_all
     step "ruff check"
     "$VENV/bin/ruff" check .

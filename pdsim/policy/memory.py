@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from mypy_extensions import mypyc_attr
 from typing import Generic, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 from pdsim.policy.views import RequestView, pages_for
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from mypy_extensions import mypyc_attr
 from typing import Generic, Protocol, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 from pdsim.policy.batching import (
     PrefillBatch,

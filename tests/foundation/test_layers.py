@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pdsim", "pdreal", "analysis")
 BOTTOM = ("pdsim.policy", "pdsim.kvpoll", "pdsim.trace")
 BOTTOM_ALLOWED = ("__future__", "collections", "dataclasses", "enum", "typing", "functools", "bisect", "heapq",
-                  "itertools", "math", "zlib", "numpy", "json", "pathlib", "importlib", *BOTTOM)
+                  "itertools", "math", "zlib", "numpy", "json", "pathlib", "importlib",
+                  "mypy_extensions", *BOTTOM)  # mypy_extensions: mypyc_attr (the compiled core)
 # the trace schema's own file I/O (write_trace / read_trace) imports these inside its functions
 TRACE_IO = ("pandas", "pyarrow")
 

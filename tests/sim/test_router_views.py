@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_scaling_sim import SCALE, shift_config, shift_workload
 from test_skip_ahead import SCENARIOS, _run
 
+from pdsim.policy.admission import AdmissionParams
 from pdsim.policy.router import RouterPolicy
 from pdsim.sim import SimResult, simulate
 from pdsim.sim.router import Router
@@ -20,7 +22,7 @@ from pdsim.sim.router import Router
     ("round_robin", "threshold", False), ("least_loaded", "accept_all", False), ("power_of_two", "accept_all", False),
 ])
 def test_reads_load_names_the_policies_that_read_only_health(routing: str, admission: str, health_only: bool) -> None:
-    policy = RouterPolicy(routing, admission, None, None, None)  # type: ignore[arg-type]
+    policy = RouterPolicy(routing, admission, AdmissionParams(), np.random.default_rng(0), np.random.default_rng(1))
     assert policy.reads_load is not health_only
 
 
@@ -43,6 +45,7 @@ def _with_and_without_health_views(run: Callable[[], SimResult], monkeypatch: py
 @pytest.mark.parametrize(("name", "routing"), [
     ("faults", "round_robin"), ("colocated_crash", "random"), ("crash_no_retry", "round_robin"),
 ])
+@pytest.mark.source_core
 def test_health_only_views_follow_crashes(name: str, routing: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A crash detected mid-run makes an instance unroutable: both routers must see it at once."""
     scenario: dict[str, Any] = {**SCENARIOS[name], "policy": {**SCENARIOS[name].get("policy", {}), "routing": routing}}
@@ -52,6 +55,7 @@ def test_health_only_views_follow_crashes(name: str, routing: str, monkeypatch: 
     assert (fast.trace.status != "finished").any() and (fast.trace.status == "finished").any()
 
 
+@pytest.mark.source_core
 def test_health_only_views_follow_drains_and_new_instances(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rebalancing drains instances and adds new ones during the run."""
     workload, _ = shift_workload()

@@ -134,6 +134,7 @@ def test_span_series_both_paths_bit_identical(k: int, extra_s: float) -> None:
         assert add_steps(0.5, steps[1:]) == total and type(add_steps(0.5, steps[1:])) is float
 
 
+@pytest.mark.source_core
 def test_truncated_spans_rearm_instead_of_interrupting(monkeypatch: pytest.MonkeyPatch) -> None:
     # requests reaching a busy decode instance cut its spans short: the sleeping process is
     # re-armed (no simpy Interrupt), with the step path's results (test above)
@@ -163,6 +164,7 @@ def test_hop_delay_and_page_growth() -> None:
     assert [growth.first_over(free, 10) for free in (0, 2, 3, 4, 8, 9)] == [1, 4, 5, 5, 10, 10]
 
 
+@pytest.mark.source_core
 @pytest.mark.parametrize("name", ["faults", "retraction", "colocated_cache_aware", "colocated_crash"])
 def test_cached_router_views_equal_fresh_ones(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Instances cache their router view between changes; every read must equal a rebuilt one."""
