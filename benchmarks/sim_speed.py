@@ -8,6 +8,7 @@
     .venv/bin/python benchmarks/sim_speed.py --startup       # also a 2,000-request `pdsim run`, whole process
     .venv/bin/python benchmarks/sim_speed.py --baseline main --cases mooncake_8p8d --instances --startup
     .venv/bin/python benchmarks/sim_speed.py --markdown      # tables as markdown (docs/PERFORMANCE.md)
+    .venv/bin/python benchmarks/sim_speed.py --baseline main --pure   # before, after as pure Python, after
 
 Each case runs in its own Python process (so one case's memory does not count against the next;
 peak RSS is that process's ru_maxrss). "wall s" times `pdsim.sim.simulate` only; building the
@@ -24,6 +25,9 @@ exported with `git archive` and imported in its own processes: before/after in o
 machine. `--startup` times the whole `pdsim run` process (interpreter, imports, config
 composition, simulation, writing the outputs) on 2,000 ShareGPT requests (OPT-13B, 1 prefill TP2 +
 1 decode TP1, DistServe's fitted A100 model: the work DistServe's simulator is compared on).
+`--pure` also runs this checkout's simulator core as pure Python (PDSIM_PURE_PYTHON=1), interleaved
+with its compiled build; the "core" column says which one each row ran (REVs from before the
+compiled core are pure).
 Defaults of the scenario tree apply otherwise (model llama3_8b, hardware h100, round-robin
 routing, prefix cache on, time series every simulated second). Needs ../shared/data.
 """
@@ -113,6 +117,11 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
     from pdsim.sim import simulate
     from pdsim.workload import build_workload
 
+    try:
+        from pdsim.compiled import core_compiled
+        core = "compiled" if core_compiled() else "pure"
+    except ImportError:  # a revision from before the compiled core
+        core = "pure"
     simpy_rate = simpy_timeouts_per_cpu_s()
     register_configs()
     with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
@@ -125,6 +134,7 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
     cpu_s = time.process_time() - cpu0
     n = len(workload)
     return {
+        "core": core,
         "requests": n,
         "load_s": load_s,
         "wall_s": result.wall_s,
@@ -137,11 +147,14 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
     }
 
 
-def _child(tree: Path, args: list[str]) -> tuple[str, resource.struct_rusage, float]:
+Trees = dict[str, tuple[Path, bool]]  # label -> (checkout, run its sources as pure Python)
+
+
+def _child(tree: Path, args: list[str], pure: bool = False) -> tuple[str, resource.struct_rusage, float]:
     """Run `python ARGS` importing pdsim from `tree`; its stdout, its own rusage, wall s."""
     with tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, *args], env=tree_env(tree), cwd=tree, text=True,
+        proc = subprocess.Popen([sys.executable, *args], env=tree_env(tree, pure), cwd=tree, text=True,
                                 stdout=subprocess.PIPE, stderr=err)
         assert proc.stdout is not None
         out = proc.stdout.read()
@@ -154,13 +167,13 @@ def _child(tree: Path, args: list[str]) -> tuple[str, resource.struct_rusage, fl
     return out, usage, wall_s
 
 
-def measure(case: Case, perf: str, repeat: int, trees: dict[str, Path]) -> list[dict[str, float | int | str]]:
+def measure(case: Case, perf: str, repeat: int, trees: Trees) -> list[dict[str, float | int | str]]:
     """Run `case` in fresh processes `repeat` times per tree, interleaved; keep each tree's fastest."""
     best: dict[str, dict[str, float | int | str]] = {}
     for _ in range(repeat):
-        for label, tree in trees.items():
+        for label, (tree, pure) in trees.items():
             args = [str(Path(__file__).resolve()), "--child", "--", *case.overrides, f"perf={perf}"]
-            out, _, _ = _child(tree, args)
+            out, _, _ = _child(tree, args, pure)
             row = json.loads(out.strip().splitlines()[-1])
             if label not in best or _cost(row) < _cost(best[label]):
                 best[label] = row
@@ -172,7 +185,7 @@ def _cost(row: dict[str, float | int | str]) -> float:
     return float(row["cpu_s"]) * float(row["simpy_rate"])
 
 
-COLUMNS = (("case", "case", "{}"), ("code", "code", "{}"), ("perf", "perf", "{}"), ("instances", "inst", "{}"),
+COLUMNS = (("case", "case", "{}"), ("code", "code", "{}"), ("core", "core", "{}"), ("perf", "perf", "{}"), ("instances", "inst", "{}"),
            ("requests", "requests", "{:,}"), ("load_s", "load s", "{:.2f}"), ("wall_s", "wall s", "{:.2f}"),
            ("cpu_s", "cpu s", "{:.2f}"), ("cpu_rate", "req/cpu s", "{:,.0f}"),
            ("simpy_rate", "simpy/cpu s", "{:,.0f}"), ("simpy_per_request", "simpy/req", "{:.0f}"),
@@ -186,7 +199,7 @@ def print_table(rows: list[dict[str, float | int | str]], markdown: bool) -> Non
         row["simpy_per_request"] = _cost(row) / float(row["requests"])
         row["events_per_request"] = float(row["events"]) / float(row["requests"])
     _print([[fmt.format(row[key]) for key, _, fmt in COLUMNS] for row in rows], [h for _, h, _ in COLUMNS],
-           left=4, markdown=markdown)
+           left=5, markdown=markdown)
 
 
 def _print(cells: list[list[str]], heads: list[str], left: int, markdown: bool) -> None:
@@ -206,15 +219,15 @@ STARTUP_STEPS = (("python -c pass", ["-c", "pass"]),
                                                 "run", *STARTUP]))
 
 
-def startup(repeat: int, trees: dict[str, Path], markdown: bool) -> None:
+def startup(repeat: int, trees: Trees, markdown: bool) -> None:
     """Whole-process CPU and wall time of the interpreter, the imports and a 2,000-request run."""
     best: dict[tuple[str, str], tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="sim_speed_") as tmp:
         for i in range(repeat):
-            for label, tree in trees.items():
+            for label, (tree, pure) in trees.items():
                 for step, args in STARTUP_STEPS:
-                    extra = [f"hydra.run.dir={tmp}/{label}{i}"] if "run" in args else []
-                    _, usage, wall_s = _child(tree, [*args, *extra])
+                    extra = [f"hydra.run.dir={tmp}/{label.replace(' ', '_')}{i}"] if "run" in args else []
+                    _, usage, wall_s = _child(tree, [*args, *extra], pure)
                     cpu_s = usage.ru_utime + usage.ru_stime
                     if (step, label) not in best or cpu_s < best[step, label][0]:
                         best[step, label] = (cpu_s, wall_s, usage.ru_maxrss / 1024)
@@ -235,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance-requests", type=int, default=20_000, help="requests per instance-table case")
     parser.add_argument("--startup", action="store_true", help="also the whole-process 2,000-request run")
     parser.add_argument("--baseline", default="", help="git revision to measure too, interleaved (before/after)")
+    parser.add_argument("--pure", action="store_true", help="also this checkout's core as pure Python "
+                        "(PDSIM_PURE_PYTHON=1), interleaved with the compiled one")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the lowest simpy/req is kept")
     parser.add_argument("--markdown", action="store_true", help="print markdown tables")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -251,14 +266,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     perfs = ("linear",) if args.quick else tuple(p for p in args.perf.split(",") if p)
     with tempfile.TemporaryDirectory(prefix="sim_speed_base_") as tmp:
-        trees = {"before": export_tree(args.baseline, Path(tmp) / "tree")} if args.baseline else {}
-        trees["after" if args.baseline else "this"] = ROOT
+        trees: Trees = {"before": (export_tree(args.baseline, Path(tmp) / "tree"), False)} if args.baseline else {}
+        label = "after" if args.baseline else "this"
+        if args.pure:
+            trees[f"{label} (pure)"] = (ROOT, True)
+        trees[label] = (ROOT, False)
         run_tables(args, names, perfs, trees)
     return 0
 
 
 def run_tables(args: argparse.Namespace, names: tuple[str, ...], perfs: tuple[str, ...],
-               trees: dict[str, Path]) -> None:
+               trees: Trees) -> None:
     def table(cases: tuple[Case, ...], perfs: tuple[str, ...]) -> None:
         print_table([row for case in cases for perf in perfs for row in measure(case, perf, args.repeat, trees)],
                     args.markdown)
