@@ -123,7 +123,8 @@ def run_record(tree: Path, out_dir: Path, quick: bool, only: list[str], pure: bo
     """Record `tree`'s outputs into out_dir; returns whether its core ran compiled."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--record", str(out_dir)]
     cmd += ["--quick"] * quick + [arg for name in only for arg in ("--case", name)]
-    check = "import pdsim, pdsim.compiled as c; print(c.core_compiled(), pdsim.__file__)"
+    check = ("import pdsim\ntry:\n    from pdsim.compiled import core_compiled\nexcept ImportError:  # an older revision\n"
+             "    core_compiled = bool\nprint(core_compiled(), pdsim.__file__)")
     compiled, where = subprocess.run([sys.executable, "-c", check], env=tree_env(tree, pure), cwd=tree, check=True,
                                      capture_output=True, text=True).stdout.split()
     if not where.startswith(str(tree)):

@@ -40,6 +40,11 @@ from pdsim.sim.steptime import StepSeries
 MAX_SPAN_ITERATIONS = 1024  # longer runs are split into several spans (bounds the work per span)
 
 
+def as_floats(values: Sequence[float]) -> list[float]:
+    """A slice of a span's boundaries as a list of Python floats."""
+    return values if isinstance(values, list) else values.tolist()  # type: ignore[attr-defined]
+
+
 def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:
     """The next timeout delay towards the absolute time target_s >= now_s, and whether it lands
     exactly there. simpy schedules at now + delay, and target - now is exact once now >= target/2
@@ -52,7 +57,7 @@ def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:
 
 @dataclass(slots=True, eq=False)
 class Span:
-    bounds: list[float]  # b_0 (start) .. b_k
+    bounds: Sequence[float]  # b_0 (start) .. b_k (a list, or a float64 array: see StepSeries.span)
     steps: Sequence[float]  # step_0 .. step_{k-1} (a list, or a float64 array: see StepSeries.span)
     growth: PageGrowth | None  # None for a single iteration
     end: int  # the boundary the instance wakes at (k, or earlier once truncated)
@@ -62,7 +67,7 @@ class Span:
 
     @property
     def end_s(self) -> float:
-        return self.bounds[self.end]
+        return float(self.bounds[self.end])
 
     def due(self, now_s: float) -> int:
         """Virtual boundaries passed strictly before now_s (never the end)."""
@@ -190,13 +195,13 @@ class BatchClock:
             grow = (kv + d) // page - kv // page
             sr.kv_tokens = kv + d
             if sr.generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", span.bounds[first])
+                sr.mark("first_token_s", float(span.bounds[first]))
             sr.generated += d
             if grow:
                 owner.add_pages(sr, grow)
             if sr.token_times is not None:
                 if times is None:
-                    times = span.bounds[first:upto + 1]
+                    times = as_floats(span.bounds[first:upto + 1])
                 sr.token_times.extend(times)
         span.settled = upto
         owner.advanced(d, span.steps[first:upto + 1])
@@ -220,14 +225,14 @@ class BatchClock:
             sr.kv_tokens = kv + d + 1
             generated = sr.generated
             if generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", span.bounds[first])
+                sr.mark("first_token_s", float(span.bounds[first]))
             generated += d + 1
             sr.generated = generated
             if grow:
                 owner.add_pages(sr, grow)
             if sr.token_times is not None:
                 if times is None:
-                    times = span.bounds[first:end + 1]  # bounds[end] is now
+                    times = as_floats(span.bounds[first:end + 1])  # bounds[end] is now
                 sr.token_times.extend(times)
             if check and generated >= sr.req.output_tokens:
                 done.append(sr)

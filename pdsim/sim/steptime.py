@@ -62,11 +62,11 @@ class StepSeries:
 
     def span(
         self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0
-    ) -> tuple[Sequence[float], list[float]]:
+    ) -> tuple[Sequence[float], Sequence[float]]:
         """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
-        its boundaries b_0 = start_s .. b_k as a list. The steps are a list for short linear spans,
-        else a float64 array (summed by numpy's in-order cumsum, add_steps); the values are
-        bit-identical either way."""
+        its boundaries b_0 = start_s .. b_k. Both are lists for short linear spans, else float64
+        arrays (summed by numpy's in-order cumsum, add_steps): a long span is often cut short, and
+        only the boundaries it reaches become Python floats. The values are bit-identical either way."""
         m = self._linear
         if m is not None and k <= SHORT_SPAN_ITERATIONS and n > 0:
             fixed_s = float(m.decode_base_s + m.decode_per_seq_s * n)  # decode_time_s's association
@@ -79,7 +79,7 @@ class StepSeries:
         if first_extra_s > 0.0:
             array = array.copy()
             array[0] += first_extra_s
-        return array, boundaries(start_s, array).tolist()  # type: ignore[return-value]  # (sliced as the list)
+        return array, boundaries(start_s, array)  # type: ignore[return-value]  # (indexed and sliced as the lists)
 
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from pdsim.sim import simulate
 from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
-from pdsim.sim.span import hop_delay
+from pdsim.sim.span import Span, as_floats, hop_delay
 from pdsim.sim.steptime import SHORT_SPAN_ITERATIONS, StepSeries, add_steps, boundaries
 from pdsim.workload.request import Workload
 
@@ -127,7 +127,10 @@ def test_span_series_both_paths_bit_identical(k: int, extra_s: float) -> None:
         for s in ref:
             t += s
             expected.append(t)
-        assert bounds == expected and all(type(b) is float for b in bounds)
+        assert type(bounds) is type(steps) and list(bounds) == expected  # (an array: read lazily)
+        span = Span(bounds, steps, None, k)
+        assert as_floats(bounds[1:]) == expected[1:] and all(type(b) is float for b in as_floats(bounds[1:]))
+        assert span.end_s == expected[-1] and type(span.end_s) is float
         total = 0.5
         for s in ref[1:]:
             total += s
