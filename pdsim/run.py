@@ -48,8 +48,10 @@ def slo_of(cfg: Config) -> Slo:
 
 def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:
     """Build the workload, simulate it, and summarise the trace."""
+    from pdsim.compiled import core_compiled
     from pdsim.sim import simulate
 
+    log.info("simulator core: %s", "compiled (mypyc)" if core_compiled() else "pure Python (slower; see README)")
     workload = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
     result = simulate(cfg, workload, progress=cfg.progress if progress is None else progress)
     summary = summarize(result.trace, slo_of(cfg), cfg.slo.tpot_definition)
