@@ -19,6 +19,7 @@ from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
 from pdsim.sim.colocated import ColocatedInstance
+from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance
 from pdsim.sim.faults import FaultInjector
 from pdsim.sim.handoff import validate_handoff
@@ -59,7 +60,9 @@ class Simulation:
         self.health_epoch = 0  # bumped whenever an instance's routability changes
         self.on_terminal: Callable[[], None] | None = None
         self.fault_rng = rng.stream(cfg.seed, "faults.transfer")
-        ctx = InstanceContext(self.env, cfg, self)
+        timeout_s = cfg.faults.bootstrap_timeout_s
+        timeouts = BootstrapTimeouts(self.env, timeout_s) if timeout_s > 0 else None
+        ctx = InstanceContext(self.env, cfg, self, timeouts)
         self.prefill, self.decode = self._build_instances(ctx, workload.block_tokens)
         self.instances = [*self.prefill, *self.decode]
         self.router = Router(

@@ -19,6 +19,7 @@ from pdsim.perf import LatencyModel
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
+from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import SimHooks, SimRequest
 
@@ -30,6 +31,7 @@ class InstanceContext:
     env: simpy.Environment
     cfg: Config
     hooks: SimHooks
+    bootstrap_timeouts: BootstrapTimeouts | None = None  # None: faults.bootstrap_timeout_s <= 0
 
 
 class InstanceBase:

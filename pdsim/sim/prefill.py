@@ -2,7 +2,8 @@
 
 - bootstrap: the request waits until its decode side has handshaken and pre-allocated (the
   TransferInfo message arrives); prompts longer than the KV pool are rejected here; a request
-  still here after faults.bootstrap_timeout_s fails.
+  still here after faults.bootstrap_timeout_s fails (one deadline queue for all instances:
+  deadlines.py).
 - waiting: the PrefillAdder (pdsim.policy) forms each forward's batch from an in-progress chunked
   request and the waiting queue, skipping prefix-cached tokens; max_new_tokens is 1.
 - inflight: after each chunk's forward its KV pages go on the wire (transfer.py); when the last
@@ -50,6 +51,7 @@ class PrefillInstance(InstanceBase):
         self.waiting: dict[int, SimRequest] = {}
         self.chunked: SimRequest | None = None
         self.inflight: dict[int, SimRequest] = {}
+        self.timeouts = ctx.bootstrap_timeouts
         self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------
@@ -61,9 +63,8 @@ class PrefillInstance(InstanceBase):
             )
             return
         self.bootstrap[sr.rid] = sr
-        timeout_s = self.cfg.faults.bootstrap_timeout_s
-        if timeout_s > 0:
-            self.hooks.after(timeout_s, self._bootstrap_timeout, sr, sr.attempt)
+        if self.timeouts is not None:
+            self.timeouts.add(self, sr)
         if sr.p_ready or handoff_at_prefill_end(self.cfg.cluster):  # prefill_end: no decode to wait for
             sr.p_ready = True
             self.ready.append(sr)
@@ -79,9 +80,13 @@ class PrefillInstance(InstanceBase):
             self.ready.append(sr)
             self.notify()
 
-    def _bootstrap_timeout(self, sr: SimRequest, attempt: int) -> None:
-        if not sr.done and sr.attempt == attempt and self.bootstrap.get(sr.rid) is sr:
-            self.hooks.abort(sr, f"bootstrap_timeout after {self.cfg.faults.bootstrap_timeout_s} s on {self.name}", True)
+    def in_bootstrap(self, sr: SimRequest, attempt: int) -> bool:
+        """`sr`, on this attempt, still waits in the bootstrap queue here (BootstrapSide)."""
+        return not sr.done and sr.attempt == attempt and self.bootstrap.get(sr.rid) is sr
+
+    def bootstrap_timed_out(self, sr: SimRequest) -> None:
+        """faults.bootstrap_timeout_s passed with `sr` still in bootstrap (deadlines.py)."""
+        self.hooks.abort(sr, f"bootstrap_timeout after {self.cfg.faults.bootstrap_timeout_s} s on {self.name}", True)
 
     def on_transfer_success(self, sr: SimRequest) -> None:
         """Inflight poll returned Success: release the KV (blocks stay cached)."""
