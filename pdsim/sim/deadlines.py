@@ -7,7 +7,10 @@ timers in simpy's event heap (~9,600 at 320 req/s), making every push and pop de
 
 `BootstrapTimeouts` keeps one entry per request in arrival order and one event in the heap:
 the timer of the earliest entry whose request is still in bootstrap. Entries whose request left
-(or ended, or was re-attempted) are dropped without ever entering the heap.
+(or ended, or was re-attempted) are dropped without ever entering the heap. When requests wait
+in bootstrap for long (an overloaded decode side) the earliest live entry often leaves before
+its deadline and about one event per request is still popped, as before, but never more than
+one is pending.
 
 Every output is what one timer per request gave, because each entry reserves, when it is made,
 the heap key its own timer had: simpy orders events by (time, priority, id), a timer gets
@@ -40,6 +43,7 @@ import simpy
 from simpy.events import NORMAL
 
 from pdsim.sim.state import SimRequest
+
 
 class BootstrapSide(Protocol):
     """The prefill instance a request waits at (pdsim.sim.prefill.PrefillInstance)."""
