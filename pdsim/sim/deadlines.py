@@ -65,7 +65,7 @@ class BootstrapTimeouts:
         if not isinstance(getattr(env, "_queue", None), list) or not hasattr(env, "_eid"):
             raise RuntimeError("BootstrapTimeouts needs simpy 4.1's Environment._queue and _eid")
         self.env = env
-        self.timeout_s = timeout_s
+        self.timeout_s = float(timeout_s)
         self.queue: list[Any] = env._queue
         self.ids: Any = env._eid
         self.entries: deque[Entry] = deque()
