@@ -1,4 +1,7 @@
-"""Bootstrap timeouts (pdsim.sim.deadlines): one deadline queue, outputs of one timer per request."""
+"""Bootstrap timeouts (pdsim.sim.deadlines): one deadline queue, outputs of one timer per request.
+
+The comparisons patch the engine's BootstrapTimeouts with the reference (source_core: where the
+core runs compiled they run on its sources, tests/foundation/test_compiled.py)."""
 
 from __future__ import annotations
 
@@ -67,6 +70,7 @@ def _assert_same(new: Any, old: Any) -> None:
     assert new.events == old.events  # each entry took the event id its timer took
 
 
+@pytest.mark.source_core
 def test_a_timeout_tied_with_a_bootstrap_exit_keeps_its_order(monkeypatch: pytest.MonkeyPatch) -> None:
     # Arrivals every 0.1 s and 1 ms hops: a deadline (entry + 1.0) falls on the very float time
     # at which other requests leave bootstrap. One timer per request ran the timeout first (it
@@ -83,6 +87,7 @@ def test_a_timeout_tied_with_a_bootstrap_exit_keeps_its_order(monkeypatch: pytes
     assert timed_out.finish_s.isin(t.bootstrap_leave_s).sum() >= 1  # the tie is there
 
 
+@pytest.mark.source_core
 @pytest.mark.parametrize("timeout_s", [0.05, 0.3, 2.0])
 def test_many_timeouts_with_retries_crash_and_sampling_match_one_timer_per_request(
     monkeypatch: pytest.MonkeyPatch, timeout_s: float
@@ -98,6 +103,7 @@ def test_many_timeouts_with_retries_crash_and_sampling_match_one_timer_per_reque
     assert new.trace.failure_reason.str.startswith("bootstrap_timeout").sum() > 20
 
 
+@pytest.mark.source_core
 def test_pending_events_stay_few_with_many_requests_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     # 50 req/s with the default 30 s timeout: one timer per request keeps ~1,500 pending. Each
     # request leaves bootstrap within ~70 ms, so the queue's timer fires once over the run.
