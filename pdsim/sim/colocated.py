@@ -30,9 +30,9 @@ from pdsim.policy import (
 )
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
+from pdsim.sim.chunks import Planned, start_chunks
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
-from pdsim.sim.prefill import Planned, start_chunks
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest

@@ -13,31 +13,21 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import simpy
 
 from pdsim.perf import LatencyModel
-from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
+from pdsim.policy import RequestView, plan_prefill_step
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
+from pdsim.sim.chunks import Planned, start_chunks
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
 from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send
-
-Planned = list[tuple[SimRequest, int, PrefillChunk]]
-
-
-class ChunkOwner(Protocol):
-    """What `start_chunks` uses of a prefill or colocated instance."""
-
-    env: simpy.Environment
-    chunked: SimRequest | None
-    waiting: dict[int, SimRequest]
-    kv: PromptKV
 
 
 class PrefillInstance(InstanceBase):
@@ -238,32 +228,3 @@ class PrefillInstance(InstanceBase):
             "bootstrap": len(self.bootstrap), "waiting": len(self.waiting) + (self.chunked is not None),
             "inflight": len(self.inflight), "running": self.batch_size,
         }
-
-
-def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: dict[int, list[BlockNode]]) -> Planned:
-    """Lock new requests' prefixes, allocate every chunk's pages; drop what does not fit.
-
-    Shared by prefill and colocated instances. New requests leave the waiting queue here.
-    """
-    now = inst.env.now
-    by_id = {sr.rid: sr for sr in ([inst.chunked] if inst.chunked else [])}
-    for chunk in chunks:
-        if chunk.request_id not in by_id:
-            sr = inst.waiting[chunk.request_id]
-            inst.kv.begin(sr, matches.get(sr.rid, []), now)
-            by_id[sr.rid] = sr
-    planned: Planned = []
-    for i, chunk in enumerate(chunks):
-        sr = by_id[chunk.request_id]
-        if not inst.kv.allocate(sr, chunk.new_pages + sr.load_pages):
-            for later in chunks[i:]:
-                other = by_id[later.request_id]
-                if other is not inst.chunked:
-                    inst.kv.release(other, now)
-            break
-        if sr.rid in inst.waiting:
-            del inst.waiting[sr.rid]
-            sr.mark("prefill_start_s", now)
-            inst.kv.commit_load(sr)
-        planned.append((sr, sr.attempt, chunk))
-    return planned
