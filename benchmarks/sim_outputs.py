@@ -9,7 +9,7 @@
 A speed change must not change a single result. This runs every scenario of the scenario tree
 at a small size, every routing/admission policy, colocated (both schedules), the other perf
 models, KV tiers, faults, P:D rebalancing, `skip_ahead=false`, and Mooncake conversation on 8P8D
-(whole trace, linear and roofline) and colocated on 16 instances, once with the baseline revision
+(whole trace, linear, roofline and the default measured tables) and colocated on 16 instances, once with the baseline revision
 (exported with `git archive` into a temporary folder and imported from there) and once with this
 checkout, each in its own process. Per case it writes trace.parquet, trace.summary.json (metrics, instance and link
 statistics; no wall times) and timeseries.parquet, then compares the files byte for byte; a
@@ -70,7 +70,7 @@ def cases(quick: bool) -> dict[str, tuple[str, ...]]:
     }
     if not quick:
         out |= {f"mooncake_8p8d_{p}": ("scenario=mooncake_conversation", "cluster=8p8d", f"perf={p}")
-                for p in ("linear", "roofline")}
+                for p in ("linear", "roofline", "measured")}  # measured: the default
         out["mooncake_colocated16_linear"] = ("scenario=mooncake_conversation", "cluster=colocated4",
                                               "cluster.colocated=16", "perf=linear")
     return out

@@ -24,21 +24,23 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
-from pdsim.perf.table import _complete_log_additive
+from pdsim.perf.table import complete_log_additive_stack
 
 DATA_DIR = Path(__file__).parent / "data"
 AIC_DIR = DATA_DIR / "aic"
 ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add",
                    "add")  # two residual adds per layer, Vidur times one
 VIDUR_HIDDEN = 8192  # Llama-2-70B, whose Vidur rows stand for every model (scaled by hidden size)
+K = TypeVar("K")  # a grid's key in LogGrid.from_frames
 VIDUR_HBM_GBPS = {"a100": 2039.0, "h100": 3350.0}  # the GPUs Vidur profiled (catalog datasheets)
 
 
@@ -49,19 +51,27 @@ class LogGrid:
     axes: tuple[list[float], ...]  # log of each axis, ascending
     log_ms: np.ndarray
     _rows: list | None = None
+    _along: dict[float, tuple[np.ndarray, ...]] = field(default_factory=dict)  # along_second's memo
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, axes: Sequence[str], what: str) -> LogGrid:
-        if df.empty:
-            raise ValueError(f"no {what} rows to build a latency table from")
-        values = df.groupby(list(axes)).latency_ms.median()
-        ticks = [np.unique(df[a].to_numpy(dtype=float)) for a in axes]
-        full = pd.MultiIndex.from_product(ticks, names=list(axes))
-        grid = values.reindex(full).to_numpy(dtype=float).reshape([len(t) for t in ticks])
-        if np.isnan(grid).any():
-            grid = _fill_missing(grid)
-        return cls(tuple(np.log(t).tolist() for t in ticks), np.log(grid))
+        return cls.from_frames({0: df}, axes, what)[0]
 
+    @classmethod
+    def from_frames(cls, frames: Mapping[K, pd.DataFrame], axes: Sequence[str], what: str) -> dict[K, LogGrid]:
+        """One grid per frame (median of each cell's rows); the cells no row measured, of all
+        the grids at once (`_fill_missing`)."""
+        measured: dict[K, tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
+        for key, df in frames.items():
+            if df.empty:
+                raise ValueError(f"no {what} rows to build a latency table from")
+            ticks, codes = zip(*(np.unique(df[a].to_numpy(dtype=float), return_inverse=True) for a in axes), strict=True)
+            shape = [len(t) for t in ticks]
+            measured[key] = ticks, _cell_medians(np.ravel_multi_index(codes, shape),
+                                                 df["latency_ms"].to_numpy(dtype=float), shape)
+        filled = _fill_missing({key: grid for key, (_, grid) in measured.items()})
+        return {key: cls(tuple(np.log(t).tolist() for t in ticks), np.log(filled[key]))
+                for key, (ticks, _) in measured.items()}
 
     def __call__(self, *point: float) -> float:
         """Latency in ms at `point` (one value per axis, each > 0)."""
@@ -106,18 +116,35 @@ class LogGrid:
 
     def along_second(self, x: float, ys: np.ndarray) -> np.ndarray:
         """Latencies (ms) at (x, y) for every y of an array, with numpy's log and exp: the
-        scalar and vector decode paths both call this, so they agree bit for bit."""
+        scalar and vector decode paths both call this, so they agree bit for bit. The row at x
+        and the per-segment differences are kept (x is a batch size: few distinct values)."""
+        row, drow, axis, width = self._second_at(x)
+        logs = np.log(np.maximum(ys, 1e-9))
+        j = np.searchsorted(axis, logs, side="right")
+        j -= 1
+        np.minimum(np.maximum(j, 0, out=j), max(len(axis) - 2, 0), out=j)
+        v = np.maximum((logs - axis[j]) / width[j], 0.0)
+        return np.exp(row[j] + v * drow[j])
+
+    def _second_at(self, x: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """along_second's inputs at x: the row interpolated along the first axis, its segment
+        differences row[j1] - row[j], the second axis and its segment widths (1.0 where a
+        segment has one point), with j1 = min(j + 1, last)."""
+        hit = self._along.get(x)
+        if hit is not None:
+            return hit
         i, u = _segment(self.axes[0], math.log(max(x, 1e-9)))
         g = self.log_ms
         i1 = min(i + 1, g.shape[0] - 1)
         row = g[i] + u * (g[i1] - g[i])
         axis = np.asarray(self.axes[1])
-        logs = np.log(np.maximum(ys, 1e-9))
-        j = np.clip(np.searchsorted(axis, logs, side="right") - 1, 0, max(len(axis) - 2, 0))
-        j1 = np.minimum(j + 1, len(axis) - 1)
-        span = np.where(j1 > j, axis[j1] - axis[j], 1.0)
-        v = np.maximum((logs - axis[j]) / span, 0.0)
-        return np.exp(row[j] + v * (row[j1] - row[j]))
+        up = np.minimum(np.arange(len(axis)) + 1, len(axis) - 1)
+        width = np.where(up > np.arange(len(axis)), axis[up] - axis, 1.0)
+        hit = row, row[up] - row, axis, width
+        if len(self._along) >= 4096:
+            self._along.clear()
+        self._along[x] = hit
+        return hit
 
 
 def _segment(axis: np.ndarray, value: float) -> tuple[int, float]:
@@ -129,10 +156,38 @@ def _segment(axis: np.ndarray, value: float) -> tuple[int, float]:
     return i, max((value - lo) / (hi - lo), 0.0)
 
 
-def _fill_missing(grid: np.ndarray) -> np.ndarray:
-    """Fill NaN cells slice by slice over the last two axes (separable log fit)."""
-    flat = grid.reshape(-1, grid.shape[-2], grid.shape[-1])
-    return np.stack([_complete_log_additive(s) for s in flat]).reshape(grid.shape)
+def _cell_medians(cells: np.ndarray, latency_ms: np.ndarray, shape: list[int]) -> np.ndarray:
+    """The median latency of each cell (flat index per row) on a grid of `shape`; NaN where
+    no row (or only NaN latencies) fell. Each cell of the shipped tables holds one row."""
+    grid = np.full(math.prod(shape), np.nan)
+    counts = np.bincount(cells, minlength=grid.size)
+    single = counts[cells] == 1
+    grid[cells[single]] = latency_ms[single]
+    for cell in np.flatnonzero(counts > 1).tolist():  # repeated measurements
+        values = latency_ms[cells == cell]
+        values = values[~np.isnan(values)]
+        if len(values):
+            grid[cell] = np.median(values)
+    return grid.reshape(shape)
+
+
+def _fill_missing(grids: Mapping[K, np.ndarray]) -> dict[K, np.ndarray]:
+    """Fill NaN cells slice by slice over the last two axes (separable log fit); the slices of
+    one shape, of every grid, in one stacked fit (the same bits as one by one, faster)."""
+    out = dict(grids)
+    slices: dict[tuple[int, int], list[tuple[K, int]]] = {}
+    flat: dict[K, np.ndarray] = {}
+    for key, grid in grids.items():
+        if np.isnan(grid).any():
+            flat[key] = grid.reshape(-1, grid.shape[-2], grid.shape[-1]).copy()
+            slices.setdefault(grid.shape[-2:], []).extend((key, i) for i in range(len(flat[key])))
+    for members in slices.values():
+        done = complete_log_additive_stack(np.stack([flat[key][i] for key, i in members]))
+        for (key, i), filled in zip(members, done, strict=True):
+            flat[key][i] = filled
+    for key, f in flat.items():
+        out[key] = f.reshape(grids[key].shape)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,11 +199,8 @@ class HeadTables:
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, token_axis: str, what: str) -> HeadTables:
-        grids = {
-            (int(h), int(kv)): LogGrid.from_frame(part, ("batch_size", token_axis), what)
-            for (h, kv), part in df.groupby(["num_heads", "num_key_value_heads"])
-        }
-        return cls(grids)
+        parts = {(int(h), int(kv)): part for (h, kv), part in df.groupby(["num_heads", "num_key_value_heads"])}
+        return cls(LogGrid.from_frames(parts, ("batch_size", token_axis), what))
 
     def fixed_heads(self, heads: float, kv_heads: float) -> LogGrid:
         """A (batch, tokens) grid for one head configuration: lookups then cost one 2-D
