@@ -97,8 +97,10 @@ def record(out_dir: Path, quick: bool, only: list[str]) -> None:
     (out_dir / COMPLETE).write_text("")
 
 
-def export_tree(rev: str, into: Path) -> Path:
-    """`git archive REV` unpacked into `into` (the baseline's own pdsim and scenarios)."""
+def export_tree(rev: str, into: Path, compiled: bool = False) -> Path:
+    """`git archive REV` unpacked into `into` (the baseline's own pdsim and scenarios);
+    `compiled`: also build its simulator core in place (mypyc, REVs that have setup.py), so a
+    before/after speed comparison sets compiled against compiled (needs `pip install mypy==2.4.1`)."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev], check=True,
                              capture_output=True).stdout
     into.mkdir(parents=True, exist_ok=True)
@@ -107,6 +109,12 @@ def export_tree(rev: str, into: Path) -> Path:
     with tarfile.open(tar_path) as tar:
         tar.extractall(into, filter="data")
     tar_path.unlink()
+    if compiled and (into / "setup.py").is_file():
+        print(f"building {rev}'s compiled core (a few minutes)...", file=sys.stderr, flush=True)
+        build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=into, capture_output=True,
+                               text=True, env={**os.environ, "PDSIM_REQUIRE_COMPILED": "1"})
+        if build.returncode != 0:
+            raise SystemExit(f"building {rev}'s compiled core failed (is mypy==2.4.1 installed?):\n{build.stderr[-2000:]}")
     return into
 
 

@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance-requests", type=int, default=20_000, help="requests per instance-table case")
     parser.add_argument("--startup", action="store_true", help="also the whole-process 2,000-request run")
     parser.add_argument("--baseline", default="", help="git revision to measure too, interleaved (before/after)")
+    parser.add_argument("--compiled-baseline", action="store_true", help="build the baseline's compiled "
+                        "core first (mypyc; its sources run as pure Python otherwise)")
     parser.add_argument("--pure", action="store_true", help="also this checkout's core as pure Python "
                         "(PDSIM_PURE_PYTHON=1), interleaved with the compiled one")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the lowest simpy/req is kept")
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     perfs = ("linear",) if args.quick else tuple(p for p in args.perf.split(",") if p)
     with tempfile.TemporaryDirectory(prefix="sim_speed_base_") as tmp:
-        trees: Trees = {"before": (export_tree(args.baseline, Path(tmp) / "tree"), False)} if args.baseline else {}
+        trees: Trees = {"before": (export_tree(args.baseline, Path(tmp) / "tree", args.compiled_baseline), False)} if args.baseline else {}
         label = "after" if args.baseline else "this"
         if args.pure:
             trees[f"{label} (pure)"] = (ROOT, True)

@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=18, help="seed of the length sample and arrivals")
     parser.add_argument("--distserve", type=Path, default=None, help="a LLMServe/DistServe checkout")
     parser.add_argument("--baseline", default="", help="git revision to measure too, interleaved")
+    parser.add_argument("--compiled-baseline", action="store_true", help="build the baseline's compiled core first")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each row keeps its lowest CPU time")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--distserve {args.distserve}: no simdistserve/ folder there")
     with tempfile.TemporaryDirectory(prefix="whole_process_") as tmp_dir:
         tmp = Path(tmp_dir)
-        trees = {"before": export_tree(args.baseline, tmp / "tree")} if args.baseline else {}
+        trees = {"before": export_tree(args.baseline, tmp / "tree", args.compiled_baseline)} if args.baseline else {}
         trees["after" if args.baseline else "this"] = ROOT
         best = measure(args, trees, tmp)
     print(f"whole process: {args.requests:,} ShareGPT requests at {args.rate:g} req/s, OPT-13B, 1P (TP2) + 1D (TP1);"

@@ -82,6 +82,8 @@ class LogGrid:
             return math.exp(row[i] + u * (row[j] - row[i]))
         if len(point) == 2:
             return math.exp(self._interpolate2(point[0], point[1]))
+        if len(point) == 3:
+            return math.exp(self._interpolate3(point[0], point[1], point[2]))
         corners = [_segment(axis, math.log(max(value, 1e-9)))
                    for axis, value in zip(self.axes, point, strict=True)]
         total = 0.0
@@ -113,6 +115,23 @@ class LogGrid:
         high = g[i1][j] + v * (g[i1][j1] - g[i1][j])
         return low + u * (high - low)
 
+
+    def _interpolate3(self, x: float, y: float, z: float) -> float:
+        """The general corner sum below for three axes (GEMM's m, n, k), on nested lists: the
+        same weights ((a * b) * c, a = 1 - u or u), corners and additions, in the same order."""
+        g, (ax, ay, az) = self.rows, self.axes
+        i, u = _segment(ax, math.log(max(x, 1e-9)))
+        j, v = _segment(ay, math.log(max(y, 1e-9)))
+        k, w = _segment(az, math.log(max(z, 1e-9)))
+        a, b, c = (1.0 - u, u), (1.0 - v, v), (1.0 - w, w)
+        rows, cols, deps = (i, min(i + 1, len(ax) - 1)), (j, min(j + 1, len(ay) - 1)), (k, min(k + 1, len(az) - 1))
+        total = 0.0
+        for mask in range(8):
+            lo, mid, hi = mask & 1, (mask >> 1) & 1, mask >> 2
+            weight = a[lo] * b[mid] * c[hi]
+            if weight != 0.0:
+                total += weight * g[rows[lo]][cols[mid]][deps[hi]]
+        return total
 
     def along_second(self, x: float, ys: np.ndarray) -> np.ndarray:
         """Latencies (ms) at (x, y) for every y of an array, with numpy's log and exp: the
