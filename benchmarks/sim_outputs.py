@@ -100,7 +100,10 @@ def record(out_dir: Path, quick: bool, only: list[str]) -> None:
 def export_tree(rev: str, into: Path, compiled: bool = False) -> Path:
     """`git archive REV` unpacked into `into` (the baseline's own pdsim and scenarios);
     `compiled`: also build its simulator core in place (mypyc, REVs that have setup.py), so a
-    before/after speed comparison sets compiled against compiled (needs `pip install mypy==2.4.1`)."""
+    before/after speed comparison sets compiled against compiled (needs `pip install mypy==2.4.1`).
+    A REV that is a folder (an earlier export, say, built already) is used as it is."""
+    if Path(rev).is_dir():
+        return Path(rev)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev], check=True,
                              capture_output=True).stdout
     into.mkdir(parents=True, exist_ok=True)

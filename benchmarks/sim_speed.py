@@ -1,6 +1,6 @@
 """Simulator speed: CPU time per simulated request, normalised by bare simpy, events, peak RSS.
 
-    .venv/bin/python benchmarks/sim_speed.py                 # every case, linear and roofline
+    .venv/bin/python benchmarks/sim_speed.py                 # every case, linear, roofline and measured
     .venv/bin/python benchmarks/sim_speed.py --quick         # Mooncake 8P8D and Azure 4P4D, linear
     .venv/bin/python benchmarks/sim_speed.py --cases mooncake_8p8d --perf roofline
     .venv/bin/python benchmarks/sim_speed.py --scaling       # also vs requests and vs instances (2..256)
@@ -241,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)} with perf=linear")
     parser.add_argument("--cases", default="", help=f"comma-separated subset of: {', '.join(CASES)} (none: '-')")
-    parser.add_argument("--perf", default="linear,roofline", help="comma-separated perf models")
+    parser.add_argument("--perf", default="linear,roofline,measured", help="comma-separated perf models "
+                        "(measured: the scenario tree's default)")
     parser.add_argument("--scaling", action="store_true", help="also vs requests and vs instances (linear)")
     parser.add_argument("--scaling-only", action="store_true", help="only the scaling tables")
     parser.add_argument("--instances", action="store_true", help="also the instance table (2..256 instances)")
