@@ -84,6 +84,11 @@ class LogGrid:
             return math.exp(self._interpolate2(point[0], point[1]))
         if len(point) == 3:
             return math.exp(self._interpolate3(point[0], point[1], point[2]))
+        return math.exp(self.corner_sum(point))
+
+    def corner_sum(self, point: Sequence[float]) -> float:
+        """Log latency at `point`, any number of axes: the weighted sum over the 2^n corners of
+        its cell (the one- to three-axis paths above are this, specialised, bit for bit)."""
         corners = [_segment(axis, math.log(max(value, 1e-9)))
                    for axis, value in zip(self.axes, point, strict=True)]
         total = 0.0
@@ -95,7 +100,7 @@ class LogGrid:
                 index.append(min(i + upper, len(self.axes[d]) - 1))
             if weight != 0.0:
                 total += weight * self.log_ms[tuple(index)]
-        return math.exp(total)
+        return total
 
     @property
     def rows(self) -> list:

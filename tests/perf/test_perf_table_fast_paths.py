@@ -3,7 +3,7 @@
 Speed changes must not move a result (docs/PERFORMANCE.md), so each fast path is checked here
 against the plain formula it replaced, bit for bit: the stacked alternating-least-squares fill
 against one matrix at a time with temporaries, the numpy cell medians against pandas' group-by,
-the unrolled three-axis lookup against the general corner sum, and the kept decode row against
+the unrolled three-axis lookup against the general corner sum (`LogGrid.corner_sum`), and the kept decode row against
 the formula recomputed on every call.
 """
 
@@ -66,21 +66,6 @@ def test_grids_built_together_match_the_pandas_cell_medians_and_fills() -> None:
         assert grids[key].axes == tuple(np.log(t).tolist() for t in ticks)
 
 
-def corner_sum(grid: LogGrid, *point: float) -> float:
-    """The general n-axis interpolation, indexing the array corner by corner."""
-    corners = [_segment(axis, math.log(max(value, 1e-9))) for axis, value in zip(grid.axes, point, strict=True)]
-    total = 0.0
-    for mask in range(1 << len(corners)):
-        weight, index = 1.0, []
-        for d, (i, u) in enumerate(corners):
-            upper = (mask >> d) & 1
-            weight *= u if upper else 1.0 - u
-            index.append(min(i + upper, len(grid.axes[d]) - 1))
-        if weight != 0.0:
-            total += weight * grid.log_ms[tuple(index)]
-    return math.exp(total)
-
-
 def test_three_axis_lookup_is_the_corner_sum() -> None:
     rng = np.random.default_rng(3)
     axes = [np.array([1.0, 8.0, 64.0, 512.0]), np.array([128.0, 1024.0, 8192.0]), np.array([256.0, 4096.0])]
@@ -90,7 +75,7 @@ def test_three_axis_lookup_is_the_corner_sum() -> None:
     points = np.exp(rng.uniform(-1.0, 10.0, (500, 3))).tolist()
     points += [[1.0, 128.0, 256.0], [512.0, 8192.0, 4096.0], [8.0, 1024.0, 300.0]]  # on ticks, at edges
     for point in points:
-        assert grid(*point) == corner_sum(grid, *point)
+        assert grid(*point) == math.exp(grid.corner_sum(point))  # (the general path: every axis count)
 
 
 def test_kept_decode_row_gives_the_recomputed_series() -> None:
