@@ -14,7 +14,7 @@
   through the prealloc rule; the reload over PCIe delays the iteration it happens in.
 
 Every boundary's decisions come from one call, `pdsim.policy.plan_decode_step` (the same call
-pdreal's DecodeEngine makes); this module only executes them in simulated time.
+pdreal's DecodeEngine makes); decode_plan.py executes them in simulated time.
 """
 
 from __future__ import annotations
@@ -26,28 +26,22 @@ from typing import Any
 import simpy
 
 from pdsim.perf import LatencyModel
-from pdsim.policy import (
-    DecodeAccess,
-    DecodeMemoryView,
-    DecodeStepPlan,
-    RequestView,
-    plan_decode_step,
-    plan_preallocation,
-    prealloc_free_slots,
-)
-from pdsim.policy.memory import need_now_tokens
+from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
+from pdsim.sim.decode_plan import (
+    PREALLOC_LOOKAHEAD,
+    admit_handed_off,
+    apply_plan,
+    prealloc_limit,
+    remaining_tokens,
+    request_view,
+)
 from pdsim.sim.handoff import handoff_at_prefill_end, tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
 from pdsim.sim.steptime import add_steps
-
-# While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
-# call per boundary): the admission point is found without stepping, at a bounded cost per span.
-PREALLOC_LOOKAHEAD = 64
 
 
 class DecodeInstance(InstanceBase):
@@ -61,7 +55,7 @@ class DecodeInstance(InstanceBase):
         self.page = pool.page_size_tokens
         self.reload_s_per_token = reload_s_per_token
         self.max_running = self.limits.max_running_requests
-        self.access = DecodeAccess(self._view, _kv_tokens, _done_at_join)
+        self.access = DecodeAccess(request_view, _kv_tokens, _done_at_join)
         self.prealloc: dict[int, SimRequest] = {}
         self.retracted: dict[int, SimRequest] = {}
         self.transfer: dict[int, SimRequest] = {}
@@ -112,13 +106,13 @@ class DecodeInstance(InstanceBase):
             self.notify()
             return
         sr.mark("transfer_queue_leave_s", now)
-        self._prebuilt(sr)
+        self.prebuilt(sr)
 
-    def _prebuilt(self, sr: SimRequest) -> None:
+    def prebuilt(self, sr: SimRequest) -> None:
         sr.mark("decode_waiting_enter_s", self.env.now)
-        self.remaining_output_tokens -= _remaining(sr)
+        self.remaining_output_tokens -= remaining_tokens(sr)
         sr.generated = tokens_after_prefill(self.cfg.cluster)
-        self.remaining_output_tokens += _remaining(sr)
+        self.remaining_output_tokens += remaining_tokens(sr)
         self.waiting[sr.rid] = sr
         self.notify()
 
@@ -127,7 +121,7 @@ class DecodeInstance(InstanceBase):
         self.batch_clock.settle_now(self)
         for queue in (self.transfer, self.waiting, self.running):
             if rid in queue:
-                self.remaining_output_tokens -= _remaining(sr)
+                self.remaining_output_tokens -= remaining_tokens(sr)
         for queue in (self.prealloc, self.retracted, self.transfer, self.waiting):
             queue.pop(rid, None)
         if self.running.pop(rid, None) is not None:
@@ -143,7 +137,7 @@ class DecodeInstance(InstanceBase):
     def run(self) -> Generator[simpy.Event, Any, None]:
         while self.alive:
             plan = self._plan()
-            reload_s = self._apply(plan)
+            reload_s = apply_plan(self, plan)
             if plan.replan:
                 continue
             if not self.running:
@@ -157,28 +151,12 @@ class DecodeInstance(InstanceBase):
     def _plan(self) -> DecodeStepPlan[SimRequest]:
         """The shared decision of this boundary (pdsim.policy.decode_step)."""
         if handoff_at_prefill_end(self.cfg.cluster):
-            self._admit_handed_off()
+            admit_handed_off(self)
         handshaken = (sr for sr in self.prealloc.values() if sr.handshaken) if self.prealloc else ()
         return plan_decode_step(
             self.limits, self.memory_view, list(self.retracted.values()), handshaken, len(self.transfer),
             list(self.waiting.values()), list(self.running.values()), self.pool.free_pages, self.access,
         )
-
-    def _admit_handed_off(self) -> None:
-        """prefill_end hand-off: requests whose KV is here take their pages by the shared
-        pre-allocation rule (retracted requests keep their priority) and wait to join, so the
-        step plan below joins them at this very boundary."""
-        if not self.prealloc:
-            return
-        free_slots = prealloc_free_slots(self.limits, len(self.transfer), len(self.waiting))
-        retracted = [self._view(sr) for sr in self.retracted.values()]
-        arrived = (self._view(sr) for sr in self.prealloc.values())
-        for rid in plan_preallocation(retracted, arrived, self.memory_view(), free_slots).admit_ids:
-            sr = self.prealloc.pop(rid)
-            self._allocate_now(sr)
-            sr.mark("prealloc_leave_s", self.env.now)
-            self.remaining_output_tokens += _remaining(sr)
-            self._prebuilt(sr)
 
     def _begin_span(self, reload_s: float) -> Span:
         """Start the next iterations: as many as the batch provably runs unchanged (span.py);
@@ -188,32 +166,12 @@ class DecodeInstance(InstanceBase):
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
             k, growth, first_finish = clock.limit(self.running.values(), self.pool.free_pages)
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
-            k = self._prealloc_limit(min(k, PREALLOC_LOOKAHEAD), n, growth)
+            k = prealloc_limit(self, min(k, PREALLOC_LOOKAHEAD), n, growth)
         span = clock.begin(n, self.ctx_tokens, k, growth, reload_s, first_finish)
         self.busy_s += float(span.steps[0])
         self.iterations += 1
         self.batch_size = n
         return span
-
-    def _prealloc_limit(self, k: int, n: int, growth: PageGrowth) -> int:
-        """The first boundary 1..k-1 at which the shared pre-allocation plan would admit or
-        resume a request, given the memory those boundaries free up (k if none)."""
-        base = self.memory_view()
-        free_slots = prealloc_free_slots(self.limits, len(self.transfer), len(self.waiting))
-        retracted = [self._view(sr) for sr in self.retracted.values()]
-        for j in range(1, k):
-            mem = DecodeMemoryView(
-                available_tokens=base.available_tokens - growth.pages(j - 1) * self.page,
-                num_active=base.num_active, reserved_decode_tokens=base.reserved_decode_tokens,
-                remaining_output_tokens=base.remaining_output_tokens - n * j,
-                largest_need_tokens=base.largest_need_tokens,
-                retractable_tokens=base.retractable_tokens + n * j, page_size_tokens=self.page,
-            )
-            handshaken = (self._view(sr) for sr in self.prealloc.values() if sr.handshaken)
-            plan = plan_preallocation(retracted, handshaken, mem, free_slots)
-            if plan.resume_ids or plan.admit_ids:
-                return j
-        return k
 
     def add_pages(self, sr: SimRequest, pages: int) -> None:
         """Grow `sr` by `pages` pages (virtual boundaries of a span, see span.py)."""
@@ -226,10 +184,6 @@ class DecodeInstance(InstanceBase):
         self.remaining_output_tokens -= iterations * n
         self.busy_s = add_steps(self.busy_s, steps)
         self.iterations += iterations
-
-    def _view(self, sr: SimRequest) -> RequestView:
-        return RequestView(sr.rid, sr.req.input_tokens, sr.req.output_tokens,
-                           generated_tokens=sr.generated, kv_tokens=sr.kv_tokens)
 
     def memory_view(self) -> DecodeMemoryView:
         """The allocatable-tokens inputs; the remaining-output sum is kept up to date as
@@ -244,84 +198,6 @@ class DecodeInstance(InstanceBase):
             page_size_tokens=self.page,
         )
 
-    def _apply(self, plan: DecodeStepPlan[SimRequest]) -> float:
-        """Execute a step plan now; returns the KV reload time of the resumed requests."""
-        if self.decisions is not None:
-            self.decisions.decode(self.env.now, self.name, plan, _rid)
-        if not plan.changes:
-            allocate = self.pool.allocate
-            for sr in plan.growth.grow:
-                allocate(sr.rid, 1)
-                sr.d_pages += 1
-            return 0.0
-        now = self.env.now
-        reload_tokens = 0
-        for sr in plan.resume:
-            del self.retracted[sr.rid]
-            self._allocate_now(sr)
-            reload_tokens += sr.kv_tokens
-            self.waiting[sr.rid] = sr
-            self.remaining_output_tokens += _remaining(sr)
-        for sr in plan.admit:
-            del self.prealloc[sr.rid]
-            self._allocate_now(sr)
-            sr.mark("prealloc_leave_s", now)
-            self.remaining_output_tokens += _remaining(sr)
-            if handoff_at_prefill_end(self.cfg.cluster):  # the KV is already here: join next
-                self._prebuilt(sr)
-                self.hooks.after(0.0, self.notify)
-                continue
-            sr.mark("transfer_queue_enter_s", now)
-            self.transfer[sr.rid] = sr
-            self.hooks.after(self.cfg.cluster.control_plane_latency_s, sr.prefill.on_transfer_info, sr, sr.attempt)
-        for sr in plan.finish_at_join:
-            del self.waiting[sr.rid]
-            self._deliver_first_token(sr, now)
-            self.remaining_output_tokens -= _remaining(sr)
-            self._finish(sr)
-        for sr in plan.join:
-            del self.waiting[sr.rid]
-            self._deliver_first_token(sr, now)
-            self.running[sr.rid] = sr
-            self.ctx_tokens += sr.kv_tokens
-        for sr in plan.growth.victims:
-            self._retract(sr)
-        for sr in plan.growth.failed:
-            self.hooks.abort(sr, f"decode KV exhausted on {self.name}")
-        for sr in plan.growth.grow:
-            self.pool.allocate(sr.rid, 1)
-            sr.d_pages += 1
-        return reload_tokens * self.reload_s_per_token
-
-    def _allocate_now(self, sr: SimRequest) -> None:
-        pages = need_now_tokens(self._view(sr), self.page) // self.page
-        self.pool.allocate(sr.rid, pages)
-        sr.d_pages = pages
-        sr.kv_tokens = sr.req.input_tokens + max(0, sr.generated - 1)
-
-    def _deliver_first_token(self, sr: SimRequest, now: float) -> None:
-        """Joining the running batch delivers the first token (made by prefill) - once; a prefill
-        that made none (cluster.prefill_emits_token=false) delivers it at the first iteration."""
-        if "running_enter_s" in sr.times:
-            return
-        sr.times["running_enter_s"] = now
-        self.queued_requests -= 1
-        self.queued_tokens -= sr.req.input_tokens
-        if sr.generated > 0:
-            sr.times["first_token_s"] = now
-            if sr.token_times is not None:
-                sr.token_times.append(now)
-
-    def _retract(self, sr: SimRequest) -> None:
-        del self.running[sr.rid]
-        self.remaining_output_tokens -= _remaining(sr)
-        self.ctx_tokens -= sr.kv_tokens
-        self.pool.free(sr.rid)
-        sr.d_pages = 0
-        sr.num_retractions += 1
-        self.retractions += 1
-        self.retracted[sr.rid] = sr
-
     def _complete_span(self) -> None:
         """The span's end: its virtual boundaries and last iteration (one pass, span.py), then
         the requests that made their last token finish."""
@@ -332,9 +208,9 @@ class DecodeInstance(InstanceBase):
         for sr in done:
             del self.running[sr.rid]
             self.ctx_tokens -= sr.kv_tokens
-            self._finish(sr)
+            self.finish_request(sr)
 
-    def _finish(self, sr: SimRequest) -> None:
+    def finish_request(self, sr: SimRequest) -> None:
         sr.times["last_token_s"] = self.env.now
         self.pool.free(sr.rid)
         sr.d_pages = 0
@@ -353,16 +229,8 @@ class DecodeInstance(InstanceBase):
         }
 
 
-def _rid(sr: SimRequest) -> int:
-    return sr.rid
-
-
 _kv_tokens: Callable[[SimRequest], int] = attrgetter("kv_tokens")  # C-level: called per running request per plan
 
 
 def _done_at_join(sr: SimRequest) -> bool:
     return sr.generated >= sr.req.output_tokens
-
-
-def _remaining(sr: SimRequest) -> int:
-    return max(0, sr.req.output_tokens - sr.generated)
