@@ -79,12 +79,13 @@ def test_three_axis_lookup_is_the_corner_sum() -> None:
 
 
 def test_kept_decode_row_gives_the_recomputed_series() -> None:
+    """Contexts across segments, inside one (a span's: scalars broadcast), past the last tick, below the first."""
     rng = np.random.default_rng(11)
     batch, step = np.meshgrid([1.0, 2.0, 8.0, 32.0, 128.0], [64.0, 512.0, 4096.0, 32768.0], indexing="ij")
     df = pd.DataFrame({"b": batch.ravel(), "s": step.ravel(), "latency_ms": np.exp(rng.normal(size=batch.size))})
     grid = LogGrid.from_frame(df, ("b", "s"), "generation")
-    for x in [1.0, 3.0, 3.0, 200.0, 0.5, 3.0]:  # repeats come from the kept row
-        ys = np.exp(rng.uniform(0.0, 12.0, 300))
+    spans = [np.exp(rng.uniform(0.0, 12.0, 300)), 100.0 + np.arange(200.0), 4e4 + 3.0 * np.arange(90.0), np.array([7.0])]
+    for x, ys in zip([1.0, 3.0, 3.0, 200.0, 0.5, 3.0, 64.0, 1.0], spans * 2, strict=True):  # repeats: the kept row
         i, u = _segment(grid.axes[0], math.log(max(x, 1e-9)))
         row = grid.log_ms[i] + u * (grid.log_ms[min(i + 1, 4)] - grid.log_ms[i])
         axis = np.asarray(grid.axes[1])
