@@ -35,12 +35,12 @@ import pandas as pd
 
 from pdsim.perf.table import complete_log_additive_stack
 
+K = TypeVar("K")  # a grid's key in LogGrid.from_frames
 DATA_DIR = Path(__file__).parent / "data"
 AIC_DIR = DATA_DIR / "aic"
 ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add",
                    "add")  # two residual adds per layer, Vidur times one
 VIDUR_HIDDEN = 8192  # Llama-2-70B, whose Vidur rows stand for every model (scaled by hidden size)
-K = TypeVar("K")  # a grid's key in LogGrid.from_frames
 VIDUR_HBM_GBPS = {"a100": 2039.0, "h100": 3350.0}  # the GPUs Vidur profiled (catalog datasheets)
 
 
@@ -119,7 +119,6 @@ class LogGrid:
         low = g[i][j] + v * (g[i][j1] - g[i][j])
         high = g[i1][j] + v * (g[i1][j1] - g[i1][j])
         return low + u * (high - low)
-
 
     def _interpolate3(self, x: float, y: float, z: float) -> float:
         """The general corner sum below for three axes (GEMM's m, n, k), on nested lists: the
