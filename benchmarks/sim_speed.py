@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", action="store_true", help="also the instance table (2..256 instances)")
     parser.add_argument("--instance-requests", type=int, default=20_000, help="requests per instance-table case")
     parser.add_argument("--startup", action="store_true", help="also the whole-process 2,000-request run")
-    parser.add_argument("--baseline", default="", help="git revision to measure too, interleaved (before/after)")
+    parser.add_argument("--baseline", default="", help="git revision (or an exported, built folder) to measure "
+                        "too, interleaved (before/after)")
     parser.add_argument("--compiled-baseline", action="store_true", help="build the baseline's compiled "
                         "core first (mypyc; its sources run as pure Python otherwise)")
     parser.add_argument("--pure", action="store_true", help="also this checkout's core as pure Python "
