@@ -1,6 +1,6 @@
 """The shared policy seam: decisions that pdsim and pdreal make with the same code.
 
-Pure Python over frozen "views" (views.py): no simpy, no clock (time is an argument), no I/O,
+Pure Python over immutable "views" (views.py): no simpy, no clock (time is an argument), no I/O,
 deterministic given a seeded numpy Generator argument. Modules:
 
 - routing.py: pair selection (round_robin, least_loaded, random, power_of_two) by name.

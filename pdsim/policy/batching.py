@@ -23,19 +23,30 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from pdsim.policy.views import RequestView, pages_for
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class PrefillBudget:
-    max_prefill_tokens: int
-    chunk_size_tokens: int
-    page_size_tokens: int
-    free_kv_tokens: int
-    reserved_kv_tokens: int = 0
-    new_token_ratio: float = 0.0
-    max_requests: int = 0
+    max_prefill_tokens: Final[int]
+    chunk_size_tokens: Final[int]
+    page_size_tokens: Final[int]
+    free_kv_tokens: Final[int]
+    reserved_kv_tokens: Final[int]
+    new_token_ratio: Final[float]
+    max_requests: Final[int]
+
+    def __init__(self, max_prefill_tokens: int, chunk_size_tokens: int, page_size_tokens: int, free_kv_tokens: int,
+        reserved_kv_tokens: int = 0, new_token_ratio: float = 0.0, max_requests: int = 0) -> None:
+        self.max_prefill_tokens = max_prefill_tokens
+        self.chunk_size_tokens = chunk_size_tokens
+        self.page_size_tokens = page_size_tokens
+        self.free_kv_tokens = free_kv_tokens
+        self.reserved_kv_tokens = reserved_kv_tokens
+        self.new_token_ratio = new_token_ratio
+        self.max_requests = max_requests
 
     @property
     def token_budget(self) -> int:
@@ -50,21 +61,33 @@ def prefill_token_budget(max_prefill_tokens: int, chunk_size_tokens: int) -> int
     return max_prefill_tokens
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class PrefillChunk:
     """One request's part of a forward: new_tokens computed over context_tokens already in KV."""
 
-    request_id: int
-    new_tokens: int
-    context_tokens: int
-    new_pages: int
-    is_last: bool
+    request_id: Final[int]
+    new_tokens: Final[int]
+    context_tokens: Final[int]
+    new_pages: Final[int]
+    is_last: Final[bool]
+
+    def __init__(self, request_id: int, new_tokens: int, context_tokens: int, new_pages: int,
+        is_last: bool) -> None:
+        self.request_id = request_id
+        self.new_tokens = new_tokens
+        self.context_tokens = context_tokens
+        self.new_pages = new_pages
+        self.is_last = is_last
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class PrefillBatch:
-    chunks: tuple[PrefillChunk, ...]
-    stop_reason: str  # "empty" | "token_budget" | "memory" | "max_requests" | "chunked"
+    chunks: Final[tuple[PrefillChunk, ...]]
+    stop_reason: Final[str]  # "empty" | "token_budget" | "memory" | "max_requests" | "chunked"
+
+    def __init__(self, chunks: tuple[PrefillChunk, ...], stop_reason: str) -> None:
+        self.chunks = chunks
+        self.stop_reason = stop_reason
 
     @property
     def new_tokens(self) -> int:

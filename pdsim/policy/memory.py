@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
@@ -32,26 +32,42 @@ from pdsim.policy.views import RequestView, pages_for
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class DecodeMemoryView:
     """Aggregates of one decode instance, in tokens (page-rounded by the caller where held)."""
 
-    available_tokens: int
-    num_active: int  # running + transfer + waiting
-    reserved_decode_tokens: int  # per request; 0 = each request's remaining output
-    remaining_output_tokens: int  # sum over active requests (used when reserved is 0)
-    largest_need_tokens: int  # max over running of input + output tokens (0 if none)
-    retractable_tokens: int  # KV tokens held by running requests
-    page_size_tokens: int = 1
+    available_tokens: Final[int]
+    num_active: Final[int]  # running + transfer + waiting
+    reserved_decode_tokens: Final[int]  # per request; 0 = each request's remaining output
+    remaining_output_tokens: Final[int]  # sum over active requests (used when reserved is 0)
+    largest_need_tokens: Final[int]  # max over running of input + output tokens (0 if none)
+    retractable_tokens: Final[int]  # KV tokens held by running requests
+    page_size_tokens: Final[int]
+
+    def __init__(self, available_tokens: int, num_active: int, reserved_decode_tokens: int,
+        remaining_output_tokens: int, largest_need_tokens: int, retractable_tokens: int,
+        page_size_tokens: int = 1) -> None:
+        self.available_tokens = available_tokens
+        self.num_active = num_active
+        self.reserved_decode_tokens = reserved_decode_tokens
+        self.remaining_output_tokens = remaining_output_tokens
+        self.largest_need_tokens = largest_need_tokens
+        self.retractable_tokens = retractable_tokens
+        self.page_size_tokens = page_size_tokens
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class PreallocPlan:
     """resume_ids: retracted requests to resume; admit_ids: prealloc-queue requests to admit."""
 
-    resume_ids: tuple[int, ...]
-    admit_ids: tuple[int, ...]
-    allocatable_tokens: int
+    resume_ids: Final[tuple[int, ...]]
+    admit_ids: Final[tuple[int, ...]]
+    allocatable_tokens: Final[int]
+
+    def __init__(self, resume_ids: tuple[int, ...], admit_ids: tuple[int, ...], allocatable_tokens: int) -> None:
+        self.resume_ids = resume_ids
+        self.admit_ids = admit_ids
+        self.allocatable_tokens = allocatable_tokens
 
 
 def reserve_tokens(req: RequestView, reserved_decode_tokens: int) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -79,16 +79,24 @@ def routing_params(policy: RouterPolicyConfig, block_tokens: int) -> RoutingPara
     return RoutingParams(policy.cache_weight, tuple(policy.length_buckets), block_tokens)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class RouterDecision:
     """outcome: routed (prefill_id, decode_id, bootstrap_room set; decode_id -1 when colocated),
     rejected (admission said no; reason), or no_instance (no healthy instance; reason)."""
 
-    outcome: str
-    prefill_id: int = -1
-    decode_id: int = -1
-    bootstrap_room: int = 0
-    reason: str = ""
+    outcome: Final[str]
+    prefill_id: Final[int]
+    decode_id: Final[int]
+    bootstrap_room: Final[int]
+    reason: Final[str]
+
+    def __init__(self, outcome: str, prefill_id: int = -1, decode_id: int = -1, bootstrap_room: int = 0,
+        reason: str = "") -> None:
+        self.outcome = outcome
+        self.prefill_id = prefill_id
+        self.decode_id = decode_id
+        self.bootstrap_room = bootstrap_room
+        self.reason = reason
 
     @property
     def routed(self) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -45,12 +46,16 @@ class RouterState:
         return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class RouteDecision:
     """prefill_id: the prefill (or colocated) instance; decode_id: -1 in colocated mode."""
 
-    prefill_id: int
-    decode_id: int = -1
+    prefill_id: Final[int]
+    decode_id: Final[int]
+
+    def __init__(self, prefill_id: int, decode_id: int = -1) -> None:
+        self.prefill_id = prefill_id
+        self.decode_id = decode_id
 
 
 SideChooser = Callable[[RequestView, Sequence[InstanceView], str, RouterState, np.random.Generator], int]

@@ -36,7 +36,6 @@ from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
-from pdsim.sim.steptime import add_steps
 
 
 class ColocatedInstance(InstanceBase):
@@ -121,7 +120,7 @@ class ColocatedInstance(InstanceBase):
         if not self.waiting and self.chunked is None:
             k, growth, _ = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
         span = clock.begin(n, self.ctx_tokens, k, growth)
-        self.busy_s += float(span.steps[0])
+        self.busy_s += span.times.step(0)
         self.iterations += 1
         self.batch_size = n
         return span
@@ -130,9 +129,9 @@ class ColocatedInstance(InstanceBase):
         if not self.kv.allocate(sr, pages):
             raise RuntimeError(f"{self.name}: span page growth of request {sr.rid} did not fit")
 
-    def advanced(self, iterations: int, steps: Any) -> None:
+    def advanced(self, iterations: int, busy_s: float) -> None:
         self.ctx_tokens += iterations * len(self.running)
-        self.busy_s = add_steps(self.busy_s, steps)
+        self.busy_s = busy_s
         self.iterations += iterations
 
     # -- pdsim.policy.ColocatedExecutor: what the shared step planner reads and applies ------

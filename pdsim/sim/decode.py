@@ -41,7 +41,6 @@ from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
-from pdsim.sim.steptime import add_steps
 
 
 class DecodeInstance(InstanceBase):
@@ -168,7 +167,7 @@ class DecodeInstance(InstanceBase):
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
             k = prealloc_limit(self, min(k, PREALLOC_LOOKAHEAD), n, growth)
         span = clock.begin(n, self.ctx_tokens, k, growth, reload_s, first_finish)
-        self.busy_s += float(span.steps[0])
+        self.busy_s += span.times.step(0)
         self.iterations += 1
         self.batch_size = n
         return span
@@ -178,11 +177,11 @@ class DecodeInstance(InstanceBase):
         self.pool.allocate(sr.rid, pages)
         sr.d_pages += pages
 
-    def advanced(self, iterations: int, steps: Any) -> None:
+    def advanced(self, iterations: int, busy_s: float) -> None:
         n = len(self.running)
         self.ctx_tokens += iterations * n
         self.remaining_output_tokens -= iterations * n
-        self.busy_s = add_steps(self.busy_s, steps)
+        self.busy_s = busy_s
         self.iterations += iterations
 
     def memory_view(self) -> DecodeMemoryView:

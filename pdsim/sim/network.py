@@ -31,15 +31,25 @@ class Resource:
     bytes_moved: float = 0.0
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(init=False, slots=True, eq=False)
 class Flow:
     flow_id: int
     path: tuple[Resource, ...]
     remaining_bytes: float
     latency_s: float
     on_done: Callable[[], None]
-    rate_bytes_per_s: float = 0.0
-    active: bool = True
+    rate_bytes_per_s: float
+    active: bool
+
+    def __init__(self, flow_id: int, path: tuple[Resource, ...], remaining_bytes: float, latency_s: float,
+        on_done: Callable[[], None], rate_bytes_per_s: float = 0.0, active: bool = True) -> None:
+        self.flow_id = flow_id
+        self.path = path
+        self.remaining_bytes = remaining_bytes
+        self.latency_s = latency_s
+        self.on_done = on_done
+        self.rate_bytes_per_s = rate_bytes_per_s
+        self.active = active
 
 
 class Network:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class PageGrowth:
     """Pages a batch of `n` requests grows over its next iterations.
 
@@ -16,9 +17,14 @@ class PageGrowth:
     j = q * page + s, an O(1) lookup in `at_least` (at_least[x] = requests with r >= x).
     """
 
-    n: int
-    page: int
-    at_least: tuple[int, ...]
+    n: Final[int]
+    page: Final[int]
+    at_least: Final[tuple[int, ...]]
+
+    def __init__(self, n: int, page: int, at_least: tuple[int, ...]) -> None:
+        self.n = n
+        self.page = page
+        self.at_least = at_least
 
     @classmethod
     def of(cls, kv_tokens: Iterable[int], page: int) -> PageGrowth:

@@ -25,8 +25,7 @@ do not occur in practice (tests/sim/test_skip_ahead.py compares whole traces of 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections.abc import Collection, Generator, Sequence
+from collections.abc import Collection, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,15 +33,11 @@ import simpy
 
 from pdsim.perf import LatencyModel
 from pdsim.sim.pagegrowth import PageGrowth
+from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import SimRequest
 from pdsim.sim.steptime import StepSeries
 
 MAX_SPAN_ITERATIONS = 1024  # longer runs are split into several spans (bounds the work per span)
-
-
-def as_floats(values: Sequence[float]) -> list[float]:
-    """A slice of a span's boundaries as a list of Python floats."""
-    return values if isinstance(values, list) else values.tolist()  # type: ignore[attr-defined]
 
 
 def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:
@@ -55,28 +50,30 @@ def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:
     return delay / 2, False
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(init=False, slots=True, eq=False)
 class Span:
-    bounds: Sequence[float]  # b_0 (start) .. b_k (a list, or a float64 array: see StepSeries.span)
-    steps: Sequence[float]  # step_0 .. step_{k-1} (a list, or a float64 array: see StepSeries.span)
+    times: SpanTimes  # step_0 .. step_{k-1}, b_0 (start) .. b_k (spantimes.py)
     growth: PageGrowth | None  # None for a single iteration
     end: int  # the boundary the instance wakes at (k, or earlier once truncated)
-    first_finish: int = 1  # no request makes its last token before this many iterations
-    settled: int = 0  # virtual boundaries 1..settled are applied
-    _due: int = 0  # the last answer of due() (time only moves forward)
+    first_finish: int  # no request makes its last token before this many iterations
+    settled: int  # virtual boundaries 1..settled are applied
+    _due: int  # the last answer of due() (time only moves forward)
+    end_s: float  # b_end
 
-    @property
-    def end_s(self) -> float:
-        return float(self.bounds[self.end])
+    def __init__(self, times: SpanTimes, growth: PageGrowth | None, end: int, first_finish: int = 1) -> None:
+        self.times = times
+        self.growth = growth
+        self.end = end
+        self.first_finish = first_finish
+        self.settled = 0
+        self._due = 0
+        self.end_s = times.bound(end)
 
     def due(self, now_s: float) -> int:
         """Virtual boundaries passed strictly before now_s (never the end)."""
-        j, last, bounds = self._due, self.end - 1, self.bounds
-        if j < last and bounds[j + 1] < now_s:
-            if j + 1 < last and bounds[j + 2] < now_s:  # several passed: bisect
-                j = min(bisect_left(bounds, now_s) - 1, last)
-            else:
-                j += 1
+        j, last = self._due, self.end - 1
+        if j < last:
+            j = self.times.last_before(now_s, j, last)
             self._due = j
         return j
 
@@ -89,9 +86,10 @@ class Span:
 
     def truncate(self, now_s: float) -> bool:
         """End at the first boundary at or after now_s; True if the end moved earlier."""
-        first = max(1, self.settled + 1, bisect_left(self.bounds, now_s))
+        first = max(1, self.settled + 1, self.times.first_at_or_after(now_s))
         if first < self.end:
             self.end = first
+            self.end_s = self.times.bound(first)
             return True
         return False
 
@@ -135,8 +133,8 @@ class BatchClock:
     ) -> Span:
         """Plan k iterations; the first takes first_extra_s longer (a KV reload before it).
         first_finish: as from `limit` (1 when unknown: every span end checks for finishes)."""
-        steps, bounds = self.series.span(n, ctx_tokens, k, self.env.now, first_extra_s)
-        span = Span(bounds, steps, growth if k > 1 else None, k, first_finish)
+        times = self.series.span(n, ctx_tokens, k, self.env.now, first_extra_s)
+        span = Span(times, growth if k > 1 else None, k, first_finish)
         self.span = span
         return span
 
@@ -180,7 +178,7 @@ class BatchClock:
         if span is None:
             return math.inf
         j = span.due(self.env.now)
-        return float(span.bounds[j + 1]) if j + 1 < span.end else math.inf
+        return span.times.bound(j + 1) if j + 1 < span.end else math.inf
 
     def settle(self, owner: BatchOwner, upto: int) -> None:
         """Apply the span's virtual boundaries settled+1..upto to `owner`'s running batch:
@@ -195,16 +193,16 @@ class BatchClock:
             grow = (kv + d) // page - kv // page
             sr.kv_tokens = kv + d
             if sr.generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", float(span.bounds[first]))
+                sr.mark("first_token_s", span.times.bound(first))
             sr.generated += d
             if grow:
                 owner.add_pages(sr, grow)
             if sr.token_times is not None:
                 if times is None:
-                    times = as_floats(span.bounds[first:upto + 1])
+                    times = span.times.bounds(first, upto)
                 sr.token_times.extend(times)
         span.settled = upto
-        owner.advanced(d, span.steps[first:upto + 1])
+        owner.advanced(d, span.times.add_steps(owner.busy_s, first, upto + 1))
 
     def finish(self, owner: BatchOwner) -> list[SimRequest]:
         """At the span's end (now): its virtual boundaries settled+1..end-1 (as `settle`) and its
@@ -225,20 +223,20 @@ class BatchClock:
             sr.kv_tokens = kv + d + 1
             generated = sr.generated
             if generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", float(span.bounds[first]))
+                sr.mark("first_token_s", span.times.bound(first))
             generated += d + 1
             sr.generated = generated
             if grow:
                 owner.add_pages(sr, grow)
             if sr.token_times is not None:
                 if times is None:
-                    times = as_floats(span.bounds[first:end + 1])  # bounds[end] is now
+                    times = span.times.bounds(first, end)  # b_end is now
                 sr.token_times.extend(times)
             if check and generated >= sr.req.output_tokens:
                 done.append(sr)
         span.settled = end - 1
         if d:
-            owner.advanced(d, span.steps[first:end])
+            owner.advanced(d, span.times.add_steps(owner.busy_s, first, end))
         return done
 
     def settle_now(self, owner: BatchOwner) -> None:
@@ -253,12 +251,13 @@ class BatchOwner(Protocol):
     running: dict[int, SimRequest]
     alive: bool
     view_stale: bool
+    busy_s: float
 
     def add_pages(self, sr: SimRequest, pages: int) -> None:
         """Grow `sr`'s KV by `pages` pages (they are known to be free)."""
 
-    def advanced(self, iterations: int, steps: Sequence[float]) -> None:
-        """The batch ran `iterations` more iterations of these step times: update counters."""
+    def advanced(self, iterations: int, busy_s: float) -> None:
+        """The batch ran `iterations` more iterations, which took it to busy_s: update counters."""
 
 
 def rearm(process: simpy.Process, delay_s: float) -> None:

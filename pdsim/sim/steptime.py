@@ -18,10 +18,7 @@ decode-only step from here, so they agree bit for bit whatever the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import reduce
-from itertools import accumulate
-from operator import add
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,14 +32,9 @@ from pdsim.perf import (
     StepOverheadModel,
 )
 from pdsim.perf import cost as roofline_cost
+from pdsim.sim.spantimes import ArrayTimes, LinearTimes, SpanTimes
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
-
-# Spans of the linear model up to this many iterations are computed in plain Python floats (the
-# same operations as decode_time_s): cheaper than the ~6 numpy calls and two `tolist` of the
-# array path up to ~100 iterations.
-SHORT_SPAN_ITERATIONS = 96
-
 
 class StepSeries:
     """Step times of decode iterations for one instance's latency model."""
@@ -60,26 +52,21 @@ class StepSeries:
         decode = self.latency.decode_time_s
         return np.array([decode(n, c) for c in ctx.tolist()], dtype=np.float64)
 
-    def span(
-        self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0
-    ) -> tuple[Sequence[float], Sequence[float]]:
+    def span(self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0) -> SpanTimes:
         """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
-        its boundaries b_0 = start_s .. b_k. Both are lists for short linear spans, else float64
-        arrays (summed by numpy's in-order cumsum, add_steps): a long span is often cut short, and
-        only the boundaries it reaches become Python floats. The values are bit-identical either way."""
+        its boundaries b_0 = start_s .. b_k (spantimes.py). The linear model's are computed when
+        read (a long span is often cut short: only what it reaches is computed); other models'
+        are float64 arrays (boundaries summed by numpy's in-order cumsum). The values are
+        bit-identical to the model's decode_time_s and to simpy's clock either way."""
         m = self._linear
-        if m is not None and k <= SHORT_SPAN_ITERATIONS and n > 0:
+        if m is not None and n > 0:
             fixed_s = float(m.decode_base_s + m.decode_per_seq_s * n)  # decode_time_s's association
-            per_ctx_s = m.decode_per_ctx_token_s
-            steps = [fixed_s + per_ctx_s * ctx for ctx in range(ctx0, ctx0 + n * k, n)]
-            if first_extra_s > 0.0:
-                steps[0] += first_extra_s
-            return steps, list(accumulate(steps, initial=start_s))
+            return LinearTimes(k, start_s, fixed_s, m.decode_per_ctx_token_s, ctx0, n, first_extra_s)
         array = self.steps(n, ctx0, k)
         if first_extra_s > 0.0:
             array = array.copy()
             array[0] += first_extra_s
-        return array, boundaries(start_s, array)  # type: ignore[return-value]  # (indexed and sliced as the lists)
+        return ArrayTimes(array, boundaries(start_s, array))  # type: ignore[arg-type]  # (indexed and sliced as lists)
 
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
@@ -88,18 +75,6 @@ def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
     out[0] = start_s
     out[1:] = steps
     return out.cumsum(out=out)
-
-
-def add_steps(total_s: float, steps: Sequence[float]) -> float:
-    """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
-    if isinstance(steps, np.ndarray):
-        if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
-            out = np.empty(steps.shape[0] + 1, dtype=np.float64)
-            out[0] = total_s
-            out[1:] = steps
-            return float(out.cumsum(out=out)[-1])
-        steps = steps.tolist()
-    return reduce(add, steps, total_s)
 
 
 def _vector_for(latency: LatencyModel) -> VectorFn | None:

@@ -7,6 +7,7 @@ count (the point of skipping). Step times have a context term so that iterations
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 from typing import Any
 
@@ -21,8 +22,9 @@ from pdsim.sim import simulate
 from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
-from pdsim.sim.span import Span, as_floats, hop_delay
-from pdsim.sim.steptime import SHORT_SPAN_ITERATIONS, StepSeries, add_steps, boundaries
+from pdsim.sim.span import Span, hop_delay
+from pdsim.sim.spantimes import ArrayTimes, LinearTimes, add_steps
+from pdsim.sim.steptime import StepSeries, boundaries
 from pdsim.workload.request import Workload
 
 CTX_PERF = dict(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01, decode_per_seq_s=1.3e-4,
@@ -113,28 +115,36 @@ def test_step_series_is_bit_identical_to_the_model() -> None:
     assert boundaries(0.123, np.array(ref)).tolist() == expected
 
 
-@pytest.mark.parametrize("k", [1, 5, SHORT_SPAN_ITERATIONS, SHORT_SPAN_ITERATIONS + 1, 300])
+@pytest.mark.parametrize("k", [1, 2, 5, 96, 300, 1024])
 @pytest.mark.parametrize("extra_s", [0.0, 0.0123])
-def test_span_series_both_paths_bit_identical(k: int, extra_s: float) -> None:
-    # plain Python (short linear spans) and numpy (long ones, other models) give the same bits
+def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float) -> None:
+    # the linear model's span is computed on read (LinearTimes), other models' are arrays
+    # (ArrayTimes): every read gives the bits of decode_time_s and of simpy's clock
     for model in (LinearModel(**CTX_PERF), StepOverheadModel(LinearModel(**CTX_PERF), 0.001, 0.0023)):
-        steps, bounds = StepSeries(model).span(7, 12345, k, 3.21, extra_s)
+        times = StepSeries(model).span(7, 12345, k, 3.21, extra_s)
+        assert type(times) is (LinearTimes if isinstance(model, LinearModel) else ArrayTimes)
         ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(k)]
         ref[0] += extra_s
-        assert list(steps) == ref and type(steps) is (list if k <= SHORT_SPAN_ITERATIONS and
-                                                       isinstance(model, LinearModel) else np.ndarray)
         t, expected = 3.21, [3.21]
         for s in ref:
             t += s
             expected.append(t)
-        assert type(bounds) is type(steps) and list(bounds) == expected  # (an array: read lazily)
-        span = Span(bounds, steps, None, k)
-        assert as_floats(bounds[1:]) == expected[1:] and all(type(b) is float for b in as_floats(bounds[1:]))
-        assert span.end_s == expected[-1] and type(span.end_s) is float
+        assert [times.step(i) for i in range(k)] == ref
+        assert times.bounds(0, k) == expected and all(type(b) is float for b in times.bounds(1, k))
+        assert Span(times, None, k).end_s == expected[-1]
+        # reads in time order (the walk), then backwards (from the start), then past the end
+        for now_s in (3.21, expected[min(k, 3)], expected[k // 2] + 1e-9, expected[k] - 1e-9, 3.0, 1e9):
+            j = times.first_at_or_after(now_s)
+            assert j == bisect.bisect_left(expected, now_s)
+            assert [times.bound(i) for i in range(k + 1)] == expected
+            if k > 1:  # (called for a span with a virtual boundary left)
+                assert times.last_before(now_s, 0, k - 1) == max(0, min(j - 1, k - 1))
         total = 0.5
         for s in ref[1:]:
             total += s
-        assert add_steps(0.5, steps[1:]) == total and type(add_steps(0.5, steps[1:])) is float
+        assert times.add_steps(0.5, 1, k) == total and type(times.add_steps(0.5, 1, k)) is float
+        assert times.add_steps(0.5, k, k) == 0.5
+        assert add_steps(0.5, np.array(ref[1:])) == total  # (the array path's own sum: cumsum past 64)
 
 
 @pytest.mark.source_core

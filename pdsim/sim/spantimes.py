@@ -1,0 +1,178 @@
+"""The step times and boundaries of one decode span, read by index (span.py).
+
+A span of k iterations has step times `step_0 .. step_{k-1}` and boundaries `b_0 = start` ..
+`b_k`, `b_{i+1} = b_i + step_i` added one at a time, as simpy adds a timeout's delay to its
+clock. Spans are planned long (up to 1,024 iterations) and most are cut short, so what a span
+reads is a few boundaries near the current time, its end, and sums over the iterations it ran.
+
+- `ArrayTimes` holds both series (plain lists or float64 arrays, steptime.StepSeries): any model.
+- `LinearTimes` holds nothing but the linear model's terms and computes a boundary when it is read,
+  walking forward from the last one read (time only moves forward), with the very float
+  operations the lists would have been built with: the same bits, no array, no allocation per
+  iteration. Compiled (mypyc), a walk is a loop over unboxed floats.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from functools import reduce
+from operator import add
+
+import numpy as np
+
+
+def add_steps(total_s: float, steps: Sequence[float]) -> float:
+    """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
+    if isinstance(steps, np.ndarray):
+        if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
+            out = np.empty(steps.shape[0] + 1, dtype=np.float64)
+            out[0] = total_s
+            out[1:] = steps
+            return float(out.cumsum(out=out)[-1])
+        steps = steps.tolist()
+    return reduce(add, steps, total_s)
+
+
+class SpanTimes:
+    """Read access to one span's step times and boundaries (k iterations)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def step(self, i: int) -> float:
+        """step_i (0 <= i < k)."""
+        raise NotImplementedError
+
+    def bound(self, j: int) -> float:
+        """b_j (0 <= j <= k)."""
+        raise NotImplementedError
+
+    def bounds(self, first: int, last: int) -> list[float]:
+        """[b_first .. b_last] as Python floats."""
+        raise NotImplementedError
+
+    def first_at_or_after(self, now_s: float) -> int:
+        """The first j with b_j >= now_s (k + 1 if none): bisect_left over the boundaries."""
+        raise NotImplementedError
+
+    def last_before(self, now_s: float, j: int, last: int) -> int:
+        """The last boundary before now_s, at most `last`, given that b_j (j < last) is."""
+        raise NotImplementedError
+
+    def add_steps(self, total_s: float, first: int, stop: int) -> float:
+        """total_s + step_first + ... + step_{stop-1}, one addition at a time."""
+        raise NotImplementedError
+
+
+class ArrayTimes(SpanTimes):
+    """Both series materialised: lists (short linear spans) or float64 arrays (steptime.py)."""
+
+    def __init__(self, steps: Sequence[float], bounds: Sequence[float]) -> None:
+        super().__init__(len(steps))
+        self.steps = steps
+        self.bound_values = bounds
+
+    def step(self, i: int) -> float:
+        return float(self.steps[i])
+
+    def bound(self, j: int) -> float:
+        return float(self.bound_values[j])
+
+    def bounds(self, first: int, last: int) -> list[float]:
+        values = self.bound_values[first:last + 1]
+        return values if isinstance(values, list) else values.tolist()  # type: ignore[attr-defined]
+
+    def first_at_or_after(self, now_s: float) -> int:
+        return bisect_left(self.bound_values, now_s)
+
+    def last_before(self, now_s: float, j: int, last: int) -> int:
+        bounds = self.bound_values
+        if bounds[j + 1] < now_s:
+            if j + 1 < last and bounds[j + 2] < now_s:  # several passed: bisect
+                return min(bisect_left(bounds, now_s) - 1, last)
+            return j + 1
+        return j
+
+    def add_steps(self, total_s: float, first: int, stop: int) -> float:
+        return add_steps(total_s, self.steps[first:stop])
+
+
+class LinearTimes(SpanTimes):
+    """The linear model's span, computed on read: step_i = fixed_s + per_ctx_s * (ctx0 + n * i)
+    (LinearModel.decode_time_s's association), step_0 plus extra_s (a KV reload before it)."""
+
+    def __init__(
+        self, k: int, start_s: float, fixed_s: float, per_ctx_s: float, ctx0: int, n: int, extra_s: float
+    ) -> None:
+        super().__init__(k)
+        self.start_s = start_s
+        self.fixed_s = fixed_s
+        self.per_ctx_s = per_ctx_s
+        self.ctx0 = ctx0
+        self.n = n
+        self.extra_s = extra_s
+        self._j = 0  # the walk's position: b_j = _b (only ever moved to a boundary before a read time)
+        self._b = start_s
+
+    def step(self, i: int) -> float:
+        step_s = self.fixed_s + self.per_ctx_s * (self.ctx0 + self.n * i)
+        if i == 0 and self.extra_s > 0.0:
+            step_s += self.extra_s
+        return step_s
+
+    def _from(self, j: int) -> tuple[int, float]:
+        """A boundary at or before j to walk from: the walk's position, or the start."""
+        if j >= self._j:
+            return self._j, self._b
+        return 0, self.start_s
+
+    def bound(self, j: int) -> float:
+        i, b = self._from(j)
+        fixed_s, per_ctx_s, ctx, n = self.fixed_s, self.per_ctx_s, self.ctx0 + self.n * i, self.n
+        if i == 0 and j > 0:
+            b += self.step(0)
+            i, ctx = 1, ctx + n
+        while i < j:
+            b += fixed_s + per_ctx_s * ctx
+            i += 1
+            ctx += n
+        return b
+
+    def bounds(self, first: int, last: int) -> list[float]:
+        b = self.bound(first)
+        out = [b]
+        for i in range(first, last):
+            b += self.step(i)
+            out.append(b)
+        return out
+
+    def first_at_or_after(self, now_s: float) -> int:
+        if self._b >= now_s:  # (a read time earlier than the walk's: from the start)
+            self._j, self._b = 0, self.start_s
+            if self.start_s >= now_s:
+                return 0
+        i, b, k = self._j, self._b, self.k
+        while i < k:
+            nxt = b + self.step(i)
+            if nxt >= now_s:
+                self._j, self._b = i, b
+                return i + 1
+            i += 1
+            b = nxt
+        self._j, self._b = k, b
+        return k + 1
+
+    def last_before(self, now_s: float, j: int, last: int) -> int:
+        return max(j, min(self.first_at_or_after(now_s) - 1, last))
+
+    def add_steps(self, total_s: float, first: int, stop: int) -> float:
+        if first >= stop:
+            return total_s
+        total_s += self.step(first)
+        fixed_s, per_ctx_s, n = self.fixed_s, self.per_ctx_s, self.n
+        ctx = self.ctx0 + n * (first + 1)
+        for _ in range(first + 1, stop):
+            total_s += fixed_s + per_ctx_s * ctx
+            ctx += n
+        return total_s
