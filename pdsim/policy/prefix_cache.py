@@ -145,19 +145,21 @@ class PrefixCache:
             self._last_s += [0.0] * more
             self._created += [_DEAD] * more
             self._children += [0] * more
-        keys = list(zip([parent, *slots[:-1]], hashes, strict=True))
         key_of, created, children, last_s = self._key, self._created, self._children, self._last_s
-        numbers = range(self._next_created, self._next_created + n)
-        for slot, key, number in zip(slots, keys, numbers, strict=True):
-            key_of[slot] = key  # (one statement each: a tuple assignment costs twice as much)
-            created[slot] = number
+        child_of, number, above = self._child, self._next_created, parent
+        for i in range(n):  # (an index loop: compiled, no tuple per step but the key)
+            slot = slots[i]
+            key = (above, hashes[i])
+            key_of[slot] = key
+            created[slot] = number + i
             children[slot] = 1
             last_s[slot] = now_s
-        children[slots[-1]] = 0
+            child_of[key] = slot
+            above = slot
+        children[above] = 0
         children[parent] += 1
-        self._child.update(zip(keys, slots, strict=True))
-        self._next_created += n
-        return slots[-1]
+        self._next_created = number + n
+        return above
 
     def evict(self, blocks: int) -> int:
         """Evict up to `blocks` unreferenced blocks, LRU leaves first; returns blocks evicted.

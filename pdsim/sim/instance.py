@@ -135,6 +135,14 @@ class InstanceBase:
             self.on_idle()
         return self._wake
 
+    def kv_used_tokens(self) -> int:
+        """KV tokens held now (evictable prefix-cache blocks count as free)."""
+        raise NotImplementedError
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Requests per queue of this role (timeseries.QUEUES names)."""
+        raise NotImplementedError
+
     def start_drain(self) -> None:
         """Stop taking new work: the router sees the instance as unhealthy from now on."""
         self.draining = True

@@ -197,28 +197,38 @@ def fill_rates(flows: dict[int, Flow]) -> None:
         for flow in flows.values():
             flow.rate_bytes_per_s = min(res.capacity_bytes_per_s for res in flow.path)
         return
-    # per busy resource: [capacity left, flows not yet frozen, resource]; scanned in creation order
-    slots: dict[int, list] = {}
+    # per busy resource, scanned in creation order
+    slots: dict[int, _Fill] = {}
     for flow in flows.values():
         for res in flow.path:
             if res.order not in slots:
-                slots[res.order] = [res.capacity_bytes_per_s, len(res.flows), res]
+                slots[res.order] = _Fill(res.capacity_bytes_per_s, len(res.flows), res)
     live = [slots[order] for order in sorted(slots)]
     frozen: set[int] = set()
     while live:
-        best, share = live[0], live[0][0] / live[0][1]
+        best = live[0]
+        share = best.left_bytes_per_s / best.open_flows
         for slot in live:  # the first resource offering the smallest share
-            if slot[0] / slot[1] < share:
-                best, share = slot, slot[0] / slot[1]
-        for flow in best[2].flows.values():
+            if slot.left_bytes_per_s / slot.open_flows < share:
+                best, share = slot, slot.left_bytes_per_s / slot.open_flows
+        for flow in best.resource.flows.values():
             if flow.flow_id not in frozen:
                 frozen.add(flow.flow_id)
                 flow.rate_bytes_per_s = share
                 for res in flow.path:
-                    slot = slots[res.order]
-                    slot[0] -= share
-                    slot[1] -= 1
-        live = [slot for slot in live if slot[1] > 0]
+                    fill = slots[res.order]
+                    fill.left_bytes_per_s -= share
+                    fill.open_flows -= 1
+        live = [slot for slot in live if slot.open_flows > 0]
+
+
+class _Fill:
+    """A busy resource during one filling: capacity not yet given out, flows not yet frozen."""
+
+    def __init__(self, left_bytes_per_s: float, open_flows: int, resource: Resource) -> None:
+        self.left_bytes_per_s = left_bytes_per_s
+        self.open_flows = open_flows
+        self.resource = resource
 
 
 def _noop() -> None:

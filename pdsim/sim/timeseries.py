@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from pdsim.sim.instance import InstanceBase
 from pdsim.sim.network import Network
 
 QUEUES = ("bootstrap", "prealloc", "transfer", "waiting", "running", "inflight", "retracted")
@@ -27,7 +28,8 @@ COLUMNS = (
 
 
 class TimeseriesSampler:
-    def __init__(self, env: simpy.Environment, network: Network, instances: Sequence[Any], interval_s: float) -> None:
+    def __init__(self, env: simpy.Environment, network: Network, instances: Sequence[InstanceBase],
+                 interval_s: float) -> None:
         self.env = env
         self.network = network
         self.instances = list(instances)
@@ -44,7 +46,7 @@ class TimeseriesSampler:
         if interval_s > 0:
             env.process(self.sample())
 
-    def add_instance(self, inst: Any) -> None:
+    def add_instance(self, inst: InstanceBase) -> None:
         """Sample `inst` too from now on (an instance built during the run, by scaling)."""
         self.instances.append(inst)
         self.kv_total_tokens.append(inst.view().kv_total_tokens)
