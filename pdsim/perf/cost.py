@@ -105,10 +105,19 @@ def _attention_op(
     tp: int,
     decode: bool,
 ) -> OpCost:
-    qk_dim, v_dim = _attention_dims(model, decode)
-    flops = 2 * model.num_heads * (qk_dim + v_dim) * pairs * model.num_layers / tp
-    kv_bytes = spec.kv_bytes_per_token_per_rank(model, tp) * (kv_read_tokens + kv_write_tokens)
+    flops_per_pair, kv_bytes_per_token = attention_factors(model, tp, decode)
+    flops = flops_per_pair * pairs * model.num_layers / tp
+    kv_bytes = kv_bytes_per_token * (kv_read_tokens + kv_write_tokens)
     return OpCost("attention", flops, kv_bytes, False)
+
+
+def attention_factors(model: ModelConfig, tp: int, decode: bool) -> tuple[int, float]:
+    """The attention operator's factors: flops per (query, key) pair per layer over all heads,
+    and the KV bytes per token one rank reads or writes (over all layers). Its flops are
+    flops_per_pair * pairs * num_layers / tp, in that order (pdsim.sim.spantimes computes the
+    decode step per context length from these, bit for bit)."""
+    qk_dim, v_dim = _attention_dims(model, decode)
+    return 2 * model.num_heads * (qk_dim + v_dim), spec.kv_bytes_per_token_per_rank(model, tp)
 
 
 def _lm_head_op(model: ModelConfig, seqs: float, tp: int) -> OpCost:

@@ -249,5 +249,5 @@ class ColocatedInstance(InstanceBase):
     def build_view(self) -> InstanceView:
         return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.kv.pool.capacity_tokens)
 
-    def queue_lengths(self) -> dict[str, int]:
-        return {"waiting": len(self.waiting) + (self.chunked is not None), "running": len(self.running)}
+    def queue_counts(self) -> tuple[int, int, int, int, int, int, int]:
+        return (0, 0, 0, len(self.waiting) + (self.chunked is not None), len(self.running), 0, 0)

@@ -221,11 +221,9 @@ class DecodeInstance(InstanceBase):
     def build_view(self) -> InstanceView:
         return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.pool.capacity_tokens)
 
-    def queue_lengths(self) -> dict[str, int]:
-        return {
-            "prealloc": len(self.prealloc), "transfer": len(self.transfer), "waiting": len(self.waiting),
-            "running": len(self.running), "retracted": len(self.retracted),
-        }
+    def queue_counts(self) -> tuple[int, int, int, int, int, int, int]:
+        return (0, len(self.prealloc), len(self.transfer), len(self.waiting), len(self.running), 0,
+                len(self.retracted))
 
 
 _kv_tokens: Callable[[SimRequest], int] = attrgetter("kv_tokens")  # C-level: called per running request per plan

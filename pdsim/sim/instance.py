@@ -23,6 +23,10 @@ from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import SimHooks, SimRequest
 
+# The queues of every role, in the time series' column order (seed names: prefill bootstrap ->
+# waiting -> inflight; decode prealloc -> transfer -> waiting -> running; colocated waiting ->
+# running; decode's retracted).
+QUEUES = ("bootstrap", "prealloc", "transfer", "waiting", "running", "inflight", "retracted")
 
 @dataclass(frozen=True, slots=True)
 class InstanceContext:
@@ -139,8 +143,8 @@ class InstanceBase:
         """KV tokens held now (evictable prefix-cache blocks count as free)."""
         raise NotImplementedError
 
-    def queue_lengths(self) -> dict[str, int]:
-        """Requests per queue of this role (timeseries.QUEUES names)."""
+    def queue_counts(self) -> tuple[int, int, int, int, int, int, int]:
+        """Requests per queue, in QUEUES order (0 for a queue this role does not have)."""
         raise NotImplementedError
 
     def start_drain(self) -> None:

@@ -223,8 +223,6 @@ class PrefillInstance(InstanceBase):
     def build_view(self) -> InstanceView:
         return self.instance_view(self.batch_size, len(self.inflight), self.kv.used_tokens, self.kv.pool.capacity_tokens)
 
-    def queue_lengths(self) -> dict[str, int]:
-        return {
-            "bootstrap": len(self.bootstrap), "waiting": len(self.waiting) + (self.chunked is not None),
-            "inflight": len(self.inflight), "running": self.batch_size,
-        }
+    def queue_counts(self) -> tuple[int, int, int, int, int, int, int]:
+        return (len(self.bootstrap), 0, 0, len(self.waiting) + (self.chunked is not None), self.batch_size,
+                len(self.inflight), 0)

@@ -79,7 +79,7 @@ def scaling_params(cfg: Config) -> ScalingParams:
 
 def is_drained(inst: Any) -> bool:
     """No request queued, in flight or running on `inst` (its loop is about to sleep)."""
-    return inst.queued_requests == 0 and inst.batch_size == 0 and not any(inst.queue_lengths().values())
+    return inst.queued_requests == 0 and inst.batch_size == 0 and not any(inst.queue_counts())
 
 
 class Rebalancer:

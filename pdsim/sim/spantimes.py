@@ -98,28 +98,26 @@ class ArrayTimes(SpanTimes):
         return add_steps(total_s, self.steps[first:stop])
 
 
-class LinearTimes(SpanTimes):
-    """The linear model's span, computed on read: step_i = fixed_s + per_ctx_s * (ctx0 + n * i)
-    (LinearModel.decode_time_s's association), step_0 plus extra_s (a KV reload before it)."""
+class WalkedTimes(SpanTimes):
+    """A span whose step times are computed when read (`step`), its boundaries by walking forward
+    from the last one read: b_{i+1} = b_i + step_i, the very additions of the array path."""
 
-    def __init__(
-        self, k: int, start_s: float, fixed_s: float, per_ctx_s: float, ctx0: int, n: int, extra_s: float
-    ) -> None:
+    def __init__(self, k: int, start_s: float, extra_s: float) -> None:
         super().__init__(k)
         self.start_s = start_s
-        self.fixed_s = fixed_s
-        self.per_ctx_s = per_ctx_s
-        self.ctx0 = ctx0
-        self.n = n
-        self.extra_s = extra_s
+        self.extra_s = extra_s  # step_0 is this much longer (a KV reload before it)
         self._j = 0  # the walk's position: b_j = _b (only ever moved to a boundary before a read time)
         self._b = start_s
 
     def step(self, i: int) -> float:
-        step_s = self.fixed_s + self.per_ctx_s * (self.ctx0 + self.n * i)
+        step_s = self.model_step(i)
         if i == 0 and self.extra_s > 0.0:
             step_s += self.extra_s
         return step_s
+
+    def model_step(self, i: int) -> float:
+        """The model's time of iteration i."""
+        raise NotImplementedError
 
     def _from(self, j: int) -> tuple[int, float]:
         """A boundary at or before j to walk from: the walk's position, or the start."""
@@ -129,14 +127,9 @@ class LinearTimes(SpanTimes):
 
     def bound(self, j: int) -> float:
         i, b = self._from(j)
-        fixed_s, per_ctx_s, ctx, n = self.fixed_s, self.per_ctx_s, self.ctx0 + self.n * i, self.n
-        if i == 0 and j > 0:
-            b += self.step(0)
-            i, ctx = 1, ctx + n
         while i < j:
-            b += fixed_s + per_ctx_s * ctx
+            b += self.step(i)
             i += 1
-            ctx += n
         return b
 
     def bounds(self, first: int, last: int) -> list[float]:
@@ -167,12 +160,72 @@ class LinearTimes(SpanTimes):
         return max(j, min(self.first_at_or_after(now_s) - 1, last))
 
     def add_steps(self, total_s: float, first: int, stop: int) -> float:
-        if first >= stop:
-            return total_s
-        total_s += self.step(first)
-        fixed_s, per_ctx_s, n = self.fixed_s, self.per_ctx_s, self.n
-        ctx = self.ctx0 + n * (first + 1)
-        for _ in range(first + 1, stop):
-            total_s += fixed_s + per_ctx_s * ctx
-            ctx += n
+        for i in range(first, stop):
+            total_s += self.step(i)
         return total_s
+
+
+class LinearTimes(WalkedTimes):
+    """The linear model's span: step_i = fixed_s + per_ctx_s * (ctx0 + n * i)
+    (LinearModel.decode_time_s's association), step_0 plus extra_s (a KV reload before it)."""
+
+    def __init__(
+        self, k: int, start_s: float, fixed_s: float, per_ctx_s: float, ctx0: int, n: int, extra_s: float
+    ) -> None:
+        super().__init__(k, start_s, extra_s)
+        self.fixed_s = fixed_s
+        self.per_ctx_s = per_ctx_s
+        self.ctx0 = ctx0
+        self.n = n
+
+    def model_step(self, i: int) -> float:
+        return self.fixed_s + self.per_ctx_s * (self.ctx0 + self.n * i)
+
+
+class RooflineStep:
+    """RooflineModel.decode_time_s for one batch size n as a function of the context, term by
+    term in the model's order (steptime.RooflineDecode builds it from the model's own terms;
+    the attention factors come from pdsim.perf.cost.attention_factors)."""
+
+    def __init__(
+        self, n: int, fixed_s: float, head_s: float, tail_s: tuple[float, ...], comm_s: float,
+        flops_per_pair: float, num_layers: float, tp: float, kv_bytes_per_token: float,
+        flops_per_s: float, hbm_bytes_per_s: float, mfu: float, mbu: float,
+    ) -> None:
+        self.n = n
+        self.fixed_s = fixed_s  # overhead_s + overhead_per_seq_s * n
+        self.head_s = head_s  # the operators before attention, summed from 0 in order
+        self.tail_s = tail_s  # those after it, added one at a time
+        self.comm_s = comm_s
+        self.flops_per_pair = flops_per_pair
+        self.num_layers = num_layers
+        self.tp = tp
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.flops_per_s = flops_per_s
+        self.hbm_bytes_per_s = hbm_bytes_per_s
+        self.mfu = mfu
+        self.mbu = mbu
+
+    def time_s(self, ctx_tokens: int) -> float:
+        ctx = float(ctx_tokens)
+        flops = self.flops_per_pair * ctx * self.num_layers / self.tp  # cost._attention_op's order
+        kv_bytes = self.kv_bytes_per_token * (ctx + float(self.n))
+        compute_s = flops / self.flops_per_s / self.mfu
+        memory_s = kv_bytes / self.hbm_bytes_per_s / self.mbu
+        busy = self.head_s + (compute_s if compute_s >= memory_s else memory_s)
+        for b in self.tail_s:
+            busy = busy + b
+        return self.fixed_s + busy + self.comm_s
+
+
+class RooflineTimes(WalkedTimes):
+    """The roofline model's span: step_i = decode_time_s(n, ctx0 + n * i) (RooflineStep), step_0
+    plus extra_s."""
+
+    def __init__(self, k: int, start_s: float, model: RooflineStep, ctx0: int, extra_s: float) -> None:
+        super().__init__(k, start_s, extra_s)
+        self.model = model
+        self.ctx0 = ctx0
+
+    def model_step(self, i: int) -> float:
+        return self.model.time_s(self.ctx0 + self.model.n * i)

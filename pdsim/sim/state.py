@@ -62,19 +62,9 @@ class SimRequest:
         self.times = {}
         self.attempt = 0
         self.bootstrap_room = -1
-        self.prefill = self.decode = None
-        self.poll = KVPoll.Bootstrapping
-        self.done = self.p_ready = self.last_sent = self.fail_transfer = self.handshaken = False
-        self.match = []
-        self.cached_tokens = self.prefilled = self.p_pages = self.pages_sent = 0
-        self.prompt_tokens = prompt_tokens
-        self.flows = []
-        self.flows_pending = self.transfer_bytes = 0
-        self.tier_plan = None
-        self.load_pages = self.load_skipped_tokens = 0
-        self.loaded_tokens = (0, 0, 0)
-        self.kv_load_s = 0.0
-        self.generated = self.kv_tokens = self.d_pages = self.num_retractions = 0
+        self.done = False
+        self.num_retractions = 0
+        self._clear_attempt(prompt_tokens)
         self.token_times = token_times
 
     def mark(self, name: str, t: float) -> None:
@@ -87,11 +77,18 @@ class SimRequest:
         self.attempt += 1
         keep = ("arrival_s",)
         self.times = {k: v for k, v in self.times.items() if k in keep}
+        self._clear_attempt(self.req.input_tokens)
+        if self.token_times is not None:
+            self.token_times = []
+
+    def _clear_attempt(self, prompt_tokens: int) -> None:
+        """The per-attempt state as it is before an attempt starts."""
         self.prefill = self.decode = None
         self.poll = KVPoll.Bootstrapping
         self.p_ready = self.handshaken = self.last_sent = self.fail_transfer = False
         self.match = []
         self.cached_tokens = self.prefilled = self.p_pages = self.pages_sent = 0
+        self.prompt_tokens = prompt_tokens
         self.flows = []
         self.flows_pending = self.transfer_bytes = 0
         self.tier_plan = None
@@ -99,9 +96,6 @@ class SimRequest:
         self.loaded_tokens = (0, 0, 0)
         self.kv_load_s = 0.0
         self.generated = self.kv_tokens = self.d_pages = 0
-        self.prompt_tokens = self.req.input_tokens
-        if self.token_times is not None:
-            self.token_times = []
 
 
 class SimHooks(Protocol):

@@ -32,7 +32,7 @@ from pdsim.perf import (
     StepOverheadModel,
 )
 from pdsim.perf import cost as roofline_cost
-from pdsim.sim.spantimes import ArrayTimes, LinearTimes, SpanTimes
+from pdsim.sim.spantimes import ArrayTimes, LinearTimes, RooflineStep, RooflineTimes, SpanTimes
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
 
@@ -58,6 +58,9 @@ class StepSeries:
         read (a long span is often cut short: only what it reaches is computed); other models'
         are float64 arrays (boundaries summed by numpy's in-order cumsum). The values are
         bit-identical to the model's decode_time_s and to simpy's clock either way."""
+        roofline = self._vector if isinstance(self._vector, RooflineDecode) else None
+        if roofline is not None and n > 0:
+            return RooflineTimes(k, start_s, roofline.step_model(n), ctx0, first_extra_s)
         m = self._linear
         if m is not None and n > 0:
             fixed_s = float(m.decode_base_s + m.decode_per_seq_s * n)  # decode_time_s's association
@@ -117,6 +120,7 @@ class RooflineDecode:
         self._bf16_flops_per_s = model.hardware.bf16_tflops * 1e12
         self._hbm_bytes_per_s = model.hardware.hbm_gbps * 1e9
         self._fixed: dict[int, tuple[float, tuple[float, ...], float]] = {}
+        self._steps: dict[int, RooflineStep] = {}
 
     def _parts(self, n: int) -> tuple[float, tuple[float, ...], float]:
         """Per batch size: the busy time of the operators before attention (summed from 0 in
@@ -134,6 +138,21 @@ class RooflineDecode:
             parts = (head, tuple(busy[att_index + 1:]), terms.comm_s)
             self._fixed[n] = parts
         return parts
+
+    def step_model(self, n: int) -> RooflineStep:
+        """decode_time_s(n, ctx) as a compiled function of ctx (spantimes.RooflineTimes)."""
+        step = self._steps.get(n)
+        if step is None:
+            m = self.model
+            head, tail, comm_s = self._parts(n)
+            flops_per_pair, kv_bytes_per_token = roofline_cost.attention_factors(m.model, m.tp, True)
+            step = RooflineStep(
+                n, m.overhead_s + m.overhead_per_seq_s * n, head, tail, comm_s, float(flops_per_pair),
+                float(m.model.num_layers), float(m.tp), kv_bytes_per_token, self._bf16_flops_per_s,
+                self._hbm_bytes_per_s, m.mfu, m.mbu,
+            )
+            self._steps[n] = step
+        return step
 
     def __call__(self, n: int, ctx: np.ndarray) -> np.ndarray:
         m = self.model

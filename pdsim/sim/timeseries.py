@@ -16,10 +16,9 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from pdsim.sim.instance import InstanceBase
+from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
 
-QUEUES = ("bootstrap", "prealloc", "transfer", "waiting", "running", "inflight", "retracted")
 COLUMNS = (
     "time_s", "instance_id", "role", "instance",
     *(f"queue_{q}" for q in QUEUES),
@@ -37,7 +36,7 @@ class TimeseriesSampler:
         # typed columns (8 bytes a value); instance identity is its position, expanded at the end
         self.times = array("d")
         self.positions = array("q")
-        self.queues = {q: array("q") for q in QUEUES}
+        self.queue_rows = array("q")  # len(QUEUES) counts per row (InstanceBase.queue_counts)
         self.kv_used_fraction = array("d")
         self.batch_size = array("q")
         self.nic_out = array("d")
@@ -61,14 +60,11 @@ class TimeseriesSampler:
 
     def record(self) -> None:
         """One row per instance at `now`."""
-        now, insts, queues = self.env.now, self.instances, self.queues
-        columns = [queues[q] for q in QUEUES]
+        now, insts, queue_rows = self.env.now, self.instances, self.queue_rows
         kv, batch, nic_out, nic_in = self.kv_used_fraction, self.batch_size, self.nic_out, self.nic_in
         utilization = self.network.utilization
         for inst, total in zip(insts, self.kv_total_tokens, strict=True):
-            counts = inst.queue_lengths()
-            for q, column in zip(QUEUES, columns):  # noqa: B905 (same length by construction)
-                column.append(counts.get(q, 0))
+            queue_rows.extend(inst.queue_counts())
             kv.append(inst.kv_used_tokens() / total if total > 0 else 0.0)
             batch.append(inst.batch_size)
             placement = inst.placement
@@ -86,8 +82,9 @@ class TimeseriesSampler:
             "role": pd.Series(np.array([i.role for i in insts] or [""], dtype=object)[pos].tolist()),
             "instance": pd.Series(np.array([i.name for i in insts] or [""], dtype=object)[pos].tolist()),
         }
-        for q, column in self.queues.items():
-            columns[f"queue_{q}"] = _ints(column)
+        queue_rows = _ints(self.queue_rows).reshape(-1, len(QUEUES))
+        for k, q in enumerate(QUEUES):
+            columns[f"queue_{q}"] = np.ascontiguousarray(queue_rows[:, k])
         columns.update(kv_used_fraction=_floats(self.kv_used_fraction), batch_size=_ints(self.batch_size),
                        nic_out_utilization=_floats(self.nic_out), nic_in_utilization=_floats(self.nic_in))
         return pd.DataFrame(columns, columns=list(COLUMNS))

@@ -17,14 +17,15 @@ import pytest
 from simkit import make_config, make_requests, synthetic
 
 from pdsim.perf import LinearModel, RooflineModel, StepOverheadModel
+from pdsim.perf.catalog import load_hardware, load_model
 from pdsim.policy.router import HEALTH_ONLY_ROUTING
 from pdsim.sim import simulate
 from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import Span, hop_delay
-from pdsim.sim.spantimes import ArrayTimes, LinearTimes, add_steps
-from pdsim.sim.steptime import StepSeries, boundaries
+from pdsim.sim.spantimes import ArrayTimes, LinearTimes, RooflineTimes, add_steps
+from pdsim.sim.steptime import RooflineDecode, StepSeries, boundaries
 from pdsim.workload.request import Workload
 
 CTX_PERF = dict(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01, decode_per_seq_s=1.3e-4,
@@ -145,6 +146,22 @@ def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float
         assert times.add_steps(0.5, 1, k) == total and type(times.add_steps(0.5, 1, k)) is float
         assert times.add_steps(0.5, k, k) == 0.5
         assert add_steps(0.5, np.array(ref[1:])) == total  # (the array path's own sum: cumsum past 64)
+
+
+@pytest.mark.parametrize("model_name,tp", [("llama3_8b", 1), ("llama3_70b", 8), ("deepseek_v3", 8), ("qwen3_30b_a3b", 2)])
+def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp: int) -> None:
+    # RooflineTimes computes each step from the model's terms (compiled); the array path
+    # (RooflineDecode, numpy) is what the span used before: the same bits, every step
+    model = RooflineModel(load_model(model_name), load_hardware("h100"), tp=tp, overhead_per_seq_s=1e-5)
+    series = StepSeries(model)
+    for n, ctx0, extra_s in ((1, 17, 0.0), (7, 12345, 0.0123), (64, 64 * 3000 + 5, 0.0), (300, 300 * 900, 0.0)):
+        times = series.span(n, ctx0, 400, 1.5, extra_s)
+        assert type(times) is RooflineTimes
+        array = RooflineDecode(model)(n, np.arange(ctx0, ctx0 + n * 400, n, dtype=np.int64))
+        array[0] += extra_s
+        assert [times.step(i) for i in range(400)] == array.tolist()
+        assert times.bounds(0, 400) == boundaries(1.5, array).tolist()
+        np.testing.assert_allclose(times.step(3), model.decode_time_s(n, ctx0 + 3 * n), rtol=1e-14, atol=0)
 
 
 @pytest.mark.source_core
