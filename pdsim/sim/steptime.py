@@ -13,7 +13,8 @@ MeasuredModel's and FittedModel's own decode_series_s are their vector paths (bi
 Other models are called once per iteration. For every model in pdsim.perf a decode-only mixed
 step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
 iterations use the same series. Both simulator paths (step by step and skip-ahead) take every
-decode-only step from here, so they agree bit for bit whatever the model.
+decode-only step from here, so they agree bit for bit whatever the model. `StepSeries.span` gives
+a span's times as spantimes.py's objects (the linear and roofline models' computed on read).
 """
 
 from __future__ import annotations
