@@ -6,10 +6,11 @@ clock. Spans are planned long (up to 1,024 iterations) and most are cut short, s
 reads is a few boundaries near the current time, its end, and sums over the iterations it ran.
 
 - `ArrayTimes` holds both series (plain lists or float64 arrays, steptime.StepSeries): any model.
-- `LinearTimes` holds nothing but the linear model's terms and computes a boundary when it is read,
-  walking forward from the last one read (time only moves forward), with the very float
-  operations the lists would have been built with: the same bits, no array, no allocation per
-  iteration. Compiled (mypyc), a walk is a loop over unboxed floats.
+- `WalkedTimes` computes a step when it is read and a boundary by walking forward from the last
+  one read (time only moves forward), with the very float operations of the array path: the
+  same bits, no array, no allocation per iteration. Compiled (mypyc), a walk is a loop over
+  unboxed floats. `LinearTimes` (the linear model's terms) and `RooflineTimes` (the roofline
+  model's, per batch size: `RooflineStep`) are the two kinds.
 """
 
 from __future__ import annotations
