@@ -28,6 +28,7 @@ from pdsim.sim.state import SimHooks, SimRequest
 # running; decode's retracted).
 QUEUES = ("bootstrap", "prealloc", "transfer", "waiting", "running", "inflight", "retracted")
 
+
 @dataclass(frozen=True, slots=True)
 class InstanceContext:
     """Collaborators an instance needs (one per simulation)."""

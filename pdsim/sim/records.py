@@ -67,8 +67,8 @@ class SimRecorder:
     def to_frame(self) -> pd.DataFrame:
         # views over the arrays, not copies: a 200k-request run's rows are ~60 MB, and each column
         # below is copied once more (peak RSS, docs/PERFORMANCE.md)
-        floats = _rows_view(self._floats, np.float64, len(_FLOATS))
-        ints = _rows_view(self._ints, np.int64, len(_INTS))
+        floats = rows_view(self._floats, np.float64, len(_FLOATS))
+        ints = rows_view(self._ints, np.int64, len(_INTS))
         columns: dict[str, Any] = {}
         schema = arrow_schema()
         for f in FIELDS:
@@ -97,7 +97,7 @@ def delivered(trace: pd.DataFrame, delay_s: float) -> pd.DataFrame:
     return out
 
 
-def _rows_view(values: array, dtype: type, width: int) -> np.ndarray:
+def rows_view(values: array, dtype: type, width: int) -> np.ndarray:
     """`values` (row after row, `width` per row) as a rows x width array sharing its memory."""
     if not len(values):
         return np.zeros((0, width), dtype=dtype)

@@ -6,9 +6,9 @@ possible, the waiting queue cannot join. Its boundaries `b_1 .. b_k` (float addi
 simpy's order) are read by index from its `SpanTimes` (spantimes.py: computed when read for the
 linear and roofline models, arrays for others) and the instance sleeps on one timeout until
 `b_end` (= b_k; simpy's clock lands on it exactly, see hop_delay). The boundaries in between are
-*virtual*: the tokens they produce and the KV pages they grow (evicting prefix-cache blocks where the pool
-is full) are applied lazily (`settle`) when the span ends or when something must see the exact
-state earlier (a request aborted, a crash, a cache-aware router reading the prefix cache).
+*virtual*: the tokens they produce and the KV pages they grow (evicting prefix-cache blocks where
+the pool is full) are applied lazily (`settle`) when the span ends or when something must see the
+exact state earlier (a request aborted, a crash, a cache-aware router reading the prefix cache).
 
 Anything that changes what the next boundary would do (a new request handshaken, KV arrived, a
 reload done, a request released) calls `notify`; during a span that *truncates* it: the end

@@ -5,7 +5,7 @@ A span of k iterations has step times `step_0 .. step_{k-1}` and boundaries `b_0
 clock. Spans are planned long (up to 1,024 iterations) and most are cut short, so what a span
 reads is a few boundaries near the current time, its end, and sums over the iterations it ran.
 
-- `ArrayTimes` holds both series (plain lists or float64 arrays, steptime.StepSeries): any model.
+- `ArrayTimes` holds both series as float64 arrays (steptime.StepSeries): any model.
 - `WalkedTimes` computes a step when it is read and a boundary by walking forward from the last
   one read (time only moves forward), with the very float operations of the array path: the
   same bits, no array, no allocation per iteration. Compiled (mypyc), a walk is a loop over
@@ -16,23 +16,20 @@ reads is a few boundaries near the current time, its end, and sums over the iter
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
 from functools import reduce
 from operator import add
 
 import numpy as np
 
 
-def add_steps(total_s: float, steps: Sequence[float]) -> float:
+def add_steps(total_s: float, steps: np.ndarray) -> float:
     """total_s + steps[0] + steps[1] + ... one addition at a time (as the step path sums)."""
-    if isinstance(steps, np.ndarray):
-        if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
-            out = np.empty(steps.shape[0] + 1, dtype=np.float64)
-            out[0] = total_s
-            out[1:] = steps
-            return float(out.cumsum(out=out)[-1])
-        steps = steps.tolist()
-    return reduce(add, steps, total_s)
+    if steps.shape[0] > 64:  # long runs: numpy's cumsum adds in the same order
+        out = np.empty(steps.shape[0] + 1, dtype=np.float64)
+        out[0] = total_s
+        out[1:] = steps
+        return float(out.cumsum(out=out)[-1])
+    return reduce(add, steps.tolist(), total_s)
 
 
 class SpanTimes:
@@ -67,10 +64,10 @@ class SpanTimes:
 
 
 class ArrayTimes(SpanTimes):
-    """Both series materialised: lists (short linear spans) or float64 arrays (steptime.py)."""
+    """Both series materialised as float64 arrays (steptime.StepSeries)."""
 
-    def __init__(self, steps: Sequence[float], bounds: Sequence[float]) -> None:
-        super().__init__(len(steps))
+    def __init__(self, steps: np.ndarray, bounds: np.ndarray) -> None:
+        super().__init__(int(steps.shape[0]))
         self.steps = steps
         self.bound_values = bounds
 
@@ -81,8 +78,7 @@ class ArrayTimes(SpanTimes):
         return float(self.bound_values[j])
 
     def bounds(self, first: int, last: int) -> list[float]:
-        values = self.bound_values[first:last + 1]
-        return values if isinstance(values, list) else values.tolist()  # type: ignore[attr-defined]
+        return self.bound_values[first:last + 1].tolist()  # type: ignore[no-any-return]
 
     def first_at_or_after(self, now_s: float) -> int:
         return bisect_left(self.bound_values, now_s)

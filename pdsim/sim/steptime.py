@@ -44,6 +44,7 @@ class StepSeries:
         self.latency = latency
         self._vector = _vector_for(latency)
         self._linear = latency if isinstance(latency, LinearModel) else None
+        self._roofline = self._vector if isinstance(self._vector, RooflineDecode) else None
 
     def steps(self, n: int, ctx0: int, k: int) -> np.ndarray:
         """Step times (s) of k iterations of `n` sequences starting with `ctx0` context tokens."""
@@ -59,7 +60,7 @@ class StepSeries:
         read (a long span is often cut short: only what it reaches is computed); other models'
         are float64 arrays (boundaries summed by numpy's in-order cumsum). The values are
         bit-identical to the model's decode_time_s and to simpy's clock either way."""
-        roofline = self._vector if isinstance(self._vector, RooflineDecode) else None
+        roofline = self._roofline
         if roofline is not None and n > 0:
             return RooflineTimes(k, start_s, roofline.step_model(n), ctx0, first_extra_s)
         m = self._linear
@@ -70,7 +71,7 @@ class StepSeries:
         if first_extra_s > 0.0:
             array = array.copy()
             array[0] += first_extra_s
-        return ArrayTimes(array, boundaries(start_s, array))  # type: ignore[arg-type]  # (indexed and sliced as lists)
+        return ArrayTimes(array, boundaries(start_s, array))
 
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:

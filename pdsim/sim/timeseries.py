@@ -18,6 +18,7 @@ import simpy
 
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
+from pdsim.sim.records import rows_view
 
 COLUMNS = (
     "time_s", "instance_id", "role", "instance",
@@ -82,7 +83,7 @@ class TimeseriesSampler:
             "role": pd.Series(np.array([i.role for i in insts] or [""], dtype=object)[pos].tolist()),
             "instance": pd.Series(np.array([i.name for i in insts] or [""], dtype=object)[pos].tolist()),
         }
-        queue_rows = _ints(self.queue_rows).reshape(-1, len(QUEUES))
+        queue_rows = rows_view(self.queue_rows, np.int64, len(QUEUES))
         for k, q in enumerate(QUEUES):
             columns[f"queue_{q}"] = np.ascontiguousarray(queue_rows[:, k])
         columns.update(kv_used_fraction=_floats(self.kv_used_fraction), batch_size=_ints(self.batch_size),
