@@ -35,6 +35,7 @@ from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem
 from pdsim.perf.optables import (
+    Row,
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     LogGrid,
@@ -193,19 +194,14 @@ class MeasuredModel:
         return self.scaling.compute_memory(sum(o.flops for o in ops), sum(o.bytes for o in ops))
 
     def _decode_attention_s(self, num_seqs: int, context_tokens: int) -> float:
+        """Decode attention of one layer (s): the generation table at the mean KV length."""
         if num_seqs <= 0:
             return 0.0
         if self._generation is None:  # type: ignore[attr-defined]
             return self._roofline_attention_s((), num_seqs, context_tokens)
-        return float(self._decode_attention_series_s(num_seqs, np.array([context_tokens]))[0])
-
-    def _decode_attention_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
-        """Decode attention of one layer (s) for each total context in an array."""
-        ctx = np.maximum(context_tokens / num_seqs, 1.0)
-        ms = self._generation.along_second(num_seqs, ctx)  # type: ignore[attr-defined]
+        ms = self._generation.at_second(num_seqs, max(context_tokens / num_seqs, 1.0))  # type: ignore[attr-defined]
         if not self.scaling.same:
-            ms = ms * np.array([self._attention_ratio((), num_seqs, c)
-                                for c in context_tokens.tolist()])
+            ms = ms * self._attention_ratio((), num_seqs, context_tokens)
         return ms / 1e3
 
     def _roofline_attention_s(self, items: Sequence[PrefillItem], seqs: int, ctx: int) -> float:
@@ -269,16 +265,27 @@ class MeasuredModel:
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         if num_seqs <= 0:
             return 0.0
-        return float(self.decode_series_s(num_seqs, np.array([context_tokens], dtype=np.int64))[0])
+        if self._generation is None:  # type: ignore[attr-defined]
+            return self.step_time_s((), num_seqs, context_tokens)
+        return self._decode_fixed_s(num_seqs) + self.model.num_layers * self._decode_attention_s(num_seqs, context_tokens)
+
+    def _decode_fixed_s(self, num_seqs: int) -> float:
+        """The part of a decode step that does not depend on the context."""
+        return (self._per_token_s(num_seqs) + self._lm_head_s(num_seqs)
+                + self.overhead_s + self.overhead_per_seq_s * num_seqs)
 
     def decode_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
-        """decode_time_s for each total context in an array (sim/steptime.py's vector path)."""
-        if self._generation is None:  # type: ignore[attr-defined]
-            return np.array([self.step_time_s((), num_seqs, c) for c in context_tokens.tolist()])
-        attention = self._decode_attention_series_s(num_seqs, context_tokens)
-        fixed = (self._per_token_s(num_seqs) + self._lm_head_s(num_seqs)
-                 + self.overhead_s + self.overhead_per_seq_s * num_seqs)
-        return fixed + self.model.num_layers * attention
+        """decode_time_s for each total context in an array."""
+        return np.array([self.decode_time_s(num_seqs, c) for c in context_tokens.tolist()], dtype=np.float64)
+
+    def decode_terms(self, num_seqs: int) -> tuple[float, int, Row] | None:
+        """decode_time_s(num_seqs, ctx) as data, for pdsim/sim/spantimes.TableStep to repeat
+        operation for operation: the context-free part, the layer count and the generation
+        table's row at this batch size (LogGrid.second_row). None when the step is not that
+        (no generation table, or tables scaled from another GPU: a ratio per context)."""
+        if num_seqs <= 0 or self._generation is None or not self.scaling.same:  # type: ignore[attr-defined]
+            return None
+        return self._decode_fixed_s(num_seqs), self.model.num_layers, self._generation.second_row(num_seqs)  # type: ignore[attr-defined]
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
         if not items:

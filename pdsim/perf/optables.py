@@ -43,6 +43,8 @@ ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "
 VIDUR_HIDDEN = 8192  # Llama-2-70B, whose Vidur rows stand for every model (scaled by hidden size)
 VIDUR_HBM_GBPS = {"a100": 2039.0, "h100": 3350.0}  # the GPUs Vidur profiled (catalog datasheets)
 
+Row = tuple[list[float], list[float], list[float], list[float]]  # LogGrid.second_row: row, drow, axis, width
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class LogGrid:
@@ -51,7 +53,7 @@ class LogGrid:
     axes: tuple[list[float], ...]  # log of each axis, ascending
     log_ms: np.ndarray
     _rows: list | None = None
-    _along: dict[float, tuple[np.ndarray, ...]] = field(default_factory=dict)  # along_second's memo
+    _along: dict[float, Row] = field(default_factory=dict)  # second_row's memo
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, axes: Sequence[str], what: str) -> LogGrid:
@@ -137,22 +139,26 @@ class LogGrid:
                 total += weight * g[rows[lo]][cols[mid]][deps[hi]]
         return total
 
-    def along_second(self, x: float, ys: np.ndarray) -> np.ndarray:
-        """Latencies (ms) at (x, y) for every y of an array, with numpy's log and exp: the
-        scalar and vector decode paths both call this, so they agree bit for bit. The row at x
-        and the per-segment differences are kept (x is a batch size: few distinct values)."""
-        row, drow, axis, width = self._second_at(x)
-        logs = np.log(np.maximum(ys, 1e-9))
-        j = np.searchsorted(axis, logs, side="right")
-        j -= 1
-        np.minimum(np.maximum(j, 0, out=j), max(len(axis) - 2, 0), out=j)
-        v = np.maximum((logs - axis[j]) / width[j], 0.0)
-        return np.exp(row[j] + v * drow[j])
+    def at_second(self, x: float, y: float) -> float:
+        """Latency (ms) at (x, y) along the row kept for x (`second_row`), with libm's log and
+        exp (math): every decode path calls this or repeats it operation for operation
+        (pdsim/sim/spantimes.TableStep), so they agree bit for bit on any CPU (numpy's own
+        vectorised log and exp differ from libm's in the last bit on some CPUs)."""
+        row, drow, axis, width = self.second_row(x)
+        log_y = math.log(max(y, 1e-9))
+        j = min(max(bisect.bisect_right(axis, log_y) - 1, 0), max(len(axis) - 2, 0))
+        v = max((log_y - axis[j]) / width[j], 0.0)
+        return math.exp(row[j] + v * drow[j])
 
-    def _second_at(self, x: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """along_second's inputs at x: the row interpolated along the first axis, its segment
+    def along_second(self, x: float, ys: np.ndarray) -> np.ndarray:
+        """`at_second` for every y of an array."""
+        return np.array([self.at_second(x, y) for y in ys.tolist()], dtype=np.float64)
+
+    def second_row(self, x: float) -> Row:
+        """at_second's inputs at x: the row interpolated along the first axis, its segment
         differences row[j1] - row[j], the second axis and its segment widths (1.0 where a
-        segment has one point), with j1 = min(j + 1, last)."""
+        segment has one point), with j1 = min(j + 1, last). Kept per x (a batch size: few
+        distinct values)."""
         hit = self._along.get(x)
         if hit is not None:
             return hit
@@ -163,7 +169,7 @@ class LogGrid:
         axis = np.asarray(self.axes[1])
         up = np.minimum(np.arange(len(axis)) + 1, len(axis) - 1)
         width = np.where(up > np.arange(len(axis)), axis[up] - axis, 1.0)
-        hit = row, row[up] - row, axis, width
+        hit = row.tolist(), (row[up] - row).tolist(), axis.tolist(), width.tolist()
         if len(self._along) >= 4096:
             self._along.clear()
         self._along[x] = hit

@@ -9,8 +9,9 @@ reads is a few boundaries near the current time, its end, and sums over the iter
 - `WalkedTimes` computes a step when it is read and a boundary by walking forward from the last
   one read (time only moves forward), with the very float operations of the array path: the
   same bits, no array, no allocation per iteration. Compiled (mypyc), a walk is a loop over
-  unboxed floats. `LinearTimes` (the linear model's terms) and `RooflineTimes` (the roofline
-  model's, per batch size: `RooflineStep`) are the two kinds.
+  unboxed floats. `ModelTimes` is the one kind: its steps come from a `StepModel`, a latency
+  model's decode_time_s for one batch size as a compiled function of the context (`LinearStep`,
+  `RooflineStep`, `TableStep` for the measured model, `OverheadStep` around any of them).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from functools import reduce
 from operator import add
+
+import math
 
 import numpy as np
 
@@ -162,24 +165,32 @@ class WalkedTimes(SpanTimes):
         return total_s
 
 
-class LinearTimes(WalkedTimes):
-    """The linear model's span: step_i = fixed_s + per_ctx_s * (ctx0 + n * i)
-    (LinearModel.decode_time_s's association), step_0 plus extra_s (a KV reload before it)."""
+class StepModel:
+    """A decode iteration's time as a function of the batch's total context tokens, for one
+    batch size n: a latency model's decode_time_s(n, ctx) repeated operation for operation
+    (steptime.StepSeries builds one per model and n; tests/sim/test_skip_ahead.py holds each kind
+    to its model bit for bit)."""
 
-    def __init__(
-        self, k: int, start_s: float, fixed_s: float, per_ctx_s: float, ctx0: int, n: int, extra_s: float
-    ) -> None:
-        super().__init__(k, start_s, extra_s)
-        self.fixed_s = fixed_s
-        self.per_ctx_s = per_ctx_s
-        self.ctx0 = ctx0
+    def __init__(self, n: int) -> None:
         self.n = n
 
-    def model_step(self, i: int) -> float:
-        return self.fixed_s + self.per_ctx_s * (self.ctx0 + self.n * i)
+    def time_s(self, ctx_tokens: int) -> float:
+        raise NotImplementedError
 
 
-class RooflineStep:
+class LinearStep(StepModel):
+    """LinearModel: fixed_s + per_ctx_s * ctx (fixed_s = decode_base_s + decode_per_seq_s * n)."""
+
+    def __init__(self, n: int, fixed_s: float, per_ctx_s: float) -> None:
+        super().__init__(n)
+        self.fixed_s = fixed_s
+        self.per_ctx_s = per_ctx_s
+
+    def time_s(self, ctx_tokens: int) -> float:
+        return self.fixed_s + self.per_ctx_s * ctx_tokens
+
+
+class RooflineStep(StepModel):
     """RooflineModel.decode_time_s for one batch size n as a function of the context, term by
     term in the model's order (steptime.RooflineDecode builds it from the model's own terms;
     the attention factors come from pdsim.perf.cost.attention_factors)."""
@@ -189,7 +200,7 @@ class RooflineStep:
         flops_per_pair: float, num_layers: float, tp: float, kv_bytes_per_token: float,
         flops_per_s: float, hbm_bytes_per_s: float, mfu: float, mbu: float,
     ) -> None:
-        self.n = n
+        super().__init__(n)
         self.fixed_s = fixed_s  # overhead_s + overhead_per_seq_s * n
         self.head_s = head_s  # the operators before attention, summed from 0 in order
         self.tail_s = tail_s  # those after it, added one at a time
@@ -215,11 +226,64 @@ class RooflineStep:
         return self.fixed_s + busy + self.comm_s
 
 
-class RooflineTimes(WalkedTimes):
-    """The roofline model's span: step_i = decode_time_s(n, ctx0 + n * i) (RooflineStep), step_0
-    plus extra_s."""
+class TableStep(StepModel):
+    """MeasuredModel.decode_time_s for one batch size n (its `decode_terms`): the context-free
+    part plus layers x the generation table at the mean KV length, interpolated in log space
+    along the row kept for n, as pdsim.perf.optables.LogGrid.at_second does it."""
 
-    def __init__(self, k: int, start_s: float, model: RooflineStep, ctx0: int, extra_s: float) -> None:
+    def __init__(
+        self, n: int, fixed_s: float, layers: int, row: list[float], drow: list[float],
+        axis: list[float], width: list[float],
+    ) -> None:
+        super().__init__(n)
+        self.fixed_s = fixed_s
+        self.layers = float(layers)
+        self.row = row
+        self.drow = drow
+        self.axis = axis
+        self.width = width
+        self.last = max(len(axis) - 2, 0)
+
+    def time_s(self, ctx_tokens: int) -> float:
+        per_seq = ctx_tokens / self.n
+        log_y = math.log(per_seq if per_seq >= 1.0 else 1.0)
+        axis = self.axis
+        lo, hi = 0, len(axis)
+        while lo < hi:  # bisect_right
+            mid = (lo + hi) // 2
+            if log_y < axis[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        j = min(max(lo - 1, 0), self.last)
+        v = (log_y - axis[j]) / self.width[j]
+        if v < 0.0:
+            v = 0.0
+        ms = math.exp(self.row[j] + v * self.drow[j])
+        return self.fixed_s + self.layers * (ms / 1e3)
+
+
+class OverheadStep(StepModel):
+    """StepOverheadModel over another step model: scale * inner(ctx + offset * n) + overhead_s
+    + per_token_s * ctx (its decode_time_s's order)."""
+
+    def __init__(self, inner: StepModel, scale: float, overhead_s: float, per_token_s: float, offset: int) -> None:
+        super().__init__(inner.n)
+        self.inner = inner
+        self.scale = scale
+        self.overhead_s = overhead_s
+        self.per_token_s = per_token_s
+        self.offset_tokens = offset * inner.n
+
+    def time_s(self, ctx_tokens: int) -> float:
+        return (self.scale * self.inner.time_s(ctx_tokens + self.offset_tokens) + self.overhead_s
+                + self.per_token_s * ctx_tokens)
+
+
+class ModelTimes(WalkedTimes):
+    """A span whose step_i = model.time_s(ctx0 + n * i), step_0 plus extra_s."""
+
+    def __init__(self, k: int, start_s: float, model: StepModel, ctx0: int, extra_s: float) -> None:
         super().__init__(k, start_s, extra_s)
         self.model = model
         self.ctx0 = ctx0

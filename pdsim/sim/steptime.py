@@ -10,11 +10,12 @@ Linear and roofline models (also wrapped in a StepOverheadModel) are evaluated v
 same floating-point operations, in the same order, as their `decode_time_s` (so each step is bit-identical to the scalar call on
 CPython 3.11; `sum` of floats is compensated from 3.12 on, which can move roofline's last bit).
 MeasuredModel's and FittedModel's own decode_series_s are their vector paths (bit-identical).
-Other models are called once per iteration. For every model in pdsim.perf a decode-only mixed
+Other models are called once per iteration. Spans (`StepSeries.span`) of the linear, roofline and
+measured models, also wrapped, compute each step when read from a compiled `StepModel`
+(spantimes.py). For every model in pdsim.perf a decode-only mixed
 step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
 iterations use the same series. Both simulator paths (step by step and skip-ahead) take every
-decode-only step from here, so they agree bit for bit whatever the model. `StepSeries.span` gives
-a span's times as spantimes.py's objects (the linear and roofline models' computed on read).
+decode-only step from here, so they agree bit for bit whatever the model.
 """
 
 from __future__ import annotations
@@ -33,7 +34,16 @@ from pdsim.perf import (
     StepOverheadModel,
 )
 from pdsim.perf import cost as roofline_cost
-from pdsim.sim.spantimes import ArrayTimes, LinearTimes, RooflineStep, RooflineTimes, SpanTimes
+from pdsim.sim.spantimes import (
+    ArrayTimes,
+    LinearStep,
+    ModelTimes,
+    OverheadStep,
+    RooflineStep,
+    SpanTimes,
+    StepModel,
+    TableStep,
+)
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
 
@@ -43,8 +53,8 @@ class StepSeries:
     def __init__(self, latency: LatencyModel) -> None:
         self.latency = latency
         self._vector = _vector_for(latency)
-        self._linear = latency if isinstance(latency, LinearModel) else None
-        self._roofline = self._vector if isinstance(self._vector, RooflineDecode) else None
+        self._roofline = _roofline_of(latency)
+        self._step_models: dict[int, StepModel | None] = {}
 
     def steps(self, n: int, ctx0: int, k: int) -> np.ndarray:
         """Step times (s) of k iterations of `n` sequences starting with `ctx0` context tokens."""
@@ -56,22 +66,51 @@ class StepSeries:
 
     def span(self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0) -> SpanTimes:
         """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
-        its boundaries b_0 = start_s .. b_k (spantimes.py). The linear model's are computed when
-        read (a long span is often cut short: only what it reaches is computed); other models'
-        are float64 arrays (boundaries summed by numpy's in-order cumsum). The values are
-        bit-identical to the model's decode_time_s and to simpy's clock either way."""
-        roofline = self._roofline
-        if roofline is not None and n > 0:
-            return RooflineTimes(k, start_s, roofline.step_model(n), ctx0, first_extra_s)
-        m = self._linear
-        if m is not None and n > 0:
-            fixed_s = float(m.decode_base_s + m.decode_per_seq_s * n)  # decode_time_s's association
-            return LinearTimes(k, start_s, fixed_s, m.decode_per_ctx_token_s, ctx0, n, first_extra_s)
+        its boundaries b_0 = start_s .. b_k (spantimes.py). Where the model has a compiled step
+        (`step_model`) they are computed when read (a long span is often cut short: only what it
+        reaches is computed); otherwise they are float64 arrays (boundaries summed by numpy's
+        in-order cumsum). The values are bit-identical to the model's decode_time_s and to
+        simpy's clock either way."""
+        model = self.step_model(n) if n > 0 else None
+        if model is not None:
+            return ModelTimes(k, start_s, model, ctx0, first_extra_s)
         array = self.steps(n, ctx0, k)
         if first_extra_s > 0.0:
             array = array.copy()
             array[0] += first_extra_s
         return ArrayTimes(array, boundaries(start_s, array))
+
+    def step_model(self, n: int) -> StepModel | None:
+        """decode_time_s(n, ctx) as a compiled function of ctx, or None for a model without one
+        (table and fitted models, measured tables scaled from another GPU)."""
+        if n in self._step_models:
+            return self._step_models[n]
+        model = _step_model_for(self.latency, n, self._roofline)
+        self._step_models[n] = model
+        return model
+
+
+def _roofline_of(latency: LatencyModel) -> RooflineDecode | None:
+    """The roofline model's per-batch-size terms, also under a StepOverheadModel."""
+    inner = latency.inner if isinstance(latency, StepOverheadModel) else latency
+    return RooflineDecode(inner) if isinstance(inner, RooflineModel) else None
+
+
+def _step_model_for(latency: LatencyModel, n: int, roofline: RooflineDecode | None) -> StepModel | None:
+    if isinstance(latency, LinearModel):  # decode_time_s's association: (base + per_seq * n) + per_ctx * ctx
+        return LinearStep(n, float(latency.decode_base_s + latency.decode_per_seq_s * n), latency.decode_per_ctx_token_s)
+    if isinstance(latency, RooflineModel) and roofline is not None:
+        return roofline.step_model(n)
+    if isinstance(latency, MeasuredModel):
+        terms = latency.decode_terms(n)
+        return None if terms is None else TableStep(n, terms[0], terms[1], *terms[2])
+    if isinstance(latency, StepOverheadModel):
+        inner = _step_model_for(latency.inner, n, roofline)
+        if inner is None:
+            return None
+        return OverheadStep(inner, latency.decode_scale, latency.decode_overhead_s, latency.per_context_token_s,
+                            latency.decode_context_offset_tokens)
+    return None
 
 
 def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:

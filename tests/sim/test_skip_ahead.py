@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 from simkit import make_config, make_requests, synthetic
 
-from pdsim.perf import LinearModel, RooflineModel, StepOverheadModel
+from pdsim.config import PerfConfig
+from pdsim.perf import LinearModel, MeasuredModel, RooflineModel, StepOverheadModel, build_latency_model
 from pdsim.perf.catalog import load_hardware, load_model
 from pdsim.policy.router import HEALTH_ONLY_ROUTING
 from pdsim.sim import simulate
@@ -24,7 +25,7 @@ from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import Span, hop_delay
-from pdsim.sim.spantimes import ArrayTimes, LinearTimes, RooflineTimes, add_steps
+from pdsim.sim.spantimes import ArrayTimes, ModelTimes, add_steps
 from pdsim.sim.steptime import RooflineDecode, StepSeries, boundaries
 from pdsim.workload.request import Workload
 
@@ -116,14 +117,34 @@ def test_step_series_is_bit_identical_to_the_model() -> None:
     assert boundaries(0.123, np.array(ref)).tolist() == expected
 
 
+class _Uncompiled:
+    """A latency model StepSeries knows nothing of (as table and fitted models): the linear one's
+    steps, called once per iteration."""
+
+    name = "uncompiled"
+
+    def __init__(self, inner: LinearModel) -> None:
+        self.inner = inner
+        self.prefill_time_s = inner.prefill_time_s
+        self.decode_time_s = inner.decode_time_s
+        self.mixed_time_s = inner.mixed_time_s
+
+
 @pytest.mark.parametrize("k", [1, 2, 5, 96, 300, 1024])
 @pytest.mark.parametrize("extra_s", [0.0, 0.0123])
 def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float) -> None:
-    # the linear model's span is computed on read (LinearTimes), other models' are arrays
-    # (ArrayTimes): every read gives the bits of decode_time_s and of simpy's clock
-    for model in (LinearModel(**CTX_PERF), StepOverheadModel(LinearModel(**CTX_PERF), 0.001, 0.0023)):
-        times = StepSeries(model).span(7, 12345, k, 3.21, extra_s)
-        assert type(times) is (LinearTimes if isinstance(model, LinearModel) else ArrayTimes)
+    # spans of models with a compiled step are computed on read (ModelTimes), other models' are
+    # arrays (ArrayTimes): every read gives the bits of decode_time_s and of simpy's clock
+    from simkit import TINY_HW, TINY_MODEL
+
+    plain = LinearModel(**CTX_PERF)
+    table = StepSeries(_Uncompiled(plain))  # a model without a compiled step: its spans are arrays
+    for model in (plain, StepOverheadModel(plain, 0.001, 0.0023), table,
+                  RooflineModel(TINY_MODEL, TINY_HW, tp=1, overhead_per_seq_s=1e-5)):
+        series = model if isinstance(model, StepSeries) else StepSeries(model)
+        model = series.latency
+        times = series.span(7, 12345, k, 3.21, extra_s)
+        assert type(times) is (ArrayTimes if series is table else ModelTimes)
         ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(k)]
         ref[0] += extra_s
         t, expected = 3.21, [3.21]
@@ -150,18 +171,48 @@ def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float
 
 @pytest.mark.parametrize("model_name,tp", [("llama3_8b", 1), ("llama3_70b", 8), ("deepseek_v3", 8), ("qwen3_30b_a3b", 2)])
 def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp: int) -> None:
-    # RooflineTimes computes each step from the model's terms (compiled); the array path
-    # (RooflineDecode, numpy) is what the span used before: the same bits, every step
+    # the span computes each step from the model's terms (RooflineStep, compiled); the array
+    # path (RooflineDecode, numpy) is what the span used before: the same bits, every step
     model = RooflineModel(load_model(model_name), load_hardware("h100"), tp=tp, overhead_per_seq_s=1e-5)
     series = StepSeries(model)
     for n, ctx0, extra_s in ((1, 17, 0.0), (7, 12345, 0.0123), (64, 64 * 3000 + 5, 0.0), (300, 300 * 900, 0.0)):
         times = series.span(n, ctx0, 400, 1.5, extra_s)
-        assert type(times) is RooflineTimes
+        assert type(times) is ModelTimes
         array = RooflineDecode(model)(n, np.arange(ctx0, ctx0 + n * 400, n, dtype=np.int64))
         array[0] += extra_s
         assert [times.step(i) for i in range(400)] == array.tolist()
         assert times.bounds(0, 400) == boundaries(1.5, array).tolist()
         np.testing.assert_allclose(times.step(3), model.decode_time_s(n, ctx0 + 3 * n), rtol=1e-14, atol=0)
+
+
+MEASURED = PerfConfig(kind="measured", engine="sglang", overhead_s=0.0015, overhead_per_seq_s=2e-5)
+
+
+@pytest.mark.parametrize("model_name,hardware,tp", [
+    ("llama3_8b", "h100", 1), ("llama3_70b", "h100", 8), ("deepseek_v3", "h100", 8), ("qwen3_30b_a3b", "h100", 2),
+    ("llama3_70b", "a800", 8),  # tables scaled from the A100's: a ratio per context, no compiled step
+])
+def test_measured_span_times_are_decode_time_s_bit_for_bit(model_name: str, hardware: str, tp: int) -> None:
+    # TableStep repeats LogGrid.at_second operation for operation: contexts below one token per
+    # sequence, inside the table, past its last tick; plain and under a StepOverheadModel
+    model = build_latency_model(MEASURED, load_model(model_name), load_hardware(hardware), tp)
+    assert isinstance(model, MeasuredModel)
+    wrapped = StepOverheadModel(model, 0.001, 0.0023, decode_scale=1.37, per_context_token_s=1e-7,
+                                decode_context_offset_tokens=3)
+    for latency in (model, wrapped):
+        series = StepSeries(latency)
+        for n, ctx0, extra_s in ((1, 0, 0.0), (3, 2, 0.0), (7, 12345, 0.0123), (64, 64 * 3000 + 5, 0.0),
+                                 (300, 300 * 900, 0.0), (2, 2 * 400_000, 0.0)):
+            k = 300
+            times = series.span(n, ctx0, k, 1.5, extra_s)
+            assert type(times) is (ArrayTimes if hardware == "a800" else ModelTimes)
+            ref = [latency.decode_time_s(n, ctx0 + n * i) for i in range(k)]
+            ref[0] += extra_s
+            assert [times.step(i) for i in range(k)] == ref
+            assert times.bounds(0, k) == boundaries(1.5, np.array(ref)).tolist()
+            if not extra_s:  # (the array path: numpy-free, the same bits)
+                assert series.steps(n, ctx0, 4).tolist() == ref[:4]
+            assert latency.mixed_time_s((), n, ctx0) == latency.decode_time_s(n, ctx0)
 
 
 @pytest.mark.source_core
