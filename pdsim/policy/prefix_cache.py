@@ -7,9 +7,10 @@ A trie keyed by block hash: the path from the root spells a prompt's leading blo
 leaves before their parents. Only full blocks are cached. The pages of cached blocks are owned by
 the pool's CACHE_OWNER; the caller moves pages in and frees the pages `evict` reports.
 
-Array-backed: a block is an int slot into parallel lists (its key, lock count, last use,
-creation number, child count) and one dict maps each key, (parent slot, block hash), to the
-child's slot; no object per block. Slots of evicted blocks are reused. The blocks an insert adds
+Array-backed: a block is an int slot into parallel lists (its hash, parent, lock count, last
+use, creation number, child count); no object per block. A block is found by its hash: one dict
+maps a hash to the slot of the first parent's child with it (hashes name whole prefixes, so one
+parent per hash is the rule), a second dict maps (parent slot, hash) for any other parent's. Slots of evicted blocks are reused. The blocks an insert adds
 form one chain below the last cached one: they are made together (`_add_chain`). The LRU order
 is a heap of (last use, creation number, slot) with stale entries skipped: creation numbers never
 repeat, so ties break exactly as they did when each block was an object numbered at creation.
@@ -55,8 +56,11 @@ class PrefixCache:
         self.num_blocks = 0
         self.evictable_blocks = 0
         self.on_evict: Callable[[int], None] | None = None  # told each evicted block hash (kv_tiers)
-        self._child: dict[tuple[int, int], int] = {}  # (parent slot, block hash) -> slot
-        self._key: list[tuple[int, int]] = [(_DEAD, 0)]  # slot -> its key in _child; slot 0 is the root
+        self._child: dict[int, int] = {}  # block hash -> slot (the first parent's child with it)
+        self._other: dict[tuple[int, int], int] = {}  # (parent slot, block hash) -> slot, any other parent's
+        self._key: list[int] = [0]  # slot -> its block hash; slot 0 is the root
+        self._parent: list[int] = [_DEAD]
+        self._keyed_other: list[bool] = [False]  # slot -> its key is in _other
         self._ref: list[int] = [1]  # the root holds a reference of its own: never evicted
         self._last_s: list[float] = [0.0]
         self._created: list[int] = [0]
@@ -74,7 +78,16 @@ class PrefixCache:
         return self.num_blocks * self.pages_per_block
 
     def block_hash(self, block: BlockNode) -> int:
-        return self._key[block][1]
+        return self._key[block]
+
+    def _find(self, parent: int, block_hash: int) -> int:
+        """The slot of `parent`'s child with `block_hash`, or _DEAD."""
+        slot = self._child.get(block_hash, _DEAD)
+        if slot != _DEAD and self._parent[slot] == parent:
+            return slot
+        if self._other:
+            return self._other.get((parent, block_hash), _DEAD)
+        return _DEAD
 
     def ref_count(self, block: BlockNode) -> int:
         """How many requests hold `block` locked (0 = evictable once it is a leaf)."""
@@ -82,10 +95,10 @@ class PrefixCache:
 
     def match(self, hash_ids: Sequence[int], max_blocks: int) -> list[BlockNode]:
         """The longest cached path for the first `max_blocks` hashes (nothing is locked)."""
-        get, node, path = self._child.get, ROOT, []
+        node, path = ROOT, []
         for h in hash_ids[:max_blocks]:
-            child = get((node, h))
-            if child is None:
+            child = self._find(node, h)
+            if child == _DEAD:
                 break
             node = child
             path.append(node)
@@ -113,10 +126,10 @@ class PrefixCache:
 
     def insert(self, hash_ids: Sequence[int], now_s: float) -> int:
         """Add the blocks of `hash_ids` not yet cached (unreferenced); returns how many are new."""
-        get, last_s, node = self._child.get, self._last_s, ROOT
+        last_s, node = self._last_s, ROOT
         for cached, h in enumerate(hash_ids):
-            child = get((node, h))
-            if child is None:  # the rest hangs below `node`, one new block under the other
+            child = self._find(node, h)
+            if child == _DEAD:  # the rest hangs below `node`, one new block under the other
                 created = len(hash_ids) - cached
                 node = self._add_chain(node, hash_ids[cached:], now_s)
                 break
@@ -140,21 +153,26 @@ class PrefixCache:
         if len(slots) < n:
             start, more = len(self._ref), n - len(slots)
             slots += range(start, start + more)
-            self._key += [(_DEAD, 0)] * more
+            self._key += [0] * more
+            self._parent += [_DEAD] * more
+            self._keyed_other += [False] * more
             self._ref += [0] * more  # freed slots hold 0 too: only unreferenced blocks are evicted
             self._last_s += [0.0] * more
             self._created += [_DEAD] * more
             self._children += [0] * more
-        key_of, created, children, last_s = self._key, self._created, self._children, self._last_s
+        key_of, parent_of, other = self._key, self._parent, self._keyed_other
+        created, children, last_s = self._created, self._children, self._last_s
         child_of, number, above = self._child, self._next_created, parent
-        for i in range(n):  # (an index loop: compiled, no tuple per step but the key)
-            slot = slots[i]
-            key = (above, hashes[i])
-            key_of[slot] = key
+        for i in range(n):  # (an index loop: compiled, no object per step)
+            slot, h = slots[i], hashes[i]
+            key_of[slot] = h
+            parent_of[slot] = above
             created[slot] = number + i
             children[slot] = 1
             last_s[slot] = now_s
-            child_of[key] = slot
+            if child_of.setdefault(h, slot) != slot:  # another parent's child has this hash
+                self._other[(above, h)] = slot
+                other[slot] = True
             above = slot
         children[above] = 0
         children[parent] += 1
@@ -171,22 +189,26 @@ class PrefixCache:
         """
         heap, pop, push, on_evict = self._heap, heapq.heappop, heapq.heappush, self.on_evict
         ref, children, created, last_s = self._ref, self._children, self._created, self._last_s
-        keys, child_of, free = self._key, self._child, self._free
+        keys, parents, other, child_of, free = self._key, self._parent, self._keyed_other, self._child, self._free
         evicted = 0
         while evicted < blocks and heap:
             t, number, node = pop(heap)
             if created[node] != number or ref[node] or children[node] or t != last_s[node]:
                 continue  # stale entry: evicted (slot maybe reused), re-locked, grew children, touched
             while True:  # evict `node` (last used at t, sorting before the heap's top), then its parent?
-                key = keys[node]
-                del child_of[key]
+                block_hash, parent = keys[node], parents[node]
+                if other[node]:
+                    del self._other[(parent, block_hash)]
+                    other[node] = False
+                else:
+                    del child_of[block_hash]
                 created[node] = _DEAD
                 free.append(node)
-                node = key[0]
+                node = parent
                 children[node] -= 1
                 evicted += 1
                 if on_evict is not None:
-                    on_evict(key[1])
+                    on_evict(block_hash)
                 if ref[node] or children[node]:  # (the root's own reference stops here too)
                     break
                 if evicted < blocks:
@@ -209,10 +231,13 @@ class PrefixCache:
 
     def block_hashes(self) -> list[int]:
         """Every cached block's hash (for invariant checks)."""
-        return [block_hash for (_, block_hash) in self._child]
+        return [self._key[node] for node in self._live()]
+
+    def _live(self) -> list[int]:
+        return sorted([*self._child.values(), *self._other.values()])
 
     def check_invariants(self, final: bool = False) -> None:
-        live = list(self._child.values())
+        live = self._live()
         for node in live:
             ref = self._ref[node]
             if ref < 0 or (final and ref):

@@ -16,7 +16,7 @@ reads is a few boundaries near the current time, its end, and sums over the iter
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from functools import reduce
 from operator import add
 
@@ -229,7 +229,8 @@ class RooflineStep(StepModel):
 class TableStep(StepModel):
     """MeasuredModel.decode_time_s for one batch size n (its `decode_terms`): the context-free
     part plus layers x the generation table at the mean KV length, interpolated in log space
-    along the row kept for n, as pdsim.perf.optables.LogGrid.at_second does it."""
+    along the row kept for n, as pdsim.perf.optables.LogGrid.at_second does it. The segment of
+    the last lookup is kept (a span's contexts grow: most lookups stay in it)."""
 
     def __init__(
         self, n: int, fixed_s: float, layers: int, row: list[float], drow: list[float],
@@ -238,28 +239,32 @@ class TableStep(StepModel):
         super().__init__(n)
         self.fixed_s = fixed_s
         self.layers = float(layers)
+        self.n_seqs = float(n)
         self.row = row
         self.drow = drow
         self.axis = axis
         self.width = width
         self.last = max(len(axis) - 2, 0)
+        # the kept segment j: log contexts in [lo, hi) take it (j = at_second's clamped bisect)
+        self.lo = self.hi = self.at = self.seg_width = self.seg_row = self.seg_drow = 0.0
+        self.seek(0)
+
+    def seek(self, j: int) -> None:
+        """Keep segment j: its bounds (open at the first and last), start, width and row terms."""
+        self.lo = -math.inf if j == 0 else self.axis[j]
+        self.hi = math.inf if j >= self.last else self.axis[j + 1]
+        self.at, self.seg_width = self.axis[j], self.width[j]
+        self.seg_row, self.seg_drow = self.row[j], self.drow[j]
 
     def time_s(self, ctx_tokens: int) -> float:
-        per_seq = ctx_tokens / self.n
+        per_seq = float(ctx_tokens) / self.n_seqs  # (exact for int / int below 2**53: numpy's too)
         log_y = math.log(per_seq if per_seq >= 1.0 else 1.0)
-        axis = self.axis
-        lo, hi = 0, len(axis)
-        while lo < hi:  # bisect_right
-            mid = (lo + hi) // 2
-            if log_y < axis[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        j = min(max(lo - 1, 0), self.last)
-        v = (log_y - axis[j]) / self.width[j]
+        if not self.lo <= log_y < self.hi:
+            self.seek(min(max(bisect_right(self.axis, log_y) - 1, 0), self.last))
+        v = (log_y - self.at) / self.seg_width
         if v < 0.0:
             v = 0.0
-        ms = math.exp(self.row[j] + v * self.drow[j])
+        ms = math.exp(self.seg_row + v * self.seg_drow)
         return self.fixed_s + self.layers * (ms / 1e3)
 
 

@@ -150,3 +150,25 @@ def test_parent_used_later_waits_for_older_leaves() -> None:
     assert cache.evict(2) == 2 and evicted == [2, 3]  # 1 (3 s) comes after 3 (2 s)
     assert cache.evict(1) == 1 and evicted == [2, 3, 1]
     cache.check_invariants(final=True)
+
+
+def test_one_hash_under_two_parents_is_two_blocks() -> None:
+    # hashes name whole prefixes, so one parent per hash is the rule; a workload that breaks it
+    # still gets one block per (parent, hash), whichever of the two goes first
+    cache = PrefixCache(block_tokens=4, pages_per_block=1)
+    evicted: list[int] = []
+    cache.on_evict = evicted.append
+    assert cache.insert([1, 7], now_s=1.0) == 2
+    assert cache.insert([2, 7], now_s=2.0) == 2  # 7 again, below 2
+    assert cache.insert([7], now_s=3.0) == 1  # and below the root
+    for prefix in ([1, 7], [2, 7], [7]):
+        path = cache.match(prefix, 2)
+        assert [cache.block_hash(b) for b in path] == prefix
+    assert len({cache.match(p, 2)[-1] for p in ([1, 7], [2, 7], [7])}) == 3
+    assert cache.evict(1) == 1 and evicted == [7]  # [1, 7]: the first of the three 7s
+    assert [len(cache.match(p, 2)) for p in ([1, 7], [2, 7], [7])] == [1, 2, 1]
+    assert cache.insert([1, 7], now_s=4.0) == 1  # the hash is free again
+    assert cache.evict(2) == 2 and evicted == [7, 7, 2]  # [2, 7] (2 s), then its parent 2
+    assert sorted(cache.block_hashes()) == [1, 7, 7]
+    assert [len(cache.match(p, 2)) for p in ([1, 7], [2, 7], [7])] == [2, 0, 1]
+    cache.check_invariants()
