@@ -35,11 +35,11 @@ from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem
 from pdsim.perf.optables import (
-    Row,
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     LogGrid,
     OpTables,
+    Row,
     elementwise_grid,
     load_tables,
     resolve_set,

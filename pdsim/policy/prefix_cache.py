@@ -8,11 +8,13 @@ leaves before their parents. Only full blocks are cached. The pages of cached bl
 the pool's CACHE_OWNER; the caller moves pages in and frees the pages `evict` reports.
 
 Array-backed: a block is an int slot into parallel lists (its hash, parent, lock count, last
-use, creation number, child count); no object per block. A block is found by its hash: one dict
+use, creation number, child count, chain successor); no object per block. The blocks an insert
+adds form one chain below the last cached one (`_add_chain`): each but the first is found from
+its parent (`_next`), with no dict entry. A chain's first block is found by its hash: one dict
 maps a hash to the slot of the first parent's child with it (hashes name whole prefixes, so one
-parent per hash is the rule), a second dict maps (parent slot, hash) for any other parent's. Slots of evicted blocks are reused. The blocks an insert adds
-form one chain below the last cached one: they are made together (`_add_chain`). The LRU order
-is a heap of (last use, creation number, slot) with stale entries skipped: creation numbers never
+parent per hash is the rule), a second dict maps (parent slot, hash) for any other parent's.
+Slots of evicted blocks are reused. The LRU order is a heap of (last use, creation number,
+slot) with stale entries skipped: creation numbers never
 repeat, so ties break exactly as they did when each block was an object numbered at creation.
 Eviction takes, one block at a time, the unlocked leaf with the smallest (last use, creation
 number) (tests/policy/test_prefix_cache_model.py holds the cache to that rule).
@@ -29,7 +31,8 @@ from collections.abc import Callable, Sequence
 
 BlockNode = int  # a cached block is its slot in the cache's arrays (paths are lists of slots)
 ROOT = 0
-_DEAD = -1  # creation number of a free slot
+_DEAD = -1  # creation number of a free slot; no slot
+_IN_CHILD, _IN_OTHER, _IN_CHAIN = 0, 1, 2  # where a block is found: _child, _other, its parent's _next
 
 
 def matchable_blocks(prompt_tokens: int, block_tokens: int) -> int:
@@ -60,7 +63,8 @@ class PrefixCache:
         self._other: dict[tuple[int, int], int] = {}  # (parent slot, block hash) -> slot, any other parent's
         self._key: list[int] = [0]  # slot -> its block hash; slot 0 is the root
         self._parent: list[int] = [_DEAD]
-        self._keyed_other: list[bool] = [False]  # slot -> its key is in _other
+        self._next: list[int] = [_DEAD]  # slot -> the block made after it in its chain (its child), or _DEAD
+        self._found: list[int] = [_IN_CHILD]  # slot -> where it is found: _IN_CHILD, _IN_OTHER, _IN_CHAIN
         self._ref: list[int] = [1]  # the root holds a reference of its own: never evicted
         self._last_s: list[float] = [0.0]
         self._created: list[int] = [0]
@@ -82,6 +86,9 @@ class PrefixCache:
 
     def _find(self, parent: int, block_hash: int) -> int:
         """The slot of `parent`'s child with `block_hash`, or _DEAD."""
+        slot = self._next[parent]
+        if slot != _DEAD and self._key[slot] == block_hash:
+            return slot
         slot = self._child.get(block_hash, _DEAD)
         if slot != _DEAD and self._parent[slot] == parent:
             return slot
@@ -96,8 +103,8 @@ class PrefixCache:
     def match(self, hash_ids: Sequence[int], max_blocks: int) -> list[BlockNode]:
         """The longest cached path for the first `max_blocks` hashes (nothing is locked)."""
         node, path = ROOT, []
-        for h in hash_ids[:max_blocks]:
-            child = self._find(node, h)
+        for i in range(min(max_blocks, len(hash_ids))):
+            child = self._find(node, hash_ids[i])
             if child == _DEAD:
                 break
             node = child
@@ -155,25 +162,35 @@ class PrefixCache:
             slots += range(start, start + more)
             self._key += [0] * more
             self._parent += [_DEAD] * more
-            self._keyed_other += [False] * more
+            self._next += [_DEAD] * more
+            self._found += [_IN_CHILD] * more
             self._ref += [0] * more  # freed slots hold 0 too: only unreferenced blocks are evicted
             self._last_s += [0.0] * more
             self._created += [_DEAD] * more
             self._children += [0] * more
-        key_of, parent_of, other = self._key, self._parent, self._keyed_other
+        key_of, parent_of, next_of, found = self._key, self._parent, self._next, self._found
         created, children, last_s = self._created, self._children, self._last_s
-        child_of, number, above = self._child, self._next_created, parent
-        for i in range(n):  # (an index loop: compiled, no object per step)
-            slot, h = slots[i], hashes[i]
-            key_of[slot] = h
+        number, above = self._next_created, slots[0]
+        head = hashes[0]
+        if self._child.setdefault(head, above) != above:  # another parent's child has this hash
+            self._other[(parent, head)] = above
+            found[above] = _IN_OTHER
+        else:
+            found[above] = _IN_CHILD
+        key_of[above], parent_of[above] = head, parent
+        for i in range(1, n):  # (an index loop: compiled, no object per step)
+            slot = slots[i]
+            key_of[slot] = hashes[i]
             parent_of[slot] = above
+            next_of[above] = slot
+            found[slot] = _IN_CHAIN
+            above = slot
+        next_of[above] = _DEAD
+        for i in range(n):
+            slot = slots[i]
             created[slot] = number + i
             children[slot] = 1
             last_s[slot] = now_s
-            if child_of.setdefault(h, slot) != slot:  # another parent's child has this hash
-                self._other[(above, h)] = slot
-                other[slot] = True
-            above = slot
         children[above] = 0
         children[parent] += 1
         self._next_created = number + n
@@ -189,19 +206,20 @@ class PrefixCache:
         """
         heap, pop, push, on_evict = self._heap, heapq.heappop, heapq.heappush, self.on_evict
         ref, children, created, last_s = self._ref, self._children, self._created, self._last_s
-        keys, parents, other, child_of, free = self._key, self._parent, self._keyed_other, self._child, self._free
+        keys, parents, found, child_of, free = self._key, self._parent, self._found, self._child, self._free
         evicted = 0
         while evicted < blocks and heap:
             t, number, node = pop(heap)
             if created[node] != number or ref[node] or children[node] or t != last_s[node]:
                 continue  # stale entry: evicted (slot maybe reused), re-locked, grew children, touched
             while True:  # evict `node` (last used at t, sorting before the heap's top), then its parent?
-                block_hash, parent = keys[node], parents[node]
-                if other[node]:
-                    del self._other[(parent, block_hash)]
-                    other[node] = False
-                else:
+                block_hash, parent, where = keys[node], parents[node], found[node]
+                if where == _IN_CHAIN:
+                    self._next[parent] = _DEAD
+                elif where == _IN_CHILD:
                     del child_of[block_hash]
+                else:
+                    del self._other[(parent, block_hash)]
                 created[node] = _DEAD
                 free.append(node)
                 node = parent
@@ -234,10 +252,13 @@ class PrefixCache:
         return [self._key[node] for node in self._live()]
 
     def _live(self) -> list[int]:
-        return sorted([*self._child.values(), *self._other.values()])
+        return [node for node in range(1, len(self._created)) if self._created[node] != _DEAD]
 
     def check_invariants(self, final: bool = False) -> None:
         live = self._live()
+        lost = [node for node in live if self._find(self._parent[node], self._key[node]) != node]
+        if lost:
+            raise RuntimeError(f"prefix cache: blocks {[self._key[n] for n in lost[:3]]} are cached but not found")
         for node in live:
             ref = self._ref[node]
             if ref < 0 or (final and ref):

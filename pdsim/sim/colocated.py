@@ -54,7 +54,7 @@ class ColocatedInstance(InstanceBase):
         self._matches: dict[int, list[BlockNode]] = {}
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
         # the running batch's spans (self.clock is the base class's optional handle to it)
-        self.batch_clock = self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
+        self.batch_clock = self.clock = BatchClock(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
         self.batch_clock.process = self.env.process(self.run())
 
     def _receive(self, sr: SimRequest) -> None:

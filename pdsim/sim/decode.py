@@ -65,7 +65,7 @@ class DecodeInstance(InstanceBase):
         self.remaining_output_tokens = 0  # over running + transfer + waiting (memory_view)
         self.retractions = 0
         # the running batch's spans (self.clock is the base class's optional handle to it)
-        self.batch_clock = self.clock = BatchClock(self.env, latency, self.page, self.cfg.skip_ahead)
+        self.batch_clock = self.clock = BatchClock(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
         self.batch_clock.process = self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------

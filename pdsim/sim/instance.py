@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -22,6 +22,7 @@ from pdsim.policy.views import InstanceView
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import SimHooks, SimRequest
+from pdsim.sim.steptime import StepSeries
 
 # The queues of every role, in the time series' column order (seed names: prefill bootstrap ->
 # waiting -> inflight; decode prealloc -> transfer -> waiting -> running; colocated waiting ->
@@ -37,6 +38,15 @@ class InstanceContext:
     cfg: Config
     hooks: SimHooks
     bootstrap_timeouts: BootstrapTimeouts | None = None  # None: faults.bootstrap_timeout_s <= 0
+    step_series: dict[int, StepSeries] = field(default_factory=dict)  # id(latency) -> its series
+
+    def series_for(self, latency: LatencyModel) -> StepSeries:
+        """The decode step series of `latency`, one per model for all its instances (a series
+        keeps the compiled step model of each batch size it met)."""
+        series = self.step_series.get(id(latency))
+        if series is None:  # (the series holds `latency`: its id is not reused while it is kept)
+            series = self.step_series[id(latency)] = StepSeries(latency)
+        return series
 
 
 class InstanceBase:

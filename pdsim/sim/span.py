@@ -31,7 +31,6 @@ from typing import Any, Protocol
 
 import simpy
 
-from pdsim.perf import LatencyModel
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import SimRequest
@@ -97,9 +96,9 @@ class Span:
 class BatchClock:
     """Plans, waits out and truncates the spans of one instance's running batch."""
 
-    def __init__(self, env: simpy.Environment, latency: LatencyModel, page_size_tokens: int, skip_ahead: bool) -> None:
+    def __init__(self, env: simpy.Environment, series: StepSeries, page_size_tokens: int, skip_ahead: bool) -> None:
         self.env = env
-        self.series = StepSeries(latency)
+        self.series = series  # (shared by the instances of one latency model)
         self.page = page_size_tokens
         self.max_iterations = MAX_SPAN_ITERATIONS if skip_ahead else 1
         self.span: Span | None = None

@@ -16,11 +16,10 @@ reads is a few boundaries near the current time, its end, and sums over the iter
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from functools import reduce
 from operator import add
-
-import math
 
 import numpy as np
 

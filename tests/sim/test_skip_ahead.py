@@ -17,7 +17,13 @@ import pytest
 from simkit import make_config, make_requests, synthetic
 
 from pdsim.config import PerfConfig
-from pdsim.perf import LinearModel, MeasuredModel, RooflineModel, StepOverheadModel, build_latency_model
+from pdsim.perf import (
+    LinearModel,
+    MeasuredModel,
+    RooflineModel,
+    StepOverheadModel,
+    build_latency_model,
+)
 from pdsim.perf.catalog import load_hardware, load_model
 from pdsim.policy.router import HEALTH_ONLY_ROUTING
 from pdsim.sim import simulate
