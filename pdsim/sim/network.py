@@ -100,7 +100,10 @@ class Network:
     def utilization(self, res: Resource) -> float:
         if not res.flows:
             return 0.0
-        return sum(f.rate_bytes_per_s for f in res.flows.values()) / res.capacity_bytes_per_s
+        total = 0.0  # (a loop: compiled, no generator object; the additions of sum() on 3.11)
+        for f in res.flows.values():
+            total += f.rate_bytes_per_s
+        return total / res.capacity_bytes_per_s
 
     def _remove(self, flow: Flow) -> None:
         flow.active = False
@@ -125,7 +128,11 @@ class Network:
         self._generation += 1
         if not self.flows:
             return
-        next_s = min(f.remaining_bytes / f.rate_bytes_per_s for f in self.flows.values())
+        next_s = math.inf
+        for f in self.flows.values():  # (a loop: compiled, no generator object)
+            left_s = f.remaining_bytes / f.rate_bytes_per_s
+            if left_s < next_s:  # (min keeps the first of equal values; equal floats are equal)
+                next_s = left_s
         gen = self._generation
         event = self.env.timeout(max(0.0, next_s))
         event.callbacks.append(lambda _e: self._on_timer(gen))
