@@ -44,6 +44,8 @@ VIDUR_HIDDEN = 8192  # Llama-2-70B, whose Vidur rows stand for every model (scal
 VIDUR_HBM_GBPS = {"a100": 2039.0, "h100": 3350.0}  # the GPUs Vidur profiled (catalog datasheets)
 
 Row = tuple[list[float], list[float], list[float], list[float]]  # LogGrid.second_row: row, drow, axis, width
+# LogGrid._second_third: weights and corner indices along two axes
+Corners = tuple[tuple[float, float], tuple[float, float], tuple[int, int], tuple[int, int]]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -54,6 +56,7 @@ class LogGrid:
     log_ms: np.ndarray
     _rows: list | None = None
     _along: dict[float, Row] = field(default_factory=dict)  # second_row's memo
+    _pairs: dict[tuple[float, float], Corners] = field(default_factory=dict)  # _interpolate3's memo
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, axes: Sequence[str], what: str) -> LogGrid:
@@ -124,13 +127,15 @@ class LogGrid:
 
     def _interpolate3(self, x: float, y: float, z: float) -> float:
         """The general corner sum below for three axes (GEMM's m, n, k), on nested lists: the
-        same weights ((a * b) * c, a = 1 - u or u), corners and additions, in the same order."""
-        g, (ax, ay, az) = self.rows, self.axes
+        same weights ((a * b) * c, a = 1 - u or u), corners and additions, in the same order.
+        The segments of y and z are kept per (y, z): a GEMM's n and k are a layer's shapes."""
+        g, ax = self.rows, self.axes[0]
         i, u = _segment(ax, math.log(max(x, 1e-9)))
-        j, v = _segment(ay, math.log(max(y, 1e-9)))
-        k, w = _segment(az, math.log(max(z, 1e-9)))
-        a, b, c = (1.0 - u, u), (1.0 - v, v), (1.0 - w, w)
-        rows, cols, deps = (i, min(i + 1, len(ax) - 1)), (j, min(j + 1, len(ay) - 1)), (k, min(k + 1, len(az) - 1))
+        kept = self._pairs.get((y, z))
+        if kept is None:
+            kept = self._pairs[(y, z)] = self._second_third(y, z)
+        b, c, cols, deps = kept
+        a, rows = (1.0 - u, u), (i, min(i + 1, len(ax) - 1))
         total = 0.0
         for mask in range(8):
             lo, mid, hi = mask & 1, (mask >> 1) & 1, mask >> 2
@@ -138,6 +143,15 @@ class LogGrid:
             if weight != 0.0:
                 total += weight * g[rows[lo]][cols[mid]][deps[hi]]
         return total
+
+    def _second_third(self, y: float, z: float) -> Corners:
+        """_interpolate3's weights and corner indices along the second and third axes."""
+        ay, az = self.axes[1], self.axes[2]
+        j, v = _segment(ay, math.log(max(y, 1e-9)))
+        k, w = _segment(az, math.log(max(z, 1e-9)))
+        if len(self._pairs) >= 4096:
+            self._pairs.clear()
+        return (1.0 - v, v), (1.0 - w, w), (j, min(j + 1, len(ay) - 1)), (k, min(k + 1, len(az) - 1))
 
     def at_second(self, x: float, y: float) -> float:
         """Latency (ms) at (x, y) along the row kept for x (`second_row`), with libm's log and

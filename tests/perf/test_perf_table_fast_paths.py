@@ -77,6 +77,10 @@ def test_three_axis_lookup_is_the_corner_sum() -> None:
     points += [[1.0, 128.0, 256.0], [512.0, 8192.0, 4096.0], [8.0, 1024.0, 300.0]]  # on ticks, at edges
     for point in points:
         assert grid(*point) == math.exp(grid.corner_sum(point))  # (the general path: every axis count)
+    for m in (0.5, 3.0, 100.0, 5000.0):  # (n, k) seen before: their kept segments, any m
+        for _, n, k in points[:50]:
+            assert grid(m, n, k) == math.exp(grid.corner_sum([m, n, k]))
+    assert len(grid._pairs) == len(points)
 
 
 def test_kept_decode_row_gives_the_recomputed_series() -> None:
