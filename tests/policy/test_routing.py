@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from pdsim.policy import InstanceView, RequestView, RouterState, route
+from pdsim.policy.admission import AdmissionParams
+from pdsim.policy.router import ROOM_BITS, ROOMS_AHEAD, RouterPolicy
 from pdsim.policy.routing import routing_policy_names
 
 REQ = RequestView(request_id=0, input_tokens=100, output_tokens=10)
@@ -68,3 +70,15 @@ def test_unknown_policy_names_the_value() -> None:
     with pytest.raises(ValueError, match="'nope'"):
         route("nope", REQ, views("prefill", [0]), (), RouterState(), np.random.default_rng(0))
     assert "round_robin" in routing_policy_names()
+
+
+def test_rooms_drawn_ahead_are_the_rooms_drawn_one_by_one() -> None:
+    # numpy's bounded Lemire method over a range wider than 32 bits takes each value from its
+    # own 64-bit draws: a block of ROOMS_AHEAD is the sequence of single draws, across blocks
+    policy = RouterPolicy("round_robin", "accept_all", AdmissionParams(), np.random.default_rng(1),
+                          np.random.default_rng([5, 9]))
+    reference = np.random.default_rng([5, 9])
+    count = 2 * ROOMS_AHEAD + 7
+    rooms = [policy.next_room() for _ in range(count)]
+    assert rooms == [int(reference.integers(0, 2**ROOM_BITS, dtype=np.int64)) for _ in range(count)]
+    assert len(set(rooms)) == count and 0 <= min(rooms) and max(rooms) < 2**ROOM_BITS
