@@ -1,0 +1,114 @@
+"""Instructions per simulated request: the simulator's cost without the machine's noise.
+
+    .venv/bin/python benchmarks/sim_instructions.py --cases mooncake_8p8d --perf linear
+    .venv/bin/python benchmarks/sim_instructions.py --baseline main --cases mooncake_8p8d --perf linear,measured
+    .venv/bin/python benchmarks/sim_instructions.py --instances 2,128 --instance-requests 5000
+
+CPU seconds on a shared VM move 1.5x for the same code within an hour (docs/PERFORMANCE.md), so a
+before/after difference of 10% needs many alternating pairs. Instructions do not move: each case
+runs once under valgrind's callgrind, counting only inside the compiled `simulate`
+(`--toggle-collect`: no imports, no workload building, no outputs), and the table gives
+instructions per request, before and after. What instructions miss is the memory system (the
+same instructions over a larger working set take longer): read it next to sim_speed.py's CPU
+times. Needs valgrind (`apt-get install valgrind`) and the compiled core (mypyc; a pure-Python
+run has no `simulate` symbol to count in and is reported as such). About 60x slower than a
+plain run: Mooncake 8P8D takes ~5 minutes per tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from sim_outputs import export_tree, tree_env
+from sim_speed import CASES, instance_scaling
+
+ROOT = Path(__file__).resolve().parent.parent
+SIMULATE_SYMBOL = "CPyDef_run___simulate"  # the compiled simulate (pdsim/sim/run.py)
+_REQUESTS = "requests="
+
+
+def run_child(overrides: list[str]) -> None:
+    """Child process (under valgrind): simulate one configuration, print its request count."""
+    from hydra import compose, initialize_config_dir
+
+    from pdsim.config import register_configs, to_config
+    from pdsim.paths import SCENARIOS_DIR
+    from pdsim.sim import simulate
+    from pdsim.workload import build_workload
+
+    register_configs()
+    with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
+        cfg = to_config(compose("config", overrides=[*overrides, "progress=false"]))
+    workload = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
+    simulate(cfg, workload)
+    print(f"{_REQUESTS}{len(workload)}")
+
+
+def count(tree: Path, overrides: list[str]) -> tuple[int, int]:
+    """(instructions inside simulate, requests) of one case run with `tree`'s pdsim."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out_file = Path(tmp) / "callgrind.out"
+        cmd = ["valgrind", "--tool=callgrind", f"--toggle-collect={SIMULATE_SYMBOL}",
+               f"--callgrind-out-file={out_file}", sys.executable, str(Path(__file__).resolve()),
+               "--child", "--", *overrides]
+        proc = subprocess.run(cmd, env=tree_env(tree), cwd=tree, capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"sim_instructions: {' '.join(overrides)} failed:\n{proc.stderr[-2000:]}")
+        requests = [int(line[len(_REQUESTS):]) for line in proc.stdout.splitlines() if line.startswith(_REQUESTS)]
+        totals = re.search(r"^(?:summary|totals):\s*(\d+)", out_file.read_text(), re.MULTILINE)
+    if not requests or totals is None:
+        sys.exit(f"sim_instructions: no request count or callgrind total for {' '.join(overrides)}")
+    return int(totals.group(1)), requests[0]
+
+
+def _cases(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    out = [(f"{name} {perf}", [*CASES[name].overrides, f"perf={perf}"])
+           for name in filter(None, args.cases.split(",")) for perf in args.perf.split(",")]
+    if args.instances:
+        by_size = {c.instances: c for c in instance_scaling(args.instance_requests)}
+        for size in (int(s) for s in args.instances.split(",")):
+            if size not in by_size:
+                sys.exit(f"sim_instructions: --instances {size} is not in the instance table ({sorted(by_size)})")
+            out.append((f"{size} instances", [*by_size[size].overrides, "perf=linear"]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default="mooncake_8p8d", help=f"comma-separated, of: {', '.join(CASES)}")
+    parser.add_argument("--perf", default="linear", help="comma-separated perf models (default: linear)")
+    parser.add_argument("--instances", default="", help="comma-separated sizes of the instance table, e.g. 2,128")
+    parser.add_argument("--instance-requests", type=int, default=5_000, help="requests per instance-table case")
+    parser.add_argument("--baseline", default="", help="git revision or an exported, built folder to count "
+                        "too (built with its compiled core: needs mypy==2.4.1)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        run_child(args.overrides)
+        return 0
+    if shutil.which("valgrind") is None:
+        sys.exit("sim_instructions: valgrind is not installed (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"after": ROOT}
+        if args.baseline:
+            trees = {"before": export_tree(args.baseline, Path(tmp) / "baseline", compiled=True), **trees}
+        print("| case | " + " | ".join(f"{label} instr/req" for label in trees) + " | requests |")
+        print("|---|" + "---:|" * (len(trees) + 1))
+        for label, overrides in _cases(args):
+            counts = {name: count(tree, overrides) for name, tree in trees.items()}
+            cells = [f"{ir / max(n, 1):,.0f}" for ir, n in counts.values()]
+            if any(ir == 0 for ir, _ in counts.values()):
+                cells = [c if c != "0" else "0 (pure Python: no compiled simulate)" for c in cells]
+            print(f"| {label} | " + " | ".join(cells) + f" | {next(iter(counts.values()))[1]:,} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
