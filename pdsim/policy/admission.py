@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from pdsim.policy.views import InstanceView, RequestView
 
-ACCEPT_ALL, THRESHOLD, TOKEN_BUCKET, EARLY_REJECT = "accept_all", "threshold", "token_bucket", "early_reject"
+ACCEPT_ALL: Final = "accept_all"
+THRESHOLD: Final = "threshold"
+TOKEN_BUCKET: Final = "token_bucket"
+EARLY_REJECT: Final = "early_reject"
 ADMISSION_POLICIES = (ACCEPT_ALL, THRESHOLD, TOKEN_BUCKET, EARLY_REJECT)
 
 

@@ -8,12 +8,12 @@ PolicyConfig names, so one YAML drives both executors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from pdsim.policy.batching import prefill_token_budget
 
-MIXED = "mixed"  # Sarathi-Serve / vLLM v1 / SGLang: prefill chunks and decodes share one budget
-PREFILL_PRIORITY = "prefill_priority"  # vLLM v0 (DistServe/Splitwise baseline): never mixed
+MIXED: Final = "mixed"  # Sarathi-Serve / vLLM v1 / SGLang: prefill chunks and decodes share one budget
+PREFILL_PRIORITY: Final = "prefill_priority"  # vLLM v0 (DistServe/Splitwise baseline): never mixed
 SCHEDULES = (MIXED, PREFILL_PRIORITY)
 
 

@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import Final
 
 BlockNode = int  # a cached block is its slot in the cache's arrays (paths are lists of slots)
-ROOT = 0
-_DEAD = -1  # creation number of a free slot; no slot
-_IN_CHILD, _IN_OTHER, _IN_CHAIN = 0, 1, 2  # where a block is found: _child, _other, its parent's _next
+# (Final: the compiled core inlines them; a plain module global is a dict lookup at every use)
+ROOT: Final = 0
+_DEAD: Final = -1  # creation number of a free slot; no slot
+_IN_CHILD: Final = 0  # where a block is found: _child, _other, its parent's _next
+_IN_OTHER: Final = 1
+_IN_CHAIN: Final = 2
 
 
 def matchable_blocks(prompt_tokens: int, block_tokens: int) -> int:

@@ -30,13 +30,15 @@ from pdsim.policy.request_aware import RoutingParams
 from pdsim.policy.routing import RouterState, route, routing_policy_names
 from pdsim.policy.views import InstanceView, RequestView
 
-ROUTED, REJECTED, NO_INSTANCE = "routed", "rejected", "no_instance"
+ROUTED: Final = "routed"
+REJECTED: Final = "rejected"
+NO_INSTANCE: Final = "no_instance"
 # policies that read nothing of an InstanceView but instance_id and healthy
 HEALTH_ONLY_ROUTING = ("random", "round_robin")
 HEALTH_ONLY_ADMISSION = (ACCEPT_ALL, TOKEN_BUCKET)
 NO_HEALTHY_INSTANCE = "no healthy instance to route to"
-ROOM_BITS = 63
-ROOMS_AHEAD = 256  # bootstrap rooms drawn per numpy call (RouterPolicy.next_room)
+ROOM_BITS: Final = 63
+ROOMS_AHEAD: Final = 256  # bootstrap rooms drawn per numpy call (RouterPolicy.next_room)
 
 
 class RouterPolicyConfig(Protocol):

@@ -9,7 +9,7 @@ functions only carry them out on a `DecodeInstance` (decode.py) in simulated tim
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from pdsim.policy import (
     DecodeMemoryView,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
 # call per boundary): the admission point is found without stepping, at a bounded cost per span.
-PREALLOC_LOOKAHEAD = 64
+PREALLOC_LOOKAHEAD: Final = 64
 
 
 def apply_plan(inst: DecodeInstance, plan: DecodeStepPlan[SimRequest]) -> float:

@@ -8,10 +8,11 @@ held pages equal the capacity and, at the end of a run, that no request still ho
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
-CACHE_OWNER = -1
+CACHE_OWNER: Final = -1
 
 
 @mypyc_attr(native_class=False)

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 import simpy
 
 # A flow is complete when what is left would take less than this at its current rate.
-_DONE_EPS_S = 1e-12
+_DONE_EPS_S: Final = 1e-12
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Generator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import simpy
 
@@ -36,7 +36,7 @@ from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import SimRequest
 from pdsim.sim.steptime import StepSeries
 
-MAX_SPAN_ITERATIONS = 1024  # longer runs are split into several spans (bounds the work per span)
+MAX_SPAN_ITERATIONS: Final = 1024  # longer runs are split into several spans (bounds the work per span)
 
 
 def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:

@@ -61,16 +61,18 @@ class TimeseriesSampler:
 
     def record(self) -> None:
         """One row per instance at `now`."""
-        now, insts, queue_rows = self.env.now, self.instances, self.queue_rows
-        kv, batch, nic_out, nic_in = self.kv_used_fraction, self.batch_size, self.nic_out, self.nic_in
-        utilization = self.network.utilization
+        now, insts, network = self.env.now, self.instances, self.network
+        # the arrays' methods bound once (compiled, a method call on a non-native object looks
+        # its name up at every call)
+        add_queues, add_kv, add_batch = self.queue_rows.extend, self.kv_used_fraction.append, self.batch_size.append
+        add_out, add_in = self.nic_out.append, self.nic_in.append
         for inst, total in zip(insts, self.kv_total_tokens, strict=True):
-            queue_rows.extend(inst.queue_counts())
-            kv.append(inst.kv_used_tokens() / total if total > 0 else 0.0)
-            batch.append(inst.batch_size)
+            add_queues(inst.queue_counts())
+            add_kv(inst.kv_used_tokens() / total if total > 0 else 0.0)
+            add_batch(inst.batch_size)
             placement = inst.placement
-            nic_out.append(utilization(placement.nic_out))
-            nic_in.append(utilization(placement.nic_in))
+            add_out(network.utilization(placement.nic_out))
+            add_in(network.utilization(placement.nic_in))
         self.times.extend([now] * len(insts))
         self.positions.extend(range(len(insts)))
 
