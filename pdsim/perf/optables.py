@@ -131,10 +131,7 @@ class LogGrid:
         The segments of y and z are kept per (y, z): a GEMM's n and k are a layer's shapes."""
         g, ax = self.rows, self.axes[0]
         i, u = _segment(ax, math.log(max(x, 1e-9)))
-        kept = self._pairs.get((y, z))
-        if kept is None:
-            kept = self._pairs[(y, z)] = self._second_third(y, z)
-        b, c, cols, deps = kept
+        b, c, cols, deps = self._second_third(y, z)
         a, rows = (1.0 - u, u), (i, min(i + 1, len(ax) - 1))
         total = 0.0
         for mask in range(8):
@@ -145,13 +142,19 @@ class LogGrid:
         return total
 
     def _second_third(self, y: float, z: float) -> Corners:
-        """_interpolate3's weights and corner indices along the second and third axes."""
+        """_interpolate3's weights and corner indices along the second and third axes, kept
+        per (y, z)."""
+        hit = self._pairs.get((y, z))
+        if hit is not None:
+            return hit
         ay, az = self.axes[1], self.axes[2]
         j, v = _segment(ay, math.log(max(y, 1e-9)))
         k, w = _segment(az, math.log(max(z, 1e-9)))
+        hit = (1.0 - v, v), (1.0 - w, w), (j, min(j + 1, len(ay) - 1)), (k, min(k + 1, len(az) - 1))
         if len(self._pairs) >= 4096:
             self._pairs.clear()
-        return (1.0 - v, v), (1.0 - w, w), (j, min(j + 1, len(ay) - 1)), (k, min(k + 1, len(az) - 1))
+        self._pairs[(y, z)] = hit
+        return hit
 
     def at_second(self, x: float, y: float) -> float:
         """Latency (ms) at (x, y) along the row kept for x (`second_row`), with libm's log and

@@ -52,8 +52,8 @@ class StepSeries:
 
     def __init__(self, latency: LatencyModel) -> None:
         self.latency = latency
-        self._vector = _vector_for(latency)
-        self._roofline = _roofline_of(latency)
+        self._roofline = _roofline_of(latency)  # (one per series: the span and array paths share its terms)
+        self._vector = _vector_for(latency, self._roofline)
         self._step_models: dict[int, StepModel | None] = {}
 
     def steps(self, n: int, ctx0: int, k: int) -> np.ndarray:
@@ -121,18 +121,19 @@ def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
     return out.cumsum(out=out)
 
 
-def _vector_for(latency: LatencyModel) -> VectorFn | None:
-    """The vectorised decode_time_s of `latency`, or None (then it is called per iteration)."""
+def _vector_for(latency: LatencyModel, roofline: RooflineDecode | None) -> VectorFn | None:
+    """The vectorised decode_time_s of `latency`, or None (then it is called per iteration).
+    `roofline`: the series' RooflineDecode (`_roofline_of`), for a roofline model, also wrapped."""
     if isinstance(latency, LinearModel):
         return _linear_vector(latency)
     if isinstance(latency, RooflineModel):
-        return RooflineDecode(latency)
+        return roofline
     if isinstance(latency, MeasuredModel):  # its scalar call is this on a 1-element array
         return latency.decode_series_s
     if isinstance(latency, FittedModel):  # bit-identical to its scalar call (tests/sim/test_distserve_knobs.py)
         return latency.decode_series_s
     if isinstance(latency, StepOverheadModel):
-        inner = _vector_for(latency.inner)
+        inner = _vector_for(latency.inner, roofline)
         if inner is not None:
             overhead_s, scale = latency.decode_overhead_s, latency.decode_scale
             per_token_s, offset = latency.per_context_token_s, latency.decode_context_offset_tokens

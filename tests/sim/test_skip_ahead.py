@@ -216,7 +216,7 @@ def test_measured_span_times_are_decode_time_s_bit_for_bit(model_name: str, hard
             ref[0] += extra_s
             assert [times.step(i) for i in range(k)] == ref
             assert times.bounds(0, k) == boundaries(1.5, np.array(ref)).tolist()
-            if not extra_s:  # (the array path: numpy-free, the same bits)
+            if not extra_s:  # (the array path, StepSeries.steps: the same bits)
                 assert series.steps(n, ctx0, 4).tolist() == ref[:4]
             assert latency.mixed_time_s((), n, ctx0) == latency.decode_time_s(n, ctx0)
 
