@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import ClassVar, Final, Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
@@ -40,6 +40,7 @@ from pdsim.policy.memory import (
     plan_page_growth,
     plan_preallocation,
 )
+from pdsim.policy.record import Record
 from pdsim.policy.views import RequestView, pages_for
 
 T = TypeVar("T")
@@ -56,15 +57,17 @@ class DecodeAccess(Generic[T]):
     done_at_join: Callable[[T], bool]
 
 
-@mypyc_attr(native_class=False)
-@dataclass(frozen=True, slots=True)
-class DecodeStepPlan(Generic[T]):
-    resume: tuple[T, ...]  # retracted -> pages now, KV reloaded, then the waiting tail
-    admit: tuple[T, ...]  # prealloc -> pages now -> transfer queue
-    join: tuple[T, ...]  # waiting -> running
-    finish_at_join: tuple[T, ...]  # waiting -> finished (complete already)
-    growth: GrowthPlan[T]  # retraction victims, failures, page growth of the batch
-    batch: tuple[T, ...]  # the forward's requests, in running order
+class DecodeStepPlan(Record, Generic[T]):
+    FIELDS: ClassVar[tuple[str, ...]] = ("resume", "admit", "join", "finish_at_join", "growth", "batch")
+
+    def __init__(self, resume: tuple[T, ...], admit: tuple[T, ...], join: tuple[T, ...],
+                 finish_at_join: tuple[T, ...], growth: GrowthPlan[T], batch: tuple[T, ...]) -> None:
+        self.resume: Final = resume  # retracted -> pages now, KV reloaded, then the waiting tail
+        self.admit: Final = admit  # prealloc -> pages now -> transfer queue
+        self.join: Final = join  # waiting -> running
+        self.finish_at_join: Final = finish_at_join  # waiting -> finished (complete already)
+        self.growth: Final = growth  # retraction victims, failures, page growth of the batch
+        self.batch: Final = batch  # the forward's requests, in running order
 
     @property
     def replan(self) -> bool:

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import ClassVar, Final, Generic, TypeVar
 
-from mypy_extensions import mypyc_attr
-
+from pdsim.policy.record import Record
 from pdsim.policy.views import RequestView, pages_for
 
 T = TypeVar("T")
@@ -154,9 +153,7 @@ def choose_retraction_victims(
     return tuple(victims)
 
 
-@mypyc_attr(native_class=False)
-@dataclass(frozen=True, slots=True)
-class GrowthPlan(Generic[T]):
+class GrowthPlan(Record, Generic[T]):
     """Before a decode iteration: who is retracted, who fails, who gets a new page.
 
     victims: retracted (in order); failed: requests that cannot continue even after retracting
@@ -164,9 +161,12 @@ class GrowthPlan(Generic[T]):
     and failed ones are gone, so it always fits).
     """
 
-    victims: tuple[T, ...]
-    failed: tuple[T, ...]
-    grow: tuple[T, ...]
+    FIELDS: ClassVar[tuple[str, ...]] = ("victims", "failed", "grow")
+
+    def __init__(self, victims: tuple[T, ...], failed: tuple[T, ...], grow: tuple[T, ...]) -> None:
+        self.victims: Final = victims
+        self.failed: Final = failed
+        self.grow: Final = grow
 
 
 def plan_page_growth(

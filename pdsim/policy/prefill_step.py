@@ -20,10 +20,7 @@ answer for a retracted request) is the executor's own state. No simpy, no clock,
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
-
-from mypy_extensions import mypyc_attr
+from typing import ClassVar, Final, Generic, Protocol, TypeVar
 
 from pdsim.policy.batching import (
     PrefillBatch,
@@ -33,6 +30,7 @@ from pdsim.policy.batching import (
 )
 from pdsim.policy.limits import MIXED, StepLimits
 from pdsim.policy.memory import GrowthPlan, plan_page_growth
+from pdsim.policy.record import Record
 from pdsim.policy.views import RequestView
 
 T = TypeVar("T")
@@ -92,11 +90,12 @@ class ColocatedExecutor(Protocol[T]):
         """Remaining output tokens of every running request (their future growth)."""
 
 
-@mypyc_attr(native_class=False)
-@dataclass(frozen=True, slots=True)
-class ColocatedStepPlan(Generic[T]):
-    prefill: PrefillBatch
-    decodes: tuple[T, ...]
+class ColocatedStepPlan(Record, Generic[T]):
+    FIELDS: ClassVar[tuple[str, ...]] = ("prefill", "decodes")
+
+    def __init__(self, prefill: PrefillBatch, decodes: tuple[T, ...]) -> None:
+        self.prefill: Final = prefill
+        self.decodes: Final = decodes
 
     @property
     def empty(self) -> bool:

@@ -118,18 +118,31 @@ class WalkedTimes(SpanTimes):
         """The model's time of iteration i."""
         raise NotImplementedError
 
+    def model_walk(self, b_s: float, i: int, j: int) -> float:
+        """b_s + the model's times of iterations i .. j-1 (1 <= i < j), one addition at a time."""
+        raise NotImplementedError
+
+    def model_walk_until(self, b_s: float, i: int, now_s: float) -> tuple[int, float]:
+        """From b_s = b_i (i >= 1), the iterations i.. while each next boundary is before now_s
+        (at most to k): how many were walked and the boundary reached."""
+        raise NotImplementedError
+
     def _from(self, j: int) -> tuple[int, float]:
         """A boundary at or before j to walk from: the walk's position, or the start."""
         if j >= self._j:
             return self._j, self._b
         return 0, self.start_s
 
+    def _walk(self, b_s: float, i: int, j: int) -> float:
+        """b_s + step_i + ... + step_{j-1}, one addition at a time (step_0 carries extra_s)."""
+        if i == 0 and j > 0:
+            b_s += self.step(0)
+            i = 1
+        return self.model_walk(b_s, i, j) if i < j else b_s
+
     def bound(self, j: int) -> float:
         i, b = self._from(j)
-        while i < j:
-            b += self.step(i)
-            i += 1
-        return b
+        return self._walk(b, i, j)
 
     def bounds(self, first: int, last: int) -> list[float]:
         b = self.bound(first)
@@ -144,24 +157,22 @@ class WalkedTimes(SpanTimes):
             self._j, self._b = 0, self.start_s
             if self.start_s >= now_s:
                 return 0
-        i, b, k = self._j, self._b, self.k
-        while i < k:
-            nxt = b + self.step(i)
+        i, b = self._j, self._b
+        if i == 0 and self.k > 0:
+            nxt = b + self.step(0)
             if nxt >= now_s:
-                self._j, self._b = i, b
-                return i + 1
-            i += 1
-            b = nxt
-        self._j, self._b = k, b
-        return k + 1
+                return 1
+            i, b = 1, nxt
+        walked, b = self.model_walk_until(b, i, now_s)
+        i += walked
+        self._j, self._b = i, b  # b_i: the last boundary before now_s (or b_k)
+        return i + 1
 
     def last_before(self, now_s: float, j: int, last: int) -> int:
         return max(j, min(self.first_at_or_after(now_s) - 1, last))
 
     def add_steps(self, total_s: float, first: int, stop: int) -> float:
-        for i in range(first, stop):
-            total_s += self.step(i)
-        return total_s
+        return self._walk(total_s, first, stop)
 
 
 class StepModel:
@@ -176,6 +187,26 @@ class StepModel:
     def time_s(self, ctx_tokens: int) -> float:
         raise NotImplementedError
 
+    def walk(self, b_s: float, ctx_tokens: int, steps: int) -> float:
+        """b_s + time_s(ctx) + time_s(ctx + n) + ... (`steps` terms), one addition at a time."""
+        n = self.n
+        for _i in range(steps):  # (not `_`: mypyc boxes that name as an object each turn)
+            b_s += self.time_s(ctx_tokens)
+            ctx_tokens += n
+        return b_s
+
+    def walk_until(self, b_s: float, ctx_tokens: int, steps: int, now_s: float) -> tuple[int, float]:
+        """As `walk`, stopping before the first step whose boundary is at or after now_s: the
+        steps taken (at most `steps`) and the boundary reached."""
+        n = self.n
+        for taken in range(steps):
+            nxt = b_s + self.time_s(ctx_tokens)
+            if nxt >= now_s:
+                return taken, b_s
+            b_s = nxt
+            ctx_tokens += n
+        return steps, b_s
+
 
 class LinearStep(StepModel):
     """LinearModel: fixed_s + per_ctx_s * ctx (fixed_s = decode_base_s + decode_per_seq_s * n)."""
@@ -187,6 +218,24 @@ class LinearStep(StepModel):
 
     def time_s(self, ctx_tokens: int) -> float:
         return self.fixed_s + self.per_ctx_s * ctx_tokens
+
+    # the walks over floats: contexts stay integers below 2**53, where float arithmetic is exact
+    def walk(self, b_s: float, ctx_tokens: int, steps: int) -> float:
+        fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
+        for _i in range(steps):  # (not `_`: mypyc boxes that name as an object each turn)
+            b_s += fixed_s + per_ctx_s * ctx
+            ctx += dn
+        return b_s
+
+    def walk_until(self, b_s: float, ctx_tokens: int, steps: int, now_s: float) -> tuple[int, float]:
+        fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
+        for taken in range(steps):
+            nxt = b_s + (fixed_s + per_ctx_s * ctx)
+            if nxt >= now_s:
+                return taken, b_s
+            b_s = nxt
+            ctx += dn
+        return steps, b_s
 
 
 class RooflineStep(StepModel):
@@ -294,3 +343,9 @@ class ModelTimes(WalkedTimes):
 
     def model_step(self, i: int) -> float:
         return self.model.time_s(self.ctx0 + self.model.n * i)
+
+    def model_walk(self, b_s: float, i: int, j: int) -> float:
+        return self.model.walk(b_s, self.ctx0 + self.model.n * i, j - i)
+
+    def model_walk_until(self, b_s: float, i: int, now_s: float) -> tuple[int, float]:
+        return self.model.walk_until(b_s, self.ctx0 + self.model.n * i, self.k - i, now_s)

@@ -3,14 +3,15 @@
 One row per (sample time, instance): queue lengths by queue name (0 where the role has no such
 queue), KV used fraction (evictable cache blocks count as free), the batch size of the current
 iteration, and the utilisation of the instance's NIC egress and ingress at that instant.
-Columns are kept as typed arrays (8 bytes a value) and become a DataFrame at the end.
+Rows are packed into one `bytearray` (8 bytes a value, one `struct` pack per row) and become a
+DataFrame at the end.
 """
 
 from __future__ import annotations
 
-from array import array
+import struct
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
@@ -18,13 +19,21 @@ import simpy
 
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
-from pdsim.sim.records import rows_view
+from pdsim.sim.timeouts import timeout
 
 COLUMNS = (
     "time_s", "instance_id", "role", "instance",
     *(f"queue_{q}" for q in QUEUES),
     "kv_used_fraction", "batch_size", "nic_out_utilization", "nic_in_utilization",
 )
+# a row: time, the instance's position, its queue counts (InstanceBase.queue_counts), KV used
+# fraction, batch size, NIC out and in utilisation; native byte order, no padding
+_ROW: Final = struct.Struct(f"=dq{len(QUEUES)}qdqdd")
+_ROW_DTYPE: Final = np.dtype([
+    ("time_s", np.float64), ("position", np.int64), ("queues", np.int64, (len(QUEUES),)),
+    ("kv_used_fraction", np.float64), ("batch_size", np.int64),
+    ("nic_out_utilization", np.float64), ("nic_in_utilization", np.float64),
+])
 
 
 class TimeseriesSampler:
@@ -34,14 +43,9 @@ class TimeseriesSampler:
         self.network = network
         self.instances = list(instances)
         self.interval_s = interval_s
-        # typed columns (8 bytes a value); instance identity is its position, expanded at the end
-        self.times = array("d")
-        self.positions = array("q")
-        self.queue_rows = array("q")  # len(QUEUES) counts per row (InstanceBase.queue_counts)
-        self.kv_used_fraction = array("d")
-        self.batch_size = array("q")
-        self.nic_out = array("d")
-        self.nic_in = array("d")
+        # _ROW of each row, row after row; instance identity is its position, expanded at the end
+        self.rows = bytearray()
+        self._pack = _ROW.pack
         self.kv_total_tokens = [inst.view().kv_total_tokens for inst in self.instances]
         if interval_s > 0:
             env.process(self.sample())
@@ -57,45 +61,34 @@ class TimeseriesSampler:
             self.record()
             if self.env.peek() == float("inf"):
                 return
-            yield self.env.timeout(self.interval_s)
+            yield timeout(self.env, self.interval_s)
 
     def record(self) -> None:
         """One row per instance at `now`."""
-        now, insts, network = self.env.now, self.instances, self.network
-        # the arrays' methods bound once (compiled, a method call on a non-native object looks
-        # its name up at every call)
-        add_queues, add_kv, add_batch = self.queue_rows.extend, self.kv_used_fraction.append, self.batch_size.append
-        add_out, add_in = self.nic_out.append, self.nic_in.append
-        for inst, total in zip(insts, self.kv_total_tokens, strict=True):
-            add_queues(inst.queue_counts())
-            add_kv(inst.kv_used_tokens() / total if total > 0 else 0.0)
-            add_batch(inst.batch_size)
+        now, network, pack, rows = self.env.now, self.network, self._pack, self.rows
+        for position, inst in enumerate(self.instances):
+            total = self.kv_total_tokens[position]
             placement = inst.placement
-            add_out(network.utilization(placement.nic_out))
-            add_in(network.utilization(placement.nic_in))
-        self.times.extend([now] * len(insts))
-        self.positions.extend(range(len(insts)))
+            rows += pack(now, position, *inst.queue_counts(), inst.kv_used_tokens() / total if total > 0 else 0.0,
+                         inst.batch_size, network.utilization(placement.nic_out),
+                         network.utilization(placement.nic_in))
 
     def to_frame(self) -> pd.DataFrame:
-        pos = np.frombuffer(self.positions, dtype=np.int64) if len(self.positions) else np.zeros(0, np.int64)
+        rows = np.frombuffer(self.rows, dtype=_ROW_DTYPE) if self.rows else np.zeros(0, _ROW_DTYPE)
+        pos = rows["position"]
         insts = self.instances
         columns: dict[str, Any] = {
-            "time_s": _floats(self.times),
+            "time_s": _column(rows, "time_s"),
             "instance_id": np.array([i.index for i in insts], dtype=np.int64)[pos],
             "role": pd.Series(np.array([i.role for i in insts] or [""], dtype=object)[pos].tolist()),
             "instance": pd.Series(np.array([i.name for i in insts] or [""], dtype=object)[pos].tolist()),
         }
-        queue_rows = rows_view(self.queue_rows, np.int64, len(QUEUES))
         for k, q in enumerate(QUEUES):
-            columns[f"queue_{q}"] = np.ascontiguousarray(queue_rows[:, k])
-        columns.update(kv_used_fraction=_floats(self.kv_used_fraction), batch_size=_ints(self.batch_size),
-                       nic_out_utilization=_floats(self.nic_out), nic_in_utilization=_floats(self.nic_in))
+            columns[f"queue_{q}"] = np.ascontiguousarray(rows["queues"][:, k])
+        for name in ("kv_used_fraction", "batch_size", "nic_out_utilization", "nic_in_utilization"):
+            columns[name] = _column(rows, name)
         return pd.DataFrame(columns, columns=list(COLUMNS))
 
 
-def _floats(values: array) -> np.ndarray:
-    return np.array(values, dtype=np.float64)
-
-
-def _ints(values: array) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
+def _column(rows: np.ndarray, name: str) -> np.ndarray:
+    return np.ascontiguousarray(rows[name])

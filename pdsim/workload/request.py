@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+ITER_CHUNK_REQUESTS = 4096  # requests whose columns iteration holds as Python lists at a time
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -46,23 +48,19 @@ class Workload:
         return int(self.arrival_s.shape[0])
 
     def __iter__(self) -> Iterator[Request]:
-        arrivals = self.arrival_s.tolist()
-        inputs = self.input_tokens.tolist()
-        outputs = self.output_tokens.tolist()
-        sessions = self.session_id.tolist()
-        offsets = self.hash_offsets.tolist()
-        values = self.hash_values
-        for i, arrival in enumerate(arrivals):
-            lo, hi = offsets[i], offsets[i + 1]
-            yield Request(
-                request_id=i,
-                arrival_s=arrival,
-                input_tokens=inputs[i],
-                output_tokens=outputs[i],
-                hash_ids=tuple(values[lo:hi].tolist()) if hi > lo else (),
-                block_tokens=self.block_tokens,
-                session_id=sessions[i],
-            )
+        # columns become lists a chunk at a time: Python numbers are cheap to read and ~4x the
+        # memory of the arrays, so a chunk's worth is held, not the whole workload's
+        block_tokens, offsets = self.block_tokens, self.hash_offsets.tolist()
+        for start in range(0, len(self), ITER_CHUNK_REQUESTS):
+            stop = min(start + ITER_CHUNK_REQUESTS, len(self))
+            base = offsets[start]
+            values = self.hash_values[base:offsets[stop]].tolist()
+            columns = (self.arrival_s[start:stop].tolist(), self.input_tokens[start:stop].tolist(),
+                       self.output_tokens[start:stop].tolist(), self.session_id[start:stop].tolist())
+            for i, (arrival, inputs, outputs, session) in enumerate(zip(*columns, strict=True), start):
+                lo, hi = offsets[i] - base, offsets[i + 1] - base
+                yield Request(i, arrival, inputs, outputs, tuple(values[lo:hi]) if hi > lo else (), block_tokens,
+                              session)
 
     @property
     def duration_s(self) -> float:
