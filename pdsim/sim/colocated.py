@@ -36,7 +36,6 @@ from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import SimRequest
-from pdsim.sim.timeouts import timeout
 
 
 class ColocatedInstance(InstanceBase):
@@ -108,7 +107,7 @@ class ColocatedInstance(InstanceBase):
             self.iterations += 1
             self.batch_size = len(planned) + len(decodes)
             self.view_stale = True
-            yield timeout(self.env, step_s)
+            yield self.env.timeout(step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, decodes)

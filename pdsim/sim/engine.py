@@ -33,7 +33,6 @@ from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
 from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
 from pdsim.sim.state import SimRequest, trace_row
-from pdsim.sim.timeouts import timeout
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
@@ -144,7 +143,7 @@ class Simulation:
 
     def after(self, delay_s: float, fn: Callable[..., Any], *args: Any) -> None:
         """Call fn(*args) `delay_s` from now (0 still goes through the event queue, FIFO)."""
-        timeout(self.env, delay_s).callbacks.append(lambda _e: fn(*args))
+        self.env.timeout(delay_s).callbacks.append(lambda _e: fn(*args))
 
     def finish(self, sr: SimRequest) -> None:
         sr.done = True

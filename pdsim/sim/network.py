@@ -19,8 +19,6 @@ from typing import Final
 
 import simpy
 
-from pdsim.sim.timeouts import timeout
-
 # A flow is complete when what is left would take less than this at its current rate.
 _DONE_EPS_S: Final = 1e-12
 
@@ -137,7 +135,7 @@ class Network:
             if left_s < next_s:  # (min keeps the first of equal values; equal floats are equal)
                 next_s = left_s
         gen = self._generation
-        event = timeout(self.env, max(0.0, next_s))
+        event = self.env.timeout(max(0.0, next_s))
         event.callbacks.append(lambda _e: self._on_timer(gen))
 
     def _affected(self, changed: Sequence[Resource], started: Flow | None = None) -> dict[int, Flow]:
@@ -178,7 +176,7 @@ class Network:
 
     def _deliver(self, flow: Flow) -> None:
         if flow.latency_s > 0:
-            timeout(self.env, flow.latency_s).callbacks.append(lambda _e: flow.on_done())
+            self.env.timeout(flow.latency_s).callbacks.append(lambda _e: flow.on_done())
         else:
             flow.on_done()
 

@@ -27,7 +27,6 @@ from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
-from pdsim.sim.timeouts import timeout
 from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send
 
 
@@ -123,12 +122,12 @@ class PrefillInstance(InstanceBase):
                 self._send_chunks(planned)
             self.view_stale = True
             if store_read is None:
-                yield timeout(self.env, step_s)
+                yield self.env.timeout(step_s)
             elif self.cfg.kv_tiers.overlap_load:
-                yield self.env.all_of([timeout(self.env, step_s), store_read])
+                yield self.env.all_of([self.env.timeout(step_s), store_read])
             else:
                 yield store_read
-                yield timeout(self.env, step_s)
+                yield self.env.timeout(step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, send=not layerwise)

@@ -23,7 +23,6 @@ from pdsim.config import Config
 from pdsim.policy import InstanceView, RequestView, SloPredictor
 from pdsim.policy.router import REJECTED, RouterPolicy
 from pdsim.sim.state import SimHooks, SimRequest
-from pdsim.sim.timeouts import timeout
 
 
 class Router:
@@ -111,5 +110,5 @@ def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival:
     for sr in requests:
         delay = sr.req.arrival_s - env.now
         if delay > 0:
-            yield timeout(env, delay)
+            yield env.timeout(delay)
         on_arrival(sr)

@@ -35,7 +35,6 @@ from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import SimRequest
 from pdsim.sim.steptime import StepSeries
-from pdsim.sim.timeouts import timeout
 
 MAX_SPAN_ITERATIONS: Final = 1024  # longer runs are split into several spans (bounds the work per span)
 
@@ -145,7 +144,7 @@ class BatchClock:
         owner.view_stale = True
         env = self.env
         while True:
-            yield timeout(env, hop_delay(env.now, span.end_s)[0])  # (truncate may move it: rearm)
+            yield env.timeout(hop_delay(env.now, span.end_s)[0])  # (truncate may move it: rearm)
             if env.now == span.end_s:
                 owner.view_stale = True
                 return owner.alive
@@ -267,6 +266,6 @@ def rearm(process: simpy.Process, delay_s: float) -> None:
     simpy 4.1's Process internals (`_resume`, `_target`), as its Interruption does."""
     target = process.target
     target.callbacks.remove(process._resume)
-    wake = timeout(process.env, delay_s)
+    wake = process.env.timeout(delay_s)
     wake.callbacks.append(process._resume)
     process._target = wake

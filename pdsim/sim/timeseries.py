@@ -19,7 +19,6 @@ import simpy
 
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
-from pdsim.sim.timeouts import timeout
 
 COLUMNS = (
     "time_s", "instance_id", "role", "instance",
@@ -61,7 +60,7 @@ class TimeseriesSampler:
             self.record()
             if self.env.peek() == float("inf"):
                 return
-            yield timeout(self.env, self.interval_s)
+            yield self.env.timeout(self.interval_s)
 
     def record(self) -> None:
         """One row per instance at `now`."""
