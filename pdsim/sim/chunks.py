@@ -14,6 +14,7 @@ import simpy
 
 from pdsim.policy import PrefillChunk
 from pdsim.policy.prefix_cache import BlockNode
+from pdsim.sim.clock import now_s
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
 
@@ -34,7 +35,7 @@ def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: di
 
     Shared by prefill and colocated instances. New requests leave the waiting queue here.
     """
-    now = inst.env.now
+    now = now_s(inst.env)
     by_id = {sr.rid: sr for sr in ([inst.chunked] if inst.chunked else [])}
     for chunk in chunks:
         if chunk.request_id not in by_id:

@@ -31,6 +31,7 @@ from pdsim.policy import (
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
 from pdsim.sim.chunks import Planned, start_chunks
+from pdsim.sim.clock import now_s
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prompt_kv import PromptKV
@@ -58,7 +59,7 @@ class ColocatedInstance(InstanceBase):
         self.batch_clock.process = self.env.process(self.run())
 
     def _receive(self, sr: SimRequest) -> None:
-        sr.mark("prefill_waiting_enter_s", self.env.now)
+        sr.mark("prefill_waiting_enter_s", now_s(self.env))
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.kv.pool.capacity_tokens:
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}")
@@ -76,7 +77,7 @@ class ColocatedInstance(InstanceBase):
         if "prefill_end_s" not in sr.times:
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
-        self.kv.release(sr, self.env.now)
+        self.kv.release(sr, now_s(self.env))
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
@@ -89,7 +90,7 @@ class ColocatedInstance(InstanceBase):
             if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all
                 decodes = list(plan_colocated_decodes(self.limits, self))
             if self.decisions is not None:
-                self.decisions.colocated(self.env.now, self.name, [c for _, _, c in planned],
+                self.decisions.colocated(now_s(self.env), self.name, [c for _, _, c in planned],
                                          [sr.rid for sr in decodes], self._victims)
             if not planned and not decodes:
                 self.batch_size = 0
@@ -181,7 +182,7 @@ class ColocatedInstance(InstanceBase):
     def _retract(self, sr: SimRequest) -> None:
         del self.running[sr.rid]
         self.ctx_tokens -= sr.kv_tokens
-        self.kv.release(sr, self.env.now)
+        self.kv.release(sr, now_s(self.env))
         sr.num_retractions += 1
         self.retractions += 1
         sr.prompt_tokens = sr.kv_tokens  # prompt + generated tokens in the KV: recomputed
@@ -189,7 +190,7 @@ class ColocatedInstance(InstanceBase):
         self.waiting = {sr.rid: sr, **self.waiting}
 
     def _complete(self, planned: Planned, decodes: list[SimRequest]) -> None:
-        now = self.env.now
+        now = now_s(self.env)
         for sr in decodes:
             if sr.done or self.running.get(sr.rid) is not sr:
                 continue
@@ -232,8 +233,8 @@ class ColocatedInstance(InstanceBase):
     def _finish(self, sr: SimRequest) -> None:
         if self.running.pop(sr.rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        sr.times["last_token_s"] = self.env.now
-        self.kv.release(sr, self.env.now)
+        sr.times["last_token_s"] = now_s(self.env)
+        self.kv.release(sr, now_s(self.env))
         self.hooks.finish(sr)
 
     def peek_match(self, sr: SimRequest) -> list[BlockNode]:

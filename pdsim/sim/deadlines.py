@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import simpy
 from simpy.events import NORMAL
 
+from pdsim.sim.clock import now_s
 from pdsim.sim.state import SimRequest
 
 
@@ -76,7 +77,7 @@ class BootstrapTimeouts:
 
     def add(self, inst: BootstrapSide, sr: SimRequest) -> None:
         """`sr` entered `inst`'s bootstrap queue now."""
-        deadline_s = self.env.now + self.timeout_s
+        deadline_s = now_s(self.env) + self.timeout_s
         eid: int = next(self.ids)
         self.entries.append((deadline_s, eid, inst, sr, sr.attempt))
         self.last_deadline_s, self.last_id = deadline_s, eid

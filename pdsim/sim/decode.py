@@ -28,6 +28,7 @@ import simpy
 from pdsim.perf import LatencyModel
 from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
+from pdsim.sim.clock import now_s
 from pdsim.sim.decode_plan import (
     PREALLOC_LOOKAHEAD,
     admit_handed_off,
@@ -73,7 +74,7 @@ class DecodeInstance(InstanceBase):
         return sr.req.input_tokens
 
     def _receive(self, sr: SimRequest) -> None:
-        now = self.env.now
+        now = now_s(self.env)
         sr.mark("prealloc_enter_s", now)
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.pool.capacity_tokens:
@@ -97,7 +98,7 @@ class DecodeInstance(InstanceBase):
     def on_kv_arrived(self, sr: SimRequest) -> None:
         """Transfer queue poll returned Success: the prebuilt request waits to join the batch.
         (prefill_end hand-off: the request first goes through pre-allocation, already handshaken.)"""
-        now = self.env.now
+        now = now_s(self.env)
         if self.transfer.pop(sr.rid, None) is None:
             sr.mark("prealloc_enter_s", now)
             sr.handshaken = True
@@ -108,7 +109,7 @@ class DecodeInstance(InstanceBase):
         self.prebuilt(sr)
 
     def prebuilt(self, sr: SimRequest) -> None:
-        sr.mark("decode_waiting_enter_s", self.env.now)
+        sr.mark("decode_waiting_enter_s", now_s(self.env))
         self.remaining_output_tokens -= remaining_tokens(sr)
         sr.generated = tokens_after_prefill(self.cfg.cluster)
         self.remaining_output_tokens += remaining_tokens(sr)
@@ -210,7 +211,7 @@ class DecodeInstance(InstanceBase):
             self.finish_request(sr)
 
     def finish_request(self, sr: SimRequest) -> None:
-        sr.times["last_token_s"] = self.env.now
+        sr.times["last_token_s"] = now_s(self.env)
         self.pool.free(sr.rid)
         sr.d_pages = 0
         self.hooks.finish(sr)

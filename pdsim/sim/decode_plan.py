@@ -19,6 +19,7 @@ from pdsim.policy import (
     prealloc_free_slots,
 )
 from pdsim.policy.memory import need_now_tokens
+from pdsim.sim.clock import now_s
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.state import SimRequest
@@ -34,14 +35,14 @@ PREALLOC_LOOKAHEAD: Final = 64
 def apply_plan(inst: DecodeInstance, plan: DecodeStepPlan[SimRequest]) -> float:
     """Execute a step plan now; returns the KV reload time of the resumed requests."""
     if inst.decisions is not None:
-        inst.decisions.decode(inst.env.now, inst.name, plan, request_id)
+        inst.decisions.decode(now_s(inst.env), inst.name, plan, request_id)
     if not plan.changes:
         allocate = inst.pool.allocate
         for sr in plan.growth.grow:
             allocate(sr.rid, 1)
             sr.d_pages += 1
         return 0.0
-    now = inst.env.now
+    now = now_s(inst.env)
     reload_tokens = 0
     for sr in plan.resume:
         del inst.retracted[sr.rid]
@@ -130,7 +131,7 @@ def admit_handed_off(inst: DecodeInstance) -> None:
     for rid in plan_preallocation(retracted, arrived, inst.memory_view(), free_slots).admit_ids:
         sr = inst.prealloc.pop(rid)
         allocate_now(inst, sr)
-        sr.mark("prealloc_leave_s", inst.env.now)
+        sr.mark("prealloc_leave_s", now_s(inst.env))
         inst.remaining_output_tokens += remaining_tokens(sr)
         inst.prebuilt(sr)
 

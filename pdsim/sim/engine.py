@@ -18,6 +18,7 @@ from pdsim import rng
 from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
+from pdsim.sim.clock import now_s
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance
@@ -147,7 +148,7 @@ class Simulation:
 
     def finish(self, sr: SimRequest) -> None:
         sr.done = True
-        sr.times["finish_s"] = self.env.now
+        sr.times["finish_s"] = now_s(self.env)
         self.recorder.add(trace_row(sr, self.mode, STATUS_FINISHED, ""))
         self._terminal(sr)
 
@@ -169,14 +170,14 @@ class Simulation:
             self.router.dispatch(sr)
             return
         sr.done = True
-        sr.times["finish_s"] = self.env.now
+        sr.times["finish_s"] = now_s(self.env)
         self.recorder.add(trace_row(sr, self.mode, STATUS_FAILED, reason))
         self._terminal(sr)
 
     def reject(self, sr: SimRequest, reason: str) -> None:
         """Record `sr` as rejected by admission (it never reached an instance)."""
         sr.done = True
-        sr.times["finish_s"] = self.env.now
+        sr.times["finish_s"] = now_s(self.env)
         self.recorder.add(trace_row(sr, self.mode, STATUS_REJECTED, reason))
         self._terminal(sr)
 
@@ -189,7 +190,7 @@ class Simulation:
         if pages == 0 and not is_last:
             return
         if self.instant_kv:
-            sr.mark("transfer_start_s", self.env.now)
+            sr.mark("transfer_start_s", now_s(self.env))
             sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
             sr.pages_sent += pages
             if is_last:
@@ -198,7 +199,7 @@ class Simulation:
         if not sr.decode.alive:
             self.abort(sr, f"transfer_failed: {sr.decode.name} is down (write to a dead peer)", True)
             return
-        sr.mark("transfer_start_s", self.env.now)
+        sr.mark("transfer_start_s", now_s(self.env))
         sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
         sr.flows_pending += 1
         attempt = sr.attempt
@@ -223,7 +224,7 @@ class Simulation:
             self.transfer_done(sr, not sr.fail_transfer)
 
     def transfer_done(self, sr: SimRequest, success: bool) -> None:
-        sr.times["transfer_end_s"] = self.env.now
+        sr.times["transfer_end_s"] = now_s(self.env)
         if not success:
             self.abort(sr, f"transfer_failed: {sr.prefill.name} -> {sr.decode.name}", True)
             return

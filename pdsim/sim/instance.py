@@ -19,6 +19,7 @@ from pdsim.perf import LatencyModel
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
+from pdsim.sim.clock import now_s
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import SimHooks, SimRequest
@@ -115,7 +116,7 @@ class InstanceBase:
 
     def view(self) -> InstanceView:
         """The instance as the router sees it now (the same frozen object while unchanged)."""
-        if self.view_stale or self.env.now > self._view_valid_until_s or self._last_view is None:
+        if self.view_stale or now_s(self.env) > self._view_valid_until_s or self._last_view is None:
             self._last_view = self.build_view()
             self.view_stale = False
             self._view_valid_until_s = self.clock.view_valid_until_s() if self.clock is not None else math.inf
@@ -187,7 +188,7 @@ class InstanceBase:
         )
 
     def stats(self) -> dict[str, str | float]:
-        now = self.env.now
+        now = now_s(self.env)
         return {
             "role": self.role,
             "busy_s": self.busy_s,

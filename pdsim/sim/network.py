@@ -19,6 +19,8 @@ from typing import Final
 
 import simpy
 
+from pdsim.sim.clock import now_s
+
 # A flow is complete when what is left would take less than this at its current rate.
 _DONE_EPS_S: Final = 1e-12
 
@@ -113,7 +115,7 @@ class Network:
             del res.flows[flow.flow_id]
 
     def _advance(self) -> None:
-        now = self.env.now
+        now = now_s(self.env)
         dt = now - self._last_update_s
         if dt > 0:
             for flow in self.flows.values():
@@ -166,7 +168,7 @@ class Network:
         # A flow is done when what is left takes less than the clock can still resolve at
         # this time (a few float ulps of `now`): otherwise, late in a long run, the next
         # timer could land on the same float time and the clock would never move.
-        eps_s = max(_DONE_EPS_S, 4 * math.ulp(self.env.now))
+        eps_s = max(_DONE_EPS_S, 4 * math.ulp(now_s(self.env)))
         done = [f for f in self.flows.values() if f.remaining_bytes <= f.rate_bytes_per_s * eps_s]
         for flow in done:
             self._remove(flow)

@@ -22,6 +22,7 @@ from pdsim.policy import RequestView, plan_prefill_step
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
 from pdsim.sim.chunks import Planned, start_chunks
+from pdsim.sim.clock import now_s
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
@@ -46,7 +47,7 @@ class PrefillInstance(InstanceBase):
 
     # -- messages -------------------------------------------------------------------------
     def _receive(self, sr: SimRequest) -> None:
-        sr.mark("bootstrap_enter_s", self.env.now)
+        sr.mark("bootstrap_enter_s", now_s(self.env))
         if sr.prompt_tokens > self.kv.pool.capacity_tokens:
             self.hooks.abort(
                 sr, f"input_tokens {sr.prompt_tokens} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}"
@@ -81,8 +82,8 @@ class PrefillInstance(InstanceBase):
     def on_transfer_success(self, sr: SimRequest) -> None:
         """Inflight poll returned Success: release the KV (blocks stay cached)."""
         self.inflight.pop(sr.rid, None)
-        sr.mark("inflight_leave_s", self.env.now)
-        self.kv.release(sr, self.env.now)
+        sr.mark("inflight_leave_s", now_s(self.env))
+        self.kv.release(sr, now_s(self.env))
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
@@ -96,7 +97,7 @@ class PrefillInstance(InstanceBase):
         if "prefill_end_s" not in sr.times:
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
-        self.kv.release(sr, self.env.now)
+        self.kv.release(sr, now_s(self.env))
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
@@ -145,7 +146,7 @@ class PrefillInstance(InstanceBase):
         return step_s, done
 
     def _pop_bootstrapped(self) -> None:
-        now = self.env.now
+        now = now_s(self.env)
         for sr in self.ready:  # entries of an earlier attempt have p_ready reset: skipped
             if sr.p_ready and self.bootstrap.get(sr.rid) is sr:
                 del self.bootstrap[sr.rid]
@@ -172,7 +173,7 @@ class PrefillInstance(InstanceBase):
         batch = plan_prefill_step(self.limits, self._candidates(matches), self.kv.available_tokens)
         planned = start_chunks(self, batch.chunks, matches)
         if self.decisions is not None and planned:
-            self.decisions.prefill(self.env.now, self.name, [c for _, _, c in planned])
+            self.decisions.prefill(now_s(self.env), self.name, [c for _, _, c in planned])
         return planned
 
     def _send_chunks(self, planned: Planned) -> None:
@@ -185,7 +186,7 @@ class PrefillInstance(InstanceBase):
                                chunk.is_last)
 
     def _complete(self, planned: Planned, send: bool = True) -> None:
-        now = self.env.now
+        now = now_s(self.env)
         page = self.cfg.cluster.page_size_tokens
         for sr, attempt, chunk in planned:
             if sr.done or sr.attempt != attempt:

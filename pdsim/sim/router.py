@@ -22,6 +22,7 @@ import simpy
 from pdsim.config import Config
 from pdsim.policy import InstanceView, RequestView, SloPredictor
 from pdsim.policy.router import REJECTED, RouterPolicy
+from pdsim.sim.clock import now_s
 from pdsim.sim.state import SimHooks, SimRequest
 
 
@@ -56,7 +57,7 @@ class Router:
             prefill, decode = self._health("prefill", self.prefill), self._health("decode", self.decode)
         else:
             prefill, decode = self._prefill_views(sr), [d.view() for d in self.decode]
-        decision = self.policy.decide(view, prefill, decode, self.env.now, first_attempt=sr.attempt == 0)
+        decision = self.policy.decide(view, prefill, decode, now_s(self.env), first_attempt=sr.attempt == 0)
         if not decision.routed:
             if decision.outcome == REJECTED:
                 self.hooks.reject(sr, decision.reason)
@@ -66,7 +67,7 @@ class Router:
         sr.prefill = self.prefill[decision.prefill_id]
         sr.decode = self.decode[decision.decode_id] if self.decode else None
         sr.bootstrap_room = decision.bootstrap_room
-        sr.times["route_s"] = self.env.now
+        sr.times["route_s"] = now_s(self.env)
         self.dispatched += 1
         sr.prefill.dispatch(sr)
         if sr.decode is not None:
@@ -108,7 +109,7 @@ def _arrive(prefill: Any, decode: Any, sr: SimRequest, attempt: int) -> None:
 def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Generator[simpy.Event, Any, None]:
     """simpy process: hand each request to `on_arrival` at its arrival time (absolute times)."""
     for sr in requests:
-        delay = sr.req.arrival_s - env.now
+        delay = sr.req.arrival_s - now_s(env)
         if delay > 0:
             yield env.timeout(delay)
         on_arrival(sr)

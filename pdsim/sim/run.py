@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from pdsim.config import Config
 from pdsim.policy.decisions import DecisionLog
+from pdsim.sim.clock import now_s
 from pdsim.sim.engine import Simulation
 from pdsim.sim.records import delivered
 from pdsim.trace import STATUSES
@@ -69,13 +70,13 @@ def simulate(
     check_invariants(sim)
     wall_s = time.perf_counter() - t0
     trace = delivered(sim.recorder.to_frame(), cfg.cluster.token_delivery_s)
-    log.info("simulated %d requests to t=%.3f s in %.2f s wall", len(trace), sim.env.now, wall_s)
+    log.info("simulated %d requests to t=%.3f s in %.2f s wall", len(trace), now_s(sim.env), wall_s)
     return SimResult(
         trace=trace,
         timeseries=sim.sampler.to_frame(),
         instance_stats=instance_stats(sim),
         link_stats=link_stats(sim),
-        sim_time_s=float(sim.env.now),
+        sim_time_s=float(now_s(sim.env)),
         wall_s=wall_s,
         events=events_scheduled(sim.env),
         scaling_events=list(sim.scaler.events) if sim.scaler is not None else [],
@@ -137,7 +138,7 @@ def _stuck_message(sim: Simulation) -> str:
     stuck = list(sim.active.values())[:5]
     where = [f"request {sr.rid} (poll {sr.poll.name}, times {sorted(sr.times)})" for sr in stuck]
     return (
-        f"simulation stuck at t={sim.env.now:.6f} s: {len(sim.active)} of {len(sim.workload)} requests "
+        f"simulation stuck at t={now_s(sim.env):.6f} s: {len(sim.active)} of {len(sim.workload)} requests "
         f"never reached a terminal status, e.g. {'; '.join(where)}"
     )
 
@@ -175,7 +176,7 @@ def instance_stats(sim: Simulation) -> dict[str, dict[str, Any]]:
 
 
 def link_stats(sim: Simulation) -> dict[str, dict[str, float]]:
-    now = sim.env.now
+    now = now_s(sim.env)
     return {
         name: {
             "bytes_moved": res.bytes_moved,

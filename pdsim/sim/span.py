@@ -31,6 +31,7 @@ from typing import Any, Final, Protocol
 
 import simpy
 
+from pdsim.sim.clock import now_s
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import SimRequest
@@ -132,7 +133,7 @@ class BatchClock:
     ) -> Span:
         """Plan k iterations; the first takes first_extra_s longer (a KV reload before it).
         first_finish: as from `limit` (1 when unknown: every span end checks for finishes)."""
-        times = self.series.span(n, ctx_tokens, k, self.env.now, first_extra_s)
+        times = self.series.span(n, ctx_tokens, k, now_s(self.env), first_extra_s)
         span = Span(times, growth if k > 1 else None, k, first_finish)
         self.span = span
         return span
@@ -144,8 +145,8 @@ class BatchClock:
         owner.view_stale = True
         env = self.env
         while True:
-            yield env.timeout(hop_delay(env.now, span.end_s)[0])  # (truncate may move it: rearm)
-            if env.now == span.end_s:
+            yield env.timeout(hop_delay(now_s(env), span.end_s)[0])  # (truncate may move it: rearm)
+            if now_s(env) == span.end_s:
                 owner.view_stale = True
                 return owner.alive
 
@@ -164,19 +165,19 @@ class BatchClock:
     def truncate(self) -> None:
         """Something changed what the next boundary does: wake there instead of at the end."""
         span, process = self.span, self.process
-        if span is not None and process is not None and span.truncate(self.env.now) \
+        if span is not None and process is not None and span.truncate(now_s(self.env)) \
                 and self.env.active_process is not process:
-            rearm(process, hop_delay(self.env.now, span.end_s)[0])
+            rearm(process, hop_delay(now_s(self.env), span.end_s)[0])
 
     def pending_pages(self) -> int:
-        return self.span.pending_pages(self.env.now) if self.span is not None else 0
+        return self.span.pending_pages(now_s(self.env)) if self.span is not None else 0
 
     def view_valid_until_s(self) -> float:
         """Until when pending_pages() keeps its current value: the next virtual boundary."""
         span = self.span
         if span is None:
             return math.inf
-        j = span.due(self.env.now)
+        j = span.due(now_s(self.env))
         return span.times.bound(j + 1) if j + 1 < span.end else math.inf
 
     def settle(self, owner: BatchOwner, upto: int) -> None:
@@ -241,7 +242,7 @@ class BatchClock:
     def settle_now(self, owner: BatchOwner) -> None:
         """Apply every virtual boundary passed before now (before the batch changes)."""
         if self.span is not None:
-            self.settle(owner, self.span.due(self.env.now))
+            self.settle(owner, self.span.due(now_s(self.env)))
 
 
 class BatchOwner(Protocol):

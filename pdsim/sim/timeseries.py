@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from pdsim.sim.clock import now_s
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
 
@@ -64,7 +65,7 @@ class TimeseriesSampler:
 
     def record(self) -> None:
         """One row per instance at `now`."""
-        now, network, pack, rows = self.env.now, self.network, self._pack, self.rows
+        now, network, pack, rows = now_s(self.env), self.network, self._pack, self.rows
         for position, inst in enumerate(self.instances):
             total = self.kv_total_tokens[position]
             placement = inst.placement
