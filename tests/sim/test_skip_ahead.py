@@ -31,7 +31,7 @@ from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import Span, hop_delay
-from pdsim.sim.spantimes import ArrayTimes, ModelTimes, add_steps
+from pdsim.sim.spantimes import ArrayTimes, ModelTimes, SpanTimes, add_steps
 from pdsim.sim.steptime import RooflineDecode, StepSeries, boundaries
 from pdsim.workload.request import Workload
 
@@ -159,20 +159,33 @@ def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float
             expected.append(t)
         assert [times.step(i) for i in range(k)] == ref
         assert times.bounds(0, k) == expected and all(type(b) is float for b in times.bounds(1, k))
-        assert Span(times, None, k).end_s == expected[-1]
-        # reads in time order (the walk), then backwards (from the start), then past the end
-        for now_s in (3.21, expected[min(k, 3)], expected[k // 2] + 1e-9, expected[k] - 1e-9, 3.0, 1e9):
-            j = times.first_at_or_after(now_s)
-            assert j == bisect.bisect_left(expected, now_s)
-            assert [times.bound(i) for i in range(k + 1)] == expected
-            if k > 1:  # (called for a span with a virtual boundary left)
-                assert times.last_before(now_s, 0, k - 1) == max(0, min(j - 1, k - 1))
+        _assert_walks(series.span(7, 12345, k, 3.21, extra_s), 3.21, ref)
         total = 0.5
         for s in ref[1:]:
             total += s
-        assert times.add_steps(0.5, 1, k) == total and type(times.add_steps(0.5, 1, k)) is float
-        assert times.add_steps(0.5, k, k) == 0.5
         assert add_steps(0.5, np.array(ref[1:])) == total  # (the array path's own sum: cumsum past 64)
+
+
+def _assert_walks(times: SpanTimes, start_s: float, ref: list[float]) -> None:
+    """A fresh span's end, walks and sums against its steps `ref`, summed one at a time (simpy's
+    clock): the end first (as a span is planned), reads in time order (the walk), then backwards
+    (from the start), then past the end."""
+    k, t, expected = len(ref), start_s, [start_s]
+    for s in ref:
+        t += s
+        expected.append(t)
+    assert Span(times, None, k).end_s == expected[-1]
+    for now_s in (start_s, expected[min(k, 3)], expected[k // 2] + 1e-9, expected[k] - 1e-9, start_s - 0.2, 1e9):
+        j = times.first_at_or_after(now_s)
+        assert j == bisect.bisect_left(expected, now_s)
+        assert [times.bound(i) for i in range(k + 1)] == expected
+        if k > 1:  # (called for a span with a virtual boundary left)
+            assert times.last_before(now_s, 0, k - 1) == max(0, min(j - 1, k - 1))
+    for first in (0, 1, k // 2, k):
+        total = 0.5
+        for s in ref[first:]:
+            total += s
+        assert times.add_steps(0.5, first, k) == total and type(times.add_steps(0.5, first, k)) is float
 
 
 @pytest.mark.parametrize("model_name,tp", [("llama3_8b", 1), ("llama3_70b", 8), ("deepseek_v3", 8), ("qwen3_30b_a3b", 2)])
@@ -188,6 +201,7 @@ def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp:
         array[0] += extra_s
         assert [times.step(i) for i in range(400)] == array.tolist()
         assert times.bounds(0, 400) == boundaries(1.5, array).tolist()
+        _assert_walks(series.span(n, ctx0, 400, 1.5, extra_s), 1.5, array.tolist())
         np.testing.assert_allclose(times.step(3), model.decode_time_s(n, ctx0 + 3 * n), rtol=1e-14, atol=0)
 
 
@@ -216,6 +230,7 @@ def test_measured_span_times_are_decode_time_s_bit_for_bit(model_name: str, hard
             ref[0] += extra_s
             assert [times.step(i) for i in range(k)] == ref
             assert times.bounds(0, k) == boundaries(1.5, np.array(ref)).tolist()
+            _assert_walks(series.span(n, ctx0, k, 1.5, extra_s), 1.5, ref)
             if not extra_s:  # (the array path, StepSeries.steps: the same bits)
                 assert series.steps(n, ctx0, 4).tolist() == ref[:4]
             assert latency.mixed_time_s((), n, ctx0) == latency.decode_time_s(n, ctx0)
