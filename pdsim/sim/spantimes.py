@@ -11,7 +11,10 @@ reads is a few boundaries near the current time, its end, and sums over the iter
   same bits, no array, no allocation per iteration. Compiled (mypyc), a walk is a loop over
   unboxed floats. `ModelTimes` is the one kind: its steps come from a `StepModel`, a latency
   model's decode_time_s for one batch size as a compiled function of the context (`LinearStep`,
-  `RooflineStep`, `TableStep` for the measured model, `OverheadStep` around any of them).
+  `RooflineStep`, `TableStep` for the measured model, `OverheadStep` around any of them). A
+  walk over many steps is one call into the model (`StepModel.walk`, `walk_until`; the linear
+  one a loop of float multiply-adds). (Keeping the costlier models' steps per span, each computed
+  once, cost more than it saved: a list of floats boxes each one.)
 """
 
 from __future__ import annotations
@@ -334,54 +337,18 @@ class OverheadStep(StepModel):
 
 
 class ModelTimes(WalkedTimes):
-    """A span whose step_i = model.time_s(ctx0 + n * i), step_0 plus extra_s.
-
-    A span reads most steps two or three times (its end when planned, the walk to a read time,
-    the busy-time sum when it ends). A linear step is a multiply-add, cheaper to recompute than
-    to keep; the other models' steps (a log and an exp for the measured tables) are kept in
-    `memo` as first computed, so each is computed once."""
+    """A span whose step_i = model.time_s(ctx0 + n * i), step_0 plus extra_s."""
 
     def __init__(self, k: int, start_s: float, model: StepModel, ctx0: int, extra_s: float) -> None:
         super().__init__(k, start_s, extra_s)
         self.model = model
         self.ctx0 = ctx0
-        self.memo: list[float] | None = None if isinstance(model, LinearStep) else []
-
-    def _memo_to(self, memo: list[float], j: int) -> list[float]:
-        """`memo` holding the model's steps 0 .. j-1 (computed in order, as far as needed)."""
-        model = self.model
-        n = model.n
-        ctx = self.ctx0 + n * len(memo)
-        while len(memo) < j:
-            memo.append(model.time_s(ctx))
-            ctx += n
-        return memo
 
     def model_step(self, i: int) -> float:
-        memo = self.memo
-        if memo is None:
-            return self.model.time_s(self.ctx0 + self.model.n * i)
-        return (memo if i < len(memo) else self._memo_to(memo, i + 1))[i]
+        return self.model.time_s(self.ctx0 + self.model.n * i)
 
     def model_walk(self, b_s: float, i: int, j: int) -> float:
-        memo = self.memo
-        if memo is None:
-            return self.model.walk(b_s, self.ctx0 + self.model.n * i, j - i)
-        if len(memo) < j:
-            self._memo_to(memo, j)
-        for t in range(i, j):
-            b_s += memo[t]
-        return b_s
+        return self.model.walk(b_s, self.ctx0 + self.model.n * i, j - i)
 
     def model_walk_until(self, b_s: float, i: int, now_s: float) -> tuple[int, float]:
-        memo = self.memo
-        if memo is None:
-            return self.model.walk_until(b_s, self.ctx0 + self.model.n * i, self.k - i, now_s)
-        t, k = i, self.k
-        while t < k:
-            nxt = b_s + (memo[t] if t < len(memo) else self._memo_to(memo, t + 1)[t])
-            if nxt >= now_s:
-                break
-            b_s = nxt
-            t += 1
-        return t - i, b_s
+        return self.model.walk_until(b_s, self.ctx0 + self.model.n * i, self.k - i, now_s)
