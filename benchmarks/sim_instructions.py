@@ -10,7 +10,11 @@ runs once under valgrind's callgrind, counting only inside the compiled `simulat
 (`--toggle-collect`: no imports, no workload building, no outputs), and the table gives
 instructions per request, before and after. What instructions miss is the memory system (the
 same instructions over a larger working set take longer): read it next to sim_speed.py's CPU
-times. Needs valgrind (`apt-get install valgrind`) and the compiled core (mypyc; a pure-Python
+times. The same run counts bare simpy (one process yielding timeouts, as sim_speed.py's normaliser,
+at two sizes: the difference over the extra timeouts), and the table also gives each request's
+instructions in bare simpy timeouts: the issue's simpy-normalised cost, without the machine's
+noise (CPU time also pays for cache misses that a tight simpy loop does not have, so it reads
+higher). Needs valgrind (`apt-get install valgrind`) and the compiled core (mypyc; a pure-Python
 run has no `simulate` symbol to count in and is reported as such). About 60x slower than a
 plain run: Mooncake 8P8D takes ~5 minutes per tree.
 """
@@ -26,11 +30,12 @@ import tempfile
 from pathlib import Path
 
 from sim_outputs import export_tree, tree_env
-from sim_speed import CASES, instance_scaling
+from sim_speed import CASES, instance_scaling, simpy_timeouts_per_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 SIMULATE_SYMBOL = "CPyDef_run___simulate"  # the compiled simulate (pdsim/sim/run.py)
 _REQUESTS = "requests="
+SIMPY_SIZES = (10_000, 110_000)  # bare simpy timeouts of the two runs whose difference is counted
 
 
 def run_child(overrides: list[str]) -> None:
@@ -52,19 +57,37 @@ def run_child(overrides: list[str]) -> None:
 
 def count(tree: Path, overrides: list[str]) -> tuple[int, int]:
     """(instructions inside simulate, requests) of one case run with `tree`'s pdsim."""
+    total, stdout = _callgrind_total(
+        [f"--toggle-collect={SIMULATE_SYMBOL}", sys.executable, str(Path(__file__).resolve()), "--child", "--",
+         *overrides], env=tree_env(tree), cwd=tree)
+    requests = [int(line[len(_REQUESTS):]) for line in stdout.splitlines() if line.startswith(_REQUESTS)]
+    if not requests:
+        sys.exit(f"sim_instructions: no request count for {' '.join(overrides)}")
+    return total, requests[0]
+
+
+def _callgrind_total(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str]:
+    """(instructions callgrind counted, stdout) of `cmd` run under it."""
     with tempfile.TemporaryDirectory() as tmp:
         out_file = Path(tmp) / "callgrind.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--toggle-collect={SIMULATE_SYMBOL}",
-               f"--callgrind-out-file={out_file}", sys.executable, str(Path(__file__).resolve()),
-               "--child", "--", *overrides]
-        proc = subprocess.run(cmd, env=tree_env(tree), cwd=tree, capture_output=True, text=True)
+        options = [c for c in cmd if c.startswith("--toggle-collect=")]  # (valgrind's own, before the program)
+        program = [c for c in cmd if not c.startswith("--toggle-collect=")]
+        proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", *options, *program],
+                              env=env, cwd=cwd, capture_output=True, text=True)
         if proc.returncode:
-            sys.exit(f"sim_instructions: {' '.join(overrides)} failed:\n{proc.stderr[-2000:]}")
-        requests = [int(line[len(_REQUESTS):]) for line in proc.stdout.splitlines() if line.startswith(_REQUESTS)]
+            sys.exit(f"sim_instructions: {' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
         totals = re.search(r"^(?:summary|totals):\s*(\d+)", out_file.read_text(), re.MULTILINE)
-    if not requests or totals is None:
-        sys.exit(f"sim_instructions: no request count or callgrind total for {' '.join(overrides)}")
-    return int(totals.group(1)), requests[0]
+    if totals is None:
+        sys.exit(f"sim_instructions: no callgrind total for {' '.join(cmd)}")
+    return int(totals.group(1)), proc.stdout
+
+
+def simpy_instructions_per_timeout() -> float:
+    """Instructions of one bare simpy timeout (sim_speed.py's normaliser): two runs of different
+    sizes, so start-up cancels out."""
+    small, large = (_callgrind_total([sys.executable, str(Path(__file__).resolve()), "--simpy-child", str(n)])[0]
+                    for n in SIMPY_SIZES)
+    return (large - small) / (SIMPY_SIZES[1] - SIMPY_SIZES[0])
 
 
 def _cases(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
@@ -88,10 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default="", help="git revision or an exported, built folder to count "
                         "too (built with its compiled core: needs mypy==2.4.1)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--simpy-child", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         run_child(args.overrides)
+        return 0
+    if args.simpy_child:
+        simpy_timeouts_per_cpu_s(args.simpy_child)
         return 0
     if shutil.which("valgrind") is None:
         sys.exit("sim_instructions: valgrind is not installed (apt-get install valgrind)")
@@ -99,13 +126,17 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"after": ROOT}
         if args.baseline:
             trees = {"before": export_tree(args.baseline, Path(tmp) / "baseline", compiled=True), **trees}
-        print("| case | " + " | ".join(f"{label} instr/req" for label in trees) + " | requests |")
-        print("|---|" + "---:|" * (len(trees) + 1))
+        per_timeout = simpy_instructions_per_timeout()
+        print(f"bare simpy: {per_timeout:,.0f} instructions per timeout (simpy/req below: instr/req / this)\n")
+        print("| case | " + " | ".join(f"{label} instr/req" for label in trees) + " | "
+              + " | ".join(f"{label} simpy/req" for label in trees) + " | requests |")
+        print("|---|" + "---:|" * (2 * len(trees) + 1))
         for label, overrides in _cases(args):
             counts = {name: count(tree, overrides) for name, tree in trees.items()}
             cells = [f"{ir / max(n, 1):,.0f}" for ir, n in counts.values()]
             if any(ir == 0 for ir, _ in counts.values()):
                 cells = [c if c != "0" else "0 (pure Python: no compiled simulate)" for c in cells]
+            cells += [f"{ir / max(n, 1) / per_timeout:,.1f}" for ir, n in counts.values()]
             print(f"| {label} | " + " | ".join(cells) + f" | {next(iter(counts.values()))[1]:,} |", flush=True)
     return 0
 
