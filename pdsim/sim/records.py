@@ -68,8 +68,8 @@ class SimRecorder:
         return self._objects["status"]
 
     def to_frame(self) -> pd.DataFrame:
-        # views over the arrays, not copies: a 200k-request run's rows are ~60 MB, and each column
-        # below is copied once more (peak RSS, docs/PERFORMANCE.md)
+        # views over the packed rows, not copies: a 200k-request run's rows are ~60 MB, and each
+        # column below is copied once more (peak RSS, docs/PERFORMANCE.md)
         rows = np.frombuffer(self._numbers, dtype=_ROW_DTYPE) if self._numbers else np.zeros(0, _ROW_DTYPE)
         floats, ints = rows["floats"], rows["ints"]
         columns: dict[str, Any] = {}

@@ -165,9 +165,11 @@ class BatchClock:
     def truncate(self) -> None:
         """Something changed what the next boundary does: wake there instead of at the end."""
         span, process = self.span, self.process
-        if span is not None and process is not None and span.truncate(now_s(self.env)) \
-                and self.env.active_process is not process:
-            rearm(process, hop_delay(now_s(self.env), span.end_s)[0])
+        if span is None or process is None:
+            return
+        now = now_s(self.env)
+        if span.truncate(now) and self.env.active_process is not process:
+            rearm(process, hop_delay(now, span.end_s)[0])
 
     def pending_pages(self) -> int:
         return self.span.pending_pages(now_s(self.env)) if self.span is not None else 0

@@ -50,17 +50,17 @@ class Workload:
     def __iter__(self) -> Iterator[Request]:
         # columns become lists a chunk at a time: Python numbers are cheap to read and ~4x the
         # memory of the arrays, so a chunk's worth is held, not the whole workload's
-        block_tokens, offsets = self.block_tokens, self.hash_offsets.tolist()
+        block_tokens = self.block_tokens
         for start in range(0, len(self), ITER_CHUNK_REQUESTS):
             stop = min(start + ITER_CHUNK_REQUESTS, len(self))
-            base = offsets[start]
-            values = self.hash_values[base:offsets[stop]].tolist()
+            offsets = self.hash_offsets[start:stop + 1].tolist()
+            values = self.hash_values[offsets[0]:offsets[-1]].tolist()
             columns = (self.arrival_s[start:stop].tolist(), self.input_tokens[start:stop].tolist(),
                        self.output_tokens[start:stop].tolist(), self.session_id[start:stop].tolist())
-            for i, (arrival, inputs, outputs, session) in enumerate(zip(*columns, strict=True), start):
-                lo, hi = offsets[i] - base, offsets[i + 1] - base
-                yield Request(i, arrival, inputs, outputs, tuple(values[lo:hi]) if hi > lo else (), block_tokens,
-                              session)
+            for i, (arrival, inputs, outputs, session) in enumerate(zip(*columns, strict=True)):
+                lo, hi = offsets[i] - offsets[0], offsets[i + 1] - offsets[0]
+                yield Request(start + i, arrival, inputs, outputs, tuple(values[lo:hi]) if hi > lo else (),
+                              block_tokens, session)
 
     @property
     def duration_s(self) -> float:

@@ -69,3 +69,20 @@ def test_window_limit_and_speedup(data_dir):
     limited = build_workload(ScenarioConfig(**base, num_requests=100, target_rate_rps=10.0))
     assert len(limited) == 100
     assert limited.mean_rate_rps() == pytest.approx(10.0)
+
+
+def test_iteration_across_chunks_yields_each_request_with_its_own_hashes(monkeypatch):
+    # iteration turns columns into lists a chunk at a time: every chunk size gives the same requests
+    from pdsim.workload import request as request_module
+    from pdsim.workload.request import Request, make_workload
+
+    hashes = [np.array([1, 2, 3]), np.array([], dtype=np.int64), np.array([1, 2, 9]), np.array([7])]
+    wl = make_workload("t", np.array([0.0, 0.5, 1.25, 2.0]), np.array([30, 5, 31, 8]), np.array([2, 1, 4, 3]),
+                       session_id=np.array([0, -1, 0, 4]), hash_lists=hashes, block_tokens=16)
+    expected = [Request(0, 0.0, 30, 2, (1, 2, 3), 16, 0), Request(1, 0.5, 5, 1, (), 16, -1),
+                Request(2, 1.25, 31, 4, (1, 2, 9), 16, 0), Request(3, 2.0, 8, 3, (7,), 16, 4)]
+    for chunk in (1, 3, 4, 4096):
+        monkeypatch.setattr(request_module, "ITER_CHUNK_REQUESTS", chunk)
+        got = list(wl)
+        assert got == expected
+        assert all(type(h) is int for r in got for h in r.hash_ids) and all(type(r.arrival_s) is float for r in got)
