@@ -32,6 +32,8 @@ class Resource:
     order: int = 0  # creation order: the tie-break when two resources offer the same share
     flows: dict[int, Flow] = field(default_factory=dict)
     bytes_moved: float = 0.0
+    fill_left_bytes_per_s: float = 0.0  # during a filling (fill_rates): capacity not given out
+    fill_open_flows: int = -1  # during a filling: flows not yet frozen; -1 outside one
 
 
 @dataclass(init=False, slots=True, eq=False)
@@ -43,6 +45,7 @@ class Flow:
     on_done: Callable[[], None]
     rate_bytes_per_s: float
     active: bool
+    fill_frozen: bool  # during a filling (fill_rates): its rate is set
 
     def __init__(self, flow_id: int, path: tuple[Resource, ...], remaining_bytes: float, latency_s: float,
         on_done: Callable[[], None], rate_bytes_per_s: float = 0.0, active: bool = True) -> None:
@@ -53,6 +56,7 @@ class Flow:
         self.on_done = on_done
         self.rate_bytes_per_s = rate_bytes_per_s
         self.active = active
+        self.fill_frozen = False
 
 
 class Network:
@@ -202,43 +206,51 @@ def connected_flows(seeds: Iterable[Resource]) -> dict[int, Flow]:
 
 def fill_rates(flows: dict[int, Flow]) -> None:
     """Max-min fair rates of `flows` (closed under shared resources) by progressive filling;
-    ties broken by resource creation order. Only resources carrying a flow take part."""
+    ties broken by resource creation order. Only resources carrying a flow take part. (The
+    filling's state lives on the resources and flows, `fill_*`, for the length of one call.)"""
     if len(flows) <= 1:  # alone: the path's narrowest link (what the filling gives)
         for flow in flows.values():
-            flow.rate_bytes_per_s = min(res.capacity_bytes_per_s for res in flow.path)
+            flow.rate_bytes_per_s = _narrowest_bytes_per_s(flow.path)
         return
-    # per busy resource, scanned in creation order
-    slots: dict[int, _Fill] = {}
+    busy: list[Resource] = []  # each busy resource once: capacity left, flows not yet frozen
     for flow in flows.values():
+        flow.fill_frozen = False
         for res in flow.path:
-            if res.order not in slots:
-                slots[res.order] = _Fill(res.capacity_bytes_per_s, len(res.flows), res)
-    live = [slots[order] for order in sorted(slots)]
-    frozen: set[int] = set()
+            if res.fill_open_flows < 0:
+                res.fill_open_flows = len(res.flows)
+                res.fill_left_bytes_per_s = res.capacity_bytes_per_s
+                busy.append(res)
+    busy.sort(key=_creation_order)
+    live = busy
     while live:
         best = live[0]
-        share = best.left_bytes_per_s / best.open_flows
-        for slot in live:  # the first resource offering the smallest share
-            if slot.left_bytes_per_s / slot.open_flows < share:
-                best, share = slot, slot.left_bytes_per_s / slot.open_flows
-        for flow in best.resource.flows.values():
-            if flow.flow_id not in frozen:
-                frozen.add(flow.flow_id)
+        share = best.fill_left_bytes_per_s / best.fill_open_flows
+        for res in live:  # the first resource offering the smallest share
+            if res.fill_left_bytes_per_s / res.fill_open_flows < share:
+                best, share = res, res.fill_left_bytes_per_s / res.fill_open_flows
+        for flow in best.flows.values():
+            if not flow.fill_frozen:
+                flow.fill_frozen = True
                 flow.rate_bytes_per_s = share
                 for res in flow.path:
-                    fill = slots[res.order]
-                    fill.left_bytes_per_s -= share
-                    fill.open_flows -= 1
-        live = [slot for slot in live if slot.open_flows > 0]
+                    res.fill_left_bytes_per_s -= share
+                    res.fill_open_flows -= 1
+        live = [res for res in live if res.fill_open_flows > 0]
+    for res in busy:
+        res.fill_open_flows = -1
 
 
-class _Fill:
-    """A busy resource during one filling: capacity not yet given out, flows not yet frozen."""
+def _narrowest_bytes_per_s(path: tuple[Resource, ...]) -> float:
+    """The smallest capacity on the path (the first of equal ones: min's)."""
+    narrowest = path[0].capacity_bytes_per_s
+    for res in path:
+        if res.capacity_bytes_per_s < narrowest:
+            narrowest = res.capacity_bytes_per_s
+    return narrowest
 
-    def __init__(self, left_bytes_per_s: float, open_flows: int, resource: Resource) -> None:
-        self.left_bytes_per_s = left_bytes_per_s
-        self.open_flows = open_flows
-        self.resource = resource
+
+def _creation_order(res: Resource) -> int:
+    return res.order
 
 
 def _noop() -> None:

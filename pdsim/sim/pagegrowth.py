@@ -36,11 +36,12 @@ class PageGrowth:
     @classmethod
     def from_residues(cls, counts: list[int], page: int) -> PageGrowth:
         """From counts[r] = requests whose KV length is r modulo page (page + 1 entries, the
-        last 0); `counts` is summed in place."""
-        n = sum(counts)
-        for x in range(page - 1, -1, -1):
-            counts[x] += counts[x + 1]
-        return cls(n, page, tuple(counts))
+        last 0); `counts` is summed in place (suffix sums: counts[0] is then n)."""
+        total = 0  # (an int and PageGrowth by name: compiled, no generic add or call)
+        for x in range(page, -1, -1):
+            total += counts[x]
+            counts[x] = total
+        return PageGrowth(total, page, tuple(counts))
 
     def pages(self, j: int) -> int:
         """Pages grown at the boundaries 1..j."""

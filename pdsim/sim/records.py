@@ -30,6 +30,7 @@ _INT_INDEX = {name: k for k, name in enumerate(_INTS)}
 _NUMERIC: Final = (*_FLOATS, *_INTS)
 # a row's numbers in native byte order, no padding: the floats, then the integers
 _ROW: Final = struct.Struct(f"={len(_FLOATS)}d{len(_INTS)}q")
+_ABSENT: Final = object()  # (a field not in a row)
 _ROW_DTYPE: Final = np.dtype([("floats", np.float64, (len(_FLOATS),)), ("ints", np.int64, (len(_INTS),))])
 
 
@@ -40,16 +41,14 @@ class SimRecorder:
         self._pack = _ROW.pack
         self._objects: dict[str, list[Any]] = {name: [] for name in _OBJECTS}
         self._numeric_defaults = [(name, TRACE_DEFAULTS[name]) for name in _NUMERIC]
-        self._object_appenders = tuple((name, TRACE_DEFAULTS[name], column.append)
-                                       for name, column in self._objects.items())
+        self._object_defaults = [(name, TRACE_DEFAULTS[name]) for name in self._objects]
+        self._object_columns = list(self._objects.values())
         self._rows = 0
 
     def __len__(self) -> int:
         return self._rows
 
     def add(self, row: dict[str, Any]) -> None:
-        if not _KNOWN.issuperset(row):
-            raise KeyError(f"unknown trace fields {sorted(set(row) - _KNOWN)}")
         rid = row.get("request_id", -1)
         if not 0 <= rid < len(self._seen):
             raise ValueError(f"request_id {rid} outside the workload (0..{len(self._seen) - 1})")
@@ -57,11 +56,16 @@ class SimRecorder:
             raise ValueError(f"request_id {rid} recorded twice")
         if row.get("status") not in STATUSES:
             raise ValueError(f"request {rid}: status {row.get('status')!r} not in {STATUSES}")
+        numbers: list[Any] = []
+        objects: list[Any] = []
+        known = _take(row, self._numeric_defaults, numbers) + _take(row, self._object_defaults, objects)
+        if known != len(row):  # a field that is not a trace field
+            raise KeyError(f"unknown trace fields {sorted(set(row) - _KNOWN)}")
+        packed = self._pack(*numbers)  # (before anything is kept: a bad value leaves no trace)
         self._seen[rid] = 1
-        # (row.get, not a bound `get`: compiled, a dict's own get is a C call, a bound one is not)
-        self._numbers += self._pack(*[row.get(name, default) for name, default in self._numeric_defaults])
-        for name, default, append in self._object_appenders:
-            append(row.get(name, default))
+        self._numbers += packed
+        for column, value in zip(self._object_columns, objects, strict=True):
+            column.append(value)
         self._rows += 1
 
     def statuses(self) -> list[str]:
@@ -83,6 +87,20 @@ class SimRecorder:
                 columns[f.name] = pa.array(np.ascontiguousarray(data), type=arrow_type)
         table = pa.table(columns, schema=schema)
         return table.to_pandas().sort_values("request_id", kind="stable").reset_index(drop=True)
+
+
+def _take(row: dict[str, Any], defaults: list[tuple[str, Any]], out: list[Any]) -> int:
+    """Append the row's value of each (name, default) to `out` (the default where the row has
+    none); returns how many the row had."""
+    found = 0  # (row.get, not a bound `get`: compiled, a dict's own get is a C call)
+    for name, default in defaults:
+        value = row.get(name, _ABSENT)
+        if value is _ABSENT:
+            value = default
+        else:
+            found += 1
+        out.append(value)
+    return found
 
 
 TOKEN_TIME_FIELDS = ("first_token_s", "last_token_s", "finish_s")

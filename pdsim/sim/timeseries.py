@@ -28,7 +28,7 @@ COLUMNS = (
 )
 # a row: time, the instance's position, its queue counts (InstanceBase.queue_counts), KV used
 # fraction, batch size, NIC out and in utilisation; native byte order, no padding
-_ROW: Final = struct.Struct(f"=dq{len(QUEUES)}qdqdd")
+_ROW_FORMAT: Final = f"dq{len(QUEUES)}qdqdd"
 _ROW_DTYPE: Final = np.dtype([
     ("time_s", np.float64), ("position", np.int64), ("queues", np.int64, (len(QUEUES),)),
     ("kv_used_fraction", np.float64), ("batch_size", np.int64),
@@ -43,9 +43,9 @@ class TimeseriesSampler:
         self.network = network
         self.instances = list(instances)
         self.interval_s = interval_s
-        # _ROW of each row, row after row; instance identity is its position, expanded at the end
+        # each row (_ROW_FORMAT), row after row; instance identity is its position, expanded at the end
         self.rows = bytearray()
-        self._pack = _ROW.pack
+        self._packings: dict[int, struct.Struct] = {}
         self.kv_total_tokens = [inst.view().kv_total_tokens for inst in self.instances]
         if interval_s > 0:
             env.process(self.sample())
@@ -64,14 +64,27 @@ class TimeseriesSampler:
             yield self.env.timeout(self.interval_s)
 
     def record(self) -> None:
-        """One row per instance at `now`."""
-        now, network, pack, rows = now_s(self.env), self.network, self._pack, self.rows
+        """One row per instance at `now` (all of them packed in one call)."""
+        now, network = now_s(self.env), self.network
+        values: list[Any] = []
         for position, inst in enumerate(self.instances):
             total = self.kv_total_tokens[position]
             placement = inst.placement
-            rows += pack(now, position, *inst.queue_counts(), inst.kv_used_tokens() / total if total > 0 else 0.0,
-                         inst.batch_size, network.utilization(placement.nic_out),
-                         network.utilization(placement.nic_in))
+            values.append(now)
+            values.append(position)
+            values.extend(inst.queue_counts())
+            values.append(inst.kv_used_tokens() / total if total > 0 else 0.0)
+            values.append(inst.batch_size)
+            values.append(network.utilization(placement.nic_out))
+            values.append(network.utilization(placement.nic_in))
+        self.rows += self._rows_struct(len(self.instances)).pack(*values)
+
+    def _rows_struct(self, instances: int) -> struct.Struct:
+        """The packing of `instances` rows (one per instance count: scaling adds instances)."""
+        packing = self._packings.get(instances)
+        if packing is None:
+            packing = self._packings[instances] = struct.Struct("=" + _ROW_FORMAT * instances)
+        return packing
 
     def to_frame(self) -> pd.DataFrame:
         rows = np.frombuffer(self.rows, dtype=_ROW_DTYPE) if self.rows else np.zeros(0, _ROW_DTYPE)

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 ITER_CHUNK_REQUESTS = 4096  # requests whose columns iteration holds as Python lists at a time
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """One request as the router sees it.
 
     `hash_ids` are prefix block hashes (equal ids = shareable KV), each covering
     `block_tokens` prompt tokens (the last block may be partial); empty when unknown.
+    (A NamedTuple: immutable and hashable like a frozen dataclass, and built ~6x faster, once
+    per simulated request, than a frozen dataclass's field-by-field __init__.)
     """
 
     request_id: int

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pandas as pd
 import pytest
 
@@ -38,3 +40,7 @@ def test_sim_recorder_rejects_bad_rows() -> None:
         rec.add(dict(request_id=1, status="lost"))
     with pytest.raises(KeyError, match="colour"):
         rec.add(dict(request_id=1, status="finished", colour="red"))
+    with pytest.raises(struct.error):  # a value its column cannot hold: nothing of the row is kept
+        rec.add(dict(request_id=1, status="finished", arrival_s="soon"))
+    rec.add(dict(request_id=1, status="finished", arrival_s=2.5))
+    assert len(rec) == 2 and rec.to_frame()["arrival_s"].tolist()[1] == 2.5
