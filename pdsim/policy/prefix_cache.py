@@ -7,8 +7,10 @@ A trie keyed by block hash: the path from the root spells a prompt's leading blo
 leaves before their parents. Only full blocks are cached. The pages of cached blocks are owned by
 the pool's CACHE_OWNER; the caller moves pages in and frees the pages `evict` reports.
 
-Array-backed: a block is an int slot into parallel lists (its hash, parent, lock count, last
-use, creation number, child count, chain successor); no object per block. The blocks an insert
+Array-backed: a block is an int slot into parallel arrays (its hash, parent, lock count, last
+use, creation number, child count, chain successor); no object per block. The arrays are
+librt `vec`s of 64-bit ints and floats (mypyc's unboxed arrays: compiled, a read or write is a
+memory access, not a Python int or float object; block hashes must fit a signed 64-bit int). The blocks an insert
 adds form one chain below the last cached one (`_add_chain`): each but the first is found from
 its parent (`_next`), with no dict entry. A chain's first block is found by its hash: one dict
 maps a hash to the slot of the first parent's child with it (hashes name whole prefixes, so one
@@ -29,6 +31,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from typing import Final
+
+from librt.vecs import extend, vec
+from mypy_extensions import i64
 
 BlockNode = int  # a cached block is its slot in the cache's arrays (paths are lists of slots)
 # (Final: the compiled core inlines them; a plain module global is a dict lookup at every use)
@@ -65,14 +70,14 @@ class PrefixCache:
         self.on_evict: Callable[[int], None] | None = None  # told each evicted block hash (kv_tiers)
         self._child: dict[int, int] = {}  # block hash -> slot (the first parent's child with it)
         self._other: dict[tuple[int, int], int] = {}  # (parent slot, block hash) -> slot, any other parent's
-        self._key: list[int] = [0]  # slot -> its block hash; slot 0 is the root
-        self._parent: list[int] = [_DEAD]
-        self._next: list[int] = [_DEAD]  # slot -> the block made after it in its chain (its child), or _DEAD
-        self._found: list[int] = [_IN_CHILD]  # slot -> where it is found: _IN_CHILD, _IN_OTHER, _IN_CHAIN
-        self._ref: list[int] = [1]  # the root holds a reference of its own: never evicted
-        self._last_s: list[float] = [0.0]
-        self._created: list[int] = [0]
-        self._children: list[int] = [0]
+        self._key: vec[i64] = vec[i64]([0])  # slot -> its block hash; slot 0 is the root
+        self._parent: vec[i64] = vec[i64]([_DEAD])
+        self._next: vec[i64] = vec[i64]([_DEAD])  # slot -> the block made after it in its chain (its child), or _DEAD
+        self._found: vec[i64] = vec[i64]([_IN_CHILD])  # slot -> where it is found: _IN_CHILD, _IN_OTHER, _IN_CHAIN
+        self._ref: vec[i64] = vec[i64]([1])  # the root holds a reference of its own: never evicted
+        self._last_s: vec[float] = vec[float]([0.0])
+        self._created: vec[i64] = vec[i64]([0])
+        self._children: vec[i64] = vec[i64]([0])
         self._free: list[int] = []
         self._next_created = 1
         self._heap: list[tuple[float, int, int]] = []
@@ -164,14 +169,14 @@ class PrefixCache:
         if len(slots) < n:
             start, more = len(self._ref), n - len(slots)
             slots += range(start, start + more)
-            self._key += [0] * more
-            self._parent += [_DEAD] * more
-            self._next += [_DEAD] * more
-            self._found += [_IN_CHILD] * more
-            self._ref += [0] * more  # freed slots hold 0 too: only unreferenced blocks are evicted
-            self._last_s += [0.0] * more
-            self._created += [_DEAD] * more
-            self._children += [0] * more
+            self._key = extend(self._key, [0] * more)
+            self._parent = extend(self._parent, [_DEAD] * more)
+            self._next = extend(self._next, [_DEAD] * more)
+            self._found = extend(self._found, [_IN_CHILD] * more)
+            self._ref = extend(self._ref, [0] * more)  # freed slots hold 0 too: only unreferenced blocks are evicted
+            self._last_s = extend(self._last_s, [0.0] * more)
+            self._created = extend(self._created, [_DEAD] * more)
+            self._children = extend(self._children, [0] * more)
         key_of, parent_of, next_of, found = self._key, self._parent, self._next, self._found
         created, children, last_s = self._created, self._children, self._last_s
         number, above = self._next_created, slots[0]

@@ -33,7 +33,7 @@ from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
 from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
-from pdsim.sim.state import SimRequest, trace_row
+from pdsim.sim.state import SimRequest, trace_columns
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
@@ -149,7 +149,7 @@ class Simulation:
     def finish(self, sr: SimRequest) -> None:
         sr.done = True
         sr.times["finish_s"] = now_s(self.env)
-        self.recorder.add(trace_row(sr, self.mode, STATUS_FINISHED, ""))
+        self._record(sr, STATUS_FINISHED, "")
         self._terminal(sr)
 
     def abort(self, sr: SimRequest, reason: str, retryable: bool = False) -> None:
@@ -171,14 +171,14 @@ class Simulation:
             return
         sr.done = True
         sr.times["finish_s"] = now_s(self.env)
-        self.recorder.add(trace_row(sr, self.mode, STATUS_FAILED, reason))
+        self._record(sr, STATUS_FAILED, reason)
         self._terminal(sr)
 
     def reject(self, sr: SimRequest, reason: str) -> None:
         """Record `sr` as rejected by admission (it never reached an instance)."""
         sr.done = True
         sr.times["finish_s"] = now_s(self.env)
-        self.recorder.add(trace_row(sr, self.mode, STATUS_REJECTED, reason))
+        self._record(sr, STATUS_REJECTED, reason)
         self._terminal(sr)
 
     def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None:
@@ -232,6 +232,10 @@ class Simulation:
         sr.flows = []
         sr.prefill.on_transfer_success(sr)
         sr.decode.on_kv_arrived(sr)
+
+    def _record(self, sr: SimRequest, status: str, reason: str) -> None:
+        numbers, objects = trace_columns(sr, self.mode, status, reason)
+        self.recorder.add_columns(numbers, objects)
 
     def _terminal(self, sr: SimRequest) -> None:
         del self.active[sr.rid]

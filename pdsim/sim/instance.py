@@ -142,7 +142,8 @@ class InstanceBase:
         if self.clock is not None:
             self.clock.truncate()
         wake = self._wake
-        if wake is not None and not wake.triggered:
+        if wake is not None:  # (forgotten once succeeded: no read of simpy's `triggered` property)
+            self._wake = None
             wake.succeed()
 
     def sleep(self) -> simpy.Event:

@@ -21,17 +21,20 @@ import pyarrow as pa
 from pdsim.trace import _DEFAULTS as TRACE_DEFAULTS
 from pdsim.trace import FIELD_NAMES, FIELDS, FLOAT, INTEGER_TYPES, STATUSES, arrow_schema
 
-_FLOATS = tuple(f.name for f in FIELDS if f.type == FLOAT)
-_INTS = tuple(f.name for f in FIELDS if f.type in INTEGER_TYPES)
-_OBJECTS = tuple(f.name for f in FIELDS if f.name not in _FLOATS and f.name not in _INTS)
+# the columns a row is held in, in the order `add_columns` takes them
+FLOAT_COLUMNS: Final = tuple(f.name for f in FIELDS if f.type == FLOAT)
+INT_COLUMNS: Final = tuple(f.name for f in FIELDS if f.type in INTEGER_TYPES)
+OBJECT_COLUMNS: Final = tuple(f.name for f in FIELDS if f.name not in FLOAT_COLUMNS and f.name not in INT_COLUMNS)
 _KNOWN = frozenset(FIELD_NAMES)
-_FLOAT_INDEX = {name: k for k, name in enumerate(_FLOATS)}
-_INT_INDEX = {name: k for k, name in enumerate(_INTS)}
-_NUMERIC: Final = (*_FLOATS, *_INTS)
+_FLOAT_INDEX = {name: k for k, name in enumerate(FLOAT_COLUMNS)}
+_INT_INDEX = {name: k for k, name in enumerate(INT_COLUMNS)}
+_NUMERIC: Final = (*FLOAT_COLUMNS, *INT_COLUMNS)
 # a row's numbers in native byte order, no padding: the floats, then the integers
-_ROW: Final = struct.Struct(f"={len(_FLOATS)}d{len(_INTS)}q")
+_ROW: Final = struct.Struct(f"={len(FLOAT_COLUMNS)}d{len(INT_COLUMNS)}q")
 _ABSENT: Final = object()  # (a field not in a row)
-_ROW_DTYPE: Final = np.dtype([("floats", np.float64, (len(_FLOATS),)), ("ints", np.int64, (len(_INTS),))])
+_RID: Final = len(FLOAT_COLUMNS) + INT_COLUMNS.index("request_id")  # where add_columns finds them
+_STATUS: Final = OBJECT_COLUMNS.index("status")
+_ROW_DTYPE: Final = np.dtype([("floats", np.float64, (len(FLOAT_COLUMNS),)), ("ints", np.int64, (len(INT_COLUMNS),))])
 
 
 class SimRecorder:
@@ -39,7 +42,7 @@ class SimRecorder:
         self._seen = bytearray(num_requests)
         self._numbers = bytearray()  # _ROW of each row, row after row
         self._pack = _ROW.pack
-        self._objects: dict[str, list[Any]] = {name: [] for name in _OBJECTS}
+        self._objects: dict[str, list[Any]] = {name: [] for name in OBJECT_COLUMNS}
         self._numeric_defaults = [(name, TRACE_DEFAULTS[name]) for name in _NUMERIC]
         self._object_defaults = [(name, TRACE_DEFAULTS[name]) for name in self._objects]
         self._object_columns = list(self._objects.values())
@@ -49,18 +52,25 @@ class SimRecorder:
         return self._rows
 
     def add(self, row: dict[str, Any]) -> None:
-        rid = row.get("request_id", -1)
-        if not 0 <= rid < len(self._seen):
-            raise ValueError(f"request_id {rid} outside the workload (0..{len(self._seen) - 1})")
-        if self._seen[rid]:
-            raise ValueError(f"request_id {rid} recorded twice")
-        if row.get("status") not in STATUSES:
-            raise ValueError(f"request {rid}: status {row.get('status')!r} not in {STATUSES}")
+        """A row as a dict of trace fields (absent ones take the schema's defaults)."""
         numbers: list[Any] = []
         objects: list[Any] = []
         known = _take(row, self._numeric_defaults, numbers) + _take(row, self._object_defaults, objects)
         if known != len(row):  # a field that is not a trace field
             raise KeyError(f"unknown trace fields {sorted(set(row) - _KNOWN)}")
+        self.add_columns(numbers, objects)
+
+    def add_columns(self, numbers: list[Any], objects: list[Any]) -> None:
+        """A row as its values in column order: FLOAT_COLUMNS then INT_COLUMNS, and
+        OBJECT_COLUMNS (the simulator's own rows: pdsim.sim.state.trace_columns)."""
+        rid = numbers[_RID]
+        if not 0 <= rid < len(self._seen):
+            raise ValueError(f"request_id {rid} outside the workload (0..{len(self._seen) - 1})")
+        if self._seen[rid]:
+            raise ValueError(f"request_id {rid} recorded twice")
+        status = objects[_STATUS]
+        if status not in STATUSES:
+            raise ValueError(f"request {rid}: status {status!r} not in {STATUSES}")
         packed = self._pack(*numbers)  # (before anything is kept: a bad value leaves no trace)
         self._seen[rid] = 1
         self._numbers += packed

@@ -7,11 +7,13 @@ A retry starts a new attempt on the same object: `reset_attempt` clears the per-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.network import Flow
+from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS
 from pdsim.sim.transfer import KVPoll
 from pdsim.workload.request import Request
 
@@ -119,35 +121,48 @@ class SimHooks(Protocol):
         """An instance's routability (health or draining) changed: routers rebuild health views."""
 
 
-def trace_row(sr: SimRequest, mode: str, status: str, reason: str) -> dict[str, Any]:
-    """The trace row of a request that reached a terminal status (see pdsim.trace)."""
-    req = sr.req
+# the order in which trace_columns gives a row's integers (records.INT_COLUMNS: checked below)
+_INT_ORDER: Final = (
+    "request_id", "session_id", "input_tokens", "output_tokens", "cached_prefix_tokens", "cached_tokens_gpu",
+    "cached_tokens_host", "cached_tokens_ssd", "cached_tokens_store", "kv_load_skipped_tokens",
+    "prefill_instance", "decode_instance", "bootstrap_room", "transfer_bytes", "num_retractions",
+)
+_OBJECT_ORDER: Final = ("mode", "status", "failure_reason", "token_times_s")
+if INT_COLUMNS != _INT_ORDER or OBJECT_COLUMNS != _OBJECT_ORDER:
+    raise ImportError(f"pdsim.sim.state: the trace schema's columns {INT_COLUMNS} / {OBJECT_COLUMNS} moved")
+
+
+def trace_columns(sr: SimRequest, mode: str, status: str, reason: str) -> tuple[list[Any], list[Any]]:
+    """The trace row of a request that reached a terminal status (see pdsim.trace), as the
+    recorder's columns (records.SimRecorder.add_columns): no dict per row. Times not marked are
+    NaN; a time name that is not a trace field is refused."""
+    req, times = sr.req, sr.times
+    numbers: list[Any] = []
+    marked = 0
+    for name in FLOAT_COLUMNS:
+        if name == "arrival_s":
+            numbers.append(req.arrival_s)
+        elif name == "kv_load_s":
+            numbers.append(sr.kv_load_s)
+        else:
+            t = times.get(name)
+            if t is None:
+                numbers.append(math.nan)
+            else:
+                marked += 1
+                numbers.append(t)
+    if marked != len(times):
+        raise KeyError(f"unknown trace fields {sorted(set(times) - set(FLOAT_COLUMNS))} in request {sr.rid}'s times")
     loaded = sr.loaded_tokens
-    # (a display, not dict.update(**fields): compiled, update's keywords cost ~10x the row)
-    return {
-        **sr.times,
-        "request_id": req.request_id,
-        "session_id": req.session_id,
-        "arrival_s": req.arrival_s,
-        "input_tokens": req.input_tokens,
-        "output_tokens": sr.generated if status == "finished" else req.output_tokens,
-        "cached_prefix_tokens": sr.cached_tokens,
-        "cached_tokens_gpu": sr.cached_tokens - (loaded[0] + loaded[1] + loaded[2]),
-        "cached_tokens_host": loaded[0],
-        "cached_tokens_ssd": loaded[1],
-        "cached_tokens_store": loaded[2],
-        "kv_load_s": sr.kv_load_s,
-        "kv_load_skipped_tokens": sr.load_skipped_tokens,
-        "mode": mode,
-        "prefill_instance": sr.prefill.index if sr.prefill is not None else -1,
-        "decode_instance": _decode_index(sr, mode),
-        "bootstrap_room": sr.bootstrap_room,
-        "transfer_bytes": sr.transfer_bytes,
-        "status": status,
-        "failure_reason": reason,
-        "num_retractions": sr.num_retractions,
-        "token_times_s": sr.token_times,
-    }
+    numbers += (
+        req.request_id, req.session_id, req.input_tokens,
+        sr.generated if status == "finished" else req.output_tokens,
+        sr.cached_tokens, sr.cached_tokens - (loaded[0] + loaded[1] + loaded[2]), loaded[0], loaded[1], loaded[2],
+        sr.load_skipped_tokens,
+        sr.prefill.index if sr.prefill is not None else -1, _decode_index(sr, mode),
+        sr.bootstrap_room, sr.transfer_bytes, sr.num_retractions,
+    )
+    return numbers, [mode, status, reason, sr.token_times]
 
 
 def _decode_index(sr: SimRequest, mode: str) -> int:

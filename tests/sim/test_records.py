@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
-from pdsim.sim.records import SimRecorder
+from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, SimRecorder
+from pdsim.sim.state import SimRequest, trace_columns
+from pdsim.workload.request import Request
 from pdsim.trace import TraceRecorder
 
 ROWS = [
@@ -44,3 +47,29 @@ def test_sim_recorder_rejects_bad_rows() -> None:
         rec.add(dict(request_id=1, status="finished", arrival_s="soon"))
     rec.add(dict(request_id=1, status="finished", arrival_s=2.5))
     assert len(rec) == 2 and rec.to_frame()["arrival_s"].tolist()[1] == 2.5
+
+
+def test_trace_columns_record_the_row_the_trace_schema_describes() -> None:
+    """The simulator's rows go to the recorder as columns (no dict per row): the frame equals
+    the shared recorder's for the same row written out by hand, in both modes."""
+    req = Request(4, 1.5, 100, 8, (1, 2), 16, 7)
+    sr = SimRequest(req, prompt_tokens=100, token_times=[2.0, 2.5])
+    sr.times.update(route_s=1.5, prefill_end_s=1.75, first_token_s=2.0, finish_s=2.5)
+    sr.prefill, sr.decode = SimpleNamespace(index=3), SimpleNamespace(index=1)
+    sr.cached_tokens, sr.loaded_tokens, sr.kv_load_s, sr.load_skipped_tokens = 64, (16, 0, 32), 0.25, 5
+    sr.generated, sr.bootstrap_room, sr.transfer_bytes, sr.num_retractions = 6, 2**62 + 1, 4096, 1
+    expected = dict(request_id=4, session_id=7, arrival_s=1.5, input_tokens=100, output_tokens=6,
+                    cached_prefix_tokens=64, cached_tokens_gpu=16, cached_tokens_host=16, cached_tokens_store=32,
+                    kv_load_s=0.25, kv_load_skipped_tokens=5, prefill_instance=3, bootstrap_room=2**62 + 1,
+                    transfer_bytes=4096, num_retractions=1, status="finished", token_times_s=[2.0, 2.5],
+                    route_s=1.5, prefill_end_s=1.75, first_token_s=2.0, finish_s=2.5)
+    for mode, decode_index in (("disaggregated", 1), ("colocated", 3)):
+        shared, sim = TraceRecorder(), SimRecorder(5)
+        shared.add({**expected, "mode": mode, "decode_instance": decode_index})
+        sim.add_columns(*trace_columns(sr, mode, "finished", ""))
+        pd.testing.assert_frame_equal(sim.to_frame(), shared.to_frame(), check_exact=True)
+    failed = trace_columns(sr, "disaggregated", "failed", "transfer_failed")
+    assert failed[0][len(FLOAT_COLUMNS) + INT_COLUMNS.index("output_tokens")] == 8  # the request's, not generated
+    sr.times["lunch_s"] = 3.0
+    with pytest.raises(KeyError, match="lunch_s"):
+        trace_columns(sr, "disaggregated", "finished", "")
