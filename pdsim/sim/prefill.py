@@ -26,6 +26,7 @@ from pdsim.sim.clock import now_s
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
+from pdsim.sim.prefilltime import prefill_timer
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
 from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send
@@ -43,6 +44,7 @@ class PrefillInstance(InstanceBase):
         self.chunked: SimRequest | None = None
         self.inflight: dict[int, SimRequest] = {}
         self.timeouts = ctx.bootstrap_timeouts
+        self.prefill_time_s = prefill_timer(latency, latency.prefill_time_s)  # (roofline: compiled)
         self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------
@@ -110,7 +112,7 @@ class PrefillInstance(InstanceBase):
                 self.view_stale = True
                 yield self.sleep()
                 continue
-            step_s = self.latency.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
+            step_s = self.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
             store_read = None
             tiers = self.kv.tiers
             if tiers is not None:

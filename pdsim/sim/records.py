@@ -74,8 +74,9 @@ class SimRecorder:
         packed = self._pack(*numbers)  # (before anything is kept: a bad value leaves no trace)
         self._seen[rid] = 1
         self._numbers += packed
-        for column, value in zip(self._object_columns, objects, strict=True):
-            column.append(value)
+        columns = self._object_columns
+        for k in range(len(columns)):  # (an index loop: compiled, zip is a generic call)
+            columns[k].append(objects[k])
         self._rows += 1
 
     def statuses(self) -> list[str]:
