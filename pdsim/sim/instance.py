@@ -147,10 +147,10 @@ class InstanceBase:
             wake.succeed()
 
     def sleep(self) -> simpy.Event:
-        self._wake = self.env.event()
+        wake = self._wake = self.env.event()
         if self.on_idle is not None:
-            self.on_idle()
-        return self._wake
+            self.on_idle()  # (which may notify: `wake` is then triggered already, and forgotten)
+        return wake
 
     def kv_used_tokens(self) -> int:
         """KV tokens held now (evictable prefix-cache blocks count as free)."""

@@ -21,7 +21,8 @@ PACKAGES = ("pdsim", "pdreal", "analysis")
 BOTTOM = ("pdsim.policy", "pdsim.kvpoll", "pdsim.trace")
 BOTTOM_ALLOWED = ("__future__", "collections", "dataclasses", "enum", "typing", "functools", "bisect", "heapq",
                   "itertools", "math", "zlib", "numpy", "json", "pathlib", "importlib",
-                  "mypy_extensions", *BOTTOM)  # mypy_extensions: mypyc_attr (the compiled core)
+                  "mypy_extensions", "librt.vecs", *BOTTOM)
+# (mypy_extensions: mypyc_attr and i64, librt.vecs: unboxed arrays; both for the compiled core, pure data)
 # the trace schema's own file I/O (write_trace / read_trace) imports these inside its functions
 TRACE_IO = ("pandas", "pyarrow")
 
