@@ -27,7 +27,7 @@ def test_roofline_prefill_is_the_model_bit_for_bit(model_name: str, hardware: st
     batches = [[(1, 0)], [(8192, 0)], [(1, 100_000)], [(512, 7), (3, 0), (4096, 12_288)]]
     for _ in range(300):
         k = int(rng.integers(1, 9))
-        batches.append([(int(n), int(c)) for n, c in zip(rng.integers(1, 16_384, k), rng.integers(0, 200_000, k))])
+        batches.append([(int(n), int(c)) for n, c in zip(rng.integers(1, 16_384, k), rng.integers(0, 200_000, k), strict=True)])
     got = [fast.time_s(items) for items in batches]
     want = [model.prefill_time_s(items) for items in batches]
     if IN_ORDER_SUM:
