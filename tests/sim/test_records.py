@@ -10,8 +10,8 @@ import pytest
 
 from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, SimRecorder
 from pdsim.sim.state import SimRequest, trace_columns
-from pdsim.workload.request import Request
 from pdsim.trace import TraceRecorder
+from pdsim.workload.request import Request
 
 ROWS = [
     dict(request_id=2, arrival_s=0.5, input_tokens=10, output_tokens=3, mode="disaggregated", status="finished",
