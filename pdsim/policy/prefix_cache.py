@@ -10,14 +10,13 @@ the pool's CACHE_OWNER; the caller moves pages in and frees the pages `evict` re
 Array-backed: a block is an int slot into parallel arrays (its hash, parent, lock count, last
 use, creation number, child count, chain successor); no object per block. The arrays are
 librt `vec`s of 64-bit ints and floats (mypyc's unboxed arrays: compiled, a read or write is a
-memory access, not a Python int or float object; block hashes must fit a signed 64-bit int). The blocks an insert
-adds form one chain below the last cached one (`_add_chain`): each but the first is found from
-its parent (`_next`), with no dict entry. A chain's first block is found by its hash: one dict
-maps a hash to the slot of the first parent's child with it (hashes name whole prefixes, so one
-parent per hash is the rule), a second dict maps (parent slot, hash) for any other parent's.
-Slots of evicted blocks are reused. The LRU order is a heap of (last use, creation number,
-slot) with stale entries skipped: creation numbers never
-repeat, so ties break exactly as they did when each block was an object numbered at creation.
+memory access, not a Python int or float object; block hashes must fit a signed 64-bit int).
+The blocks an insert adds form one chain below the last cached one (`_add_chain`): each but the
+first is found from its parent (`_next`), with no dict entry. A chain's first block is found by
+its hash: one dict maps a hash to the slot of the first parent's child with it (hashes name
+whole prefixes, so one parent per hash is the rule), a second dict maps (parent slot, hash) for
+any other parent's. Slots of evicted blocks are reused. The LRU order is a heap of (last use,
+creation number, slot) with stale entries skipped: creation numbers never repeat, so ties break exactly as they did when each block was an object numbered at creation.
 Eviction takes, one block at a time, the unlocked leaf with the smallest (last use, creation
 number) (tests/policy/test_prefix_cache_model.py holds the cache to that rule).
 

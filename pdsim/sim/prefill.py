@@ -44,7 +44,7 @@ class PrefillInstance(InstanceBase):
         self.chunked: SimRequest | None = None
         self.inflight: dict[int, SimRequest] = {}
         self.timeouts = ctx.bootstrap_timeouts
-        self.prefill_time_s = prefill_timer(latency, latency.prefill_time_s)  # (roofline: compiled)
+        self.prefill_time_s = prefill_timer(latency)  # (roofline: compiled)
         self.env.process(self.run())
 
     # -- messages -------------------------------------------------------------------------

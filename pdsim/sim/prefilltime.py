@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pdsim.perf import RooflineModel, spec
+from pdsim.perf import LatencyModel, RooflineModel, spec
 from pdsim.perf import cost as roofline_cost
 
 PrefillTimer = Callable[[Sequence[tuple[int, int]]], float]
@@ -74,8 +74,8 @@ class RooflinePrefill:
         return self.overhead_s + self.overhead_per_seq_s * seqs + busy + comm_s
 
 
-def prefill_timer(latency: object, prefill_time_s: PrefillTimer) -> PrefillTimer:
-    """The compiled roofline prefill time for a dense RooflineModel, else `prefill_time_s`."""
+def prefill_timer(latency: LatencyModel) -> PrefillTimer:
+    """The compiled roofline prefill time for a dense RooflineModel, else the model's own."""
     if type(latency) is RooflineModel and spec.num_moe_layers(latency.model) == 0:
         return RooflinePrefill(latency).time_s
-    return prefill_time_s
+    return latency.prefill_time_s

@@ -191,16 +191,15 @@ class StepModel:
         raise NotImplementedError
 
     def walk(self, b_s: float, ctx_tokens: int, steps: int) -> float:
-        """b_s + time_s(ctx) + time_s(ctx + n) + ... (`steps` terms), one addition at a time."""
-        n = self.n
-        for _i in range(steps):  # (not `_`: mypyc boxes that name as an object each turn)
-            b_s += self.time_s(ctx_tokens)
-            ctx_tokens += n
-        return b_s
+        """b_s + time_s(ctx) + time_s(ctx + n) + ... (`steps` terms), one addition at a time:
+        `walk_until` with no time to stop at (a step time is finite)."""
+        return self.walk_until(b_s, ctx_tokens, steps, math.inf)[1]
 
     def walk_until(self, b_s: float, ctx_tokens: int, steps: int, now_s: float) -> tuple[int, float]:
-        """As `walk`, stopping before the first step whose boundary is at or after now_s: the
-        steps taken (at most `steps`) and the boundary reached."""
+        """From b_s, add the times of `steps` steps from ctx_tokens (the context growing by n a
+        step) one at a time, stopping before the first step whose boundary is at or after now_s:
+        the steps taken (at most `steps`) and the boundary reached. Subclasses repeat this loop
+        with their step inline (a call per step costs more than the step)."""
         n = self.n
         for taken in range(steps):
             nxt = b_s + self.time_s(ctx_tokens)
@@ -222,14 +221,7 @@ class LinearStep(StepModel):
     def time_s(self, ctx_tokens: int) -> float:
         return self.fixed_s + self.per_ctx_s * ctx_tokens
 
-    # the walks over floats: contexts stay integers below 2**53, where float arithmetic is exact
-    def walk(self, b_s: float, ctx_tokens: int, steps: int) -> float:
-        fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
-        for _i in range(steps):  # (not `_`: mypyc boxes that name as an object each turn)
-            b_s += fixed_s + per_ctx_s * ctx
-            ctx += dn
-        return b_s
-
+    # the walk over floats: contexts stay integers below 2**53, where float arithmetic is exact
     def walk_until(self, b_s: float, ctx_tokens: int, steps: int, now_s: float) -> tuple[int, float]:
         fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
         for taken in range(steps):
@@ -271,29 +263,14 @@ class RooflineStep(StepModel):
     def time_s(self, ctx_tokens: int) -> float:
         return self.walk(0.0, ctx_tokens, 1)  # (0.0 + t is t: a step time is positive)
 
-    def walk(self, b_s: float, ctx_tokens: int, steps: int) -> float:
+    def walk_until(self, b_s: float, ctx_tokens: int, steps: int, now_s: float) -> tuple[int, float]:
         # the terms in locals, the step inline: ~4x fewer instructions than a time_s call a step
         fpp, layers, tp, kvb = self.flops_per_pair, self.num_layers, self.tp, self.kv_bytes_per_token
         fps, hbm, mfu, mbu = self.flops_per_s, self.hbm_bytes_per_s, self.mfu, self.mbu
         head_s, tail0_s, tail_rest, fixed_s, comm_s = self.head_s, self.tail0_s, self.tail_rest, self.fixed_s, self.comm_s
         ctx, dn = float(ctx_tokens), float(self.n)  # (a float count stays exact below 2**53)
-        for _i in range(steps):
-            compute_s = fpp * ctx * layers / tp / fps / mfu  # cost._attention_op's order
-            memory_s = kvb * (ctx + dn) / hbm / mbu
-            busy = head_s + (compute_s if compute_s >= memory_s else memory_s) + tail0_s
-            for t_s in tail_rest:
-                busy = busy + t_s
-            b_s += fixed_s + busy + comm_s
-            ctx += dn
-        return b_s
-
-    def walk_until(self, b_s: float, ctx_tokens: int, steps: int, now_s: float) -> tuple[int, float]:
-        fpp, layers, tp, kvb = self.flops_per_pair, self.num_layers, self.tp, self.kv_bytes_per_token
-        fps, hbm, mfu, mbu = self.flops_per_s, self.hbm_bytes_per_s, self.mfu, self.mbu
-        head_s, tail0_s, tail_rest, fixed_s, comm_s = self.head_s, self.tail0_s, self.tail_rest, self.fixed_s, self.comm_s
-        ctx, dn = float(ctx_tokens), float(self.n)
         for taken in range(steps):
-            compute_s = fpp * ctx * layers / tp / fps / mfu
+            compute_s = fpp * ctx * layers / tp / fps / mfu  # cost._attention_op's order
             memory_s = kvb * (ctx + dn) / hbm / mbu
             busy = head_s + (compute_s if compute_s >= memory_s else memory_s) + tail0_s
             for t_s in tail_rest:

@@ -128,6 +128,8 @@ _INT_ORDER: Final = (
     "prefill_instance", "decode_instance", "bootstrap_room", "transfer_bytes", "num_retractions",
 )
 _OBJECT_ORDER: Final = ("mode", "status", "failure_reason", "token_times_s")
+# the float columns read from a request's marked times (the other two come from the request)
+_TIME_COLUMNS: Final = tuple(name for name in FLOAT_COLUMNS if name not in ("arrival_s", "kv_load_s"))
 if INT_COLUMNS != _INT_ORDER or OBJECT_COLUMNS != _OBJECT_ORDER:
     raise ImportError(f"pdsim.sim.state: the trace schema's columns {INT_COLUMNS} / {OBJECT_COLUMNS} moved")
 
@@ -151,8 +153,8 @@ def trace_columns(sr: SimRequest, mode: str, status: str, reason: str) -> tuple[
             else:
                 marked += 1
                 numbers.append(t)
-    if marked != len(times):
-        raise KeyError(f"unknown trace fields {sorted(set(times) - set(FLOAT_COLUMNS))} in request {sr.rid}'s times")
+    if marked != len(times):  # a name that is not a marked time (arrival_s and kv_load_s are not)
+        raise KeyError(f"unknown trace fields {sorted(set(times) - set(_TIME_COLUMNS))} in request {sr.rid}'s times")
     loaded = sr.loaded_tokens
     numbers += (
         req.request_id, req.session_id, req.input_tokens,

@@ -59,8 +59,9 @@ class Workload:
             values = self.hash_values[offsets[0]:offsets[-1]].tolist()
             columns = (self.arrival_s[start:stop].tolist(), self.input_tokens[start:stop].tolist(),
                        self.output_tokens[start:stop].tolist(), self.session_id[start:stop].tolist())
+            base = offsets[0]
             for i, (arrival, inputs, outputs, session) in enumerate(zip(*columns, strict=True)):
-                lo, hi = offsets[i] - offsets[0], offsets[i + 1] - offsets[0]
+                lo, hi = offsets[i] - base, offsets[i + 1] - base
                 yield Request(start + i, arrival, inputs, outputs, tuple(values[lo:hi]) if hi > lo else (),
                               block_tokens, session)
 
