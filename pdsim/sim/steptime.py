@@ -11,8 +11,7 @@ same floating-point operations, in the same order, as their `decode_time_s` (so 
 CPython 3.11; `sum` of floats is compensated from 3.12 on, which can move roofline's last bit).
 MeasuredModel's and FittedModel's own decode_series_s are their vector paths (bit-identical).
 Other models are called once per iteration. Spans (`StepSeries.span`) of the linear, roofline and
-measured models, also wrapped, compute each step when read from a compiled `StepModel`
-(spantimes.py). For every model in pdsim.perf a decode-only mixed
+measured models, also wrapped, compute their steps with a compiled `StepModel` (spantimes.py). For every model in pdsim.perf a decode-only mixed
 step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
 iterations use the same series. Both simulator paths (step by step and skip-ahead) take every
 decode-only step from here, so they agree bit for bit whatever the model.
@@ -35,14 +34,14 @@ from pdsim.perf import (
 )
 from pdsim.perf import cost as roofline_cost
 from pdsim.sim.spantimes import (
-    ArrayTimes,
     LinearStep,
-    ModelTimes,
     OverheadStep,
     RooflineStep,
     SpanTimes,
     StepModel,
     TableStep,
+    array_times,
+    model_times,
 )
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
@@ -67,18 +66,17 @@ class StepSeries:
     def span(self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0) -> SpanTimes:
         """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
         its boundaries b_0 = start_s .. b_k (spantimes.py). Where the model has a compiled step
-        (`step_model`) they are computed when read (a long span is often cut short: only what it
-        reaches is computed); otherwise they are float64 arrays (boundaries summed by numpy's
-        in-order cumsum). The values are bit-identical to the model's decode_time_s and to
-        simpy's clock either way."""
+        (`step_model`) it computes them in one call; otherwise they come from the float64 arrays
+        (boundaries summed by numpy's in-order cumsum). The values are bit-identical to the
+        model's decode_time_s and to simpy's clock either way."""
         model = self.step_model(n) if n > 0 else None
         if model is not None:
-            return ModelTimes(k, start_s, model, ctx0, first_extra_s)
+            return model_times(model, ctx0, k, start_s, first_extra_s)
         array = self.steps(n, ctx0, k)
         if first_extra_s > 0.0:
             array = array.copy()
             array[0] += first_extra_s
-        return ArrayTimes(array, boundaries(start_s, array))
+        return array_times(array, boundaries(start_s, array))
 
     def step_model(self, n: int) -> StepModel | None:
         """decode_time_s(n, ctx) as a compiled function of ctx, or None for a model without one
@@ -182,7 +180,7 @@ class RooflineDecode:
         return parts
 
     def step_model(self, n: int) -> RooflineStep:
-        """decode_time_s(n, ctx) as a compiled function of ctx (spantimes.RooflineTimes)."""
+        """decode_time_s(n, ctx) as a compiled function of ctx (spantimes.RooflineStep)."""
         step = self._steps.get(n)
         if step is None:
             m = self.model

@@ -31,7 +31,7 @@ from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import Span, hop_delay
-from pdsim.sim.spantimes import ArrayTimes, ModelTimes, SpanTimes, add_steps
+from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.steptime import RooflineDecode, StepSeries, boundaries
 from pdsim.workload.request import Workload
 
@@ -139,18 +139,20 @@ class _Uncompiled:
 @pytest.mark.parametrize("k", [1, 2, 5, 96, 300, 1024])
 @pytest.mark.parametrize("extra_s", [0.0, 0.0123])
 def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float) -> None:
-    # spans of models with a compiled step are computed on read (ModelTimes), other models' are
-    # arrays (ArrayTimes): every read gives the bits of decode_time_s and of simpy's clock
+    # spans of models with a compiled step are filled by it (StepModel.fill), other models' come
+    # from arrays: every read gives the bits of decode_time_s and of simpy's clock
     from simkit import TINY_HW, TINY_MODEL
 
     plain = LinearModel(**CTX_PERF)
     table = StepSeries(_Uncompiled(plain))  # a model without a compiled step: its spans are arrays
-    for model in (plain, StepOverheadModel(plain, 0.001, 0.0023), table,
-                  RooflineModel(TINY_MODEL, TINY_HW, tp=1, overhead_per_seq_s=1e-5)):
+    roofline = RooflineModel(TINY_MODEL, TINY_HW, tp=1, overhead_per_seq_s=1e-5)
+    for model in (plain, StepOverheadModel(plain, 0.001, 0.0023), table, roofline,
+                  StepOverheadModel(roofline, 0.001, 0.0023, decode_scale=1.37, per_context_token_s=1e-7,
+                                    decode_context_offset_tokens=3)):
         series = model if isinstance(model, StepSeries) else StepSeries(model)
         model = series.latency
         times = series.span(7, 12345, k, 3.21, extra_s)
-        assert type(times) is (ArrayTimes if series is table else ModelTimes)
+        assert (series.step_model(7) is None) == (series is table)
         ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(k)]
         ref[0] += extra_s
         t, expected = 3.21, [3.21]
@@ -160,16 +162,12 @@ def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float
         assert [times.step(i) for i in range(k)] == ref
         assert times.bounds(0, k) == expected and all(type(b) is float for b in times.bounds(1, k))
         _assert_walks(series.span(7, 12345, k, 3.21, extra_s), 3.21, ref)
-        total = 0.5
-        for s in ref[1:]:
-            total += s
-        assert add_steps(0.5, np.array(ref[1:])) == total  # (the array path's own sum: cumsum past 64)
 
 
 def _assert_walks(times: SpanTimes, start_s: float, ref: list[float]) -> None:
-    """A fresh span's end, walks and sums against its steps `ref`, summed one at a time (simpy's
-    clock): the end first (as a span is planned), reads in time order (the walk), then backwards
-    (from the start), then past the end."""
+    """A fresh span's end, reads and sums against its steps `ref`, summed one at a time (simpy's
+    clock): the end first (as a span is planned), reads in time order, then backwards, then past
+    the end; the last boundary before a time from several boundaries before it."""
     k, t, expected = len(ref), start_s, [start_s]
     for s in ref:
         t += s
@@ -179,8 +177,9 @@ def _assert_walks(times: SpanTimes, start_s: float, ref: list[float]) -> None:
         j = times.first_at_or_after(now_s)
         assert j == bisect.bisect_left(expected, now_s)
         assert [times.bound(i) for i in range(k + 1)] == expected
-        if k > 1:  # (called for a span with a virtual boundary left)
-            assert times.last_before(now_s, 0, k - 1) == max(0, min(j - 1, k - 1))
+        for first in (0, 1, 2, k // 3, k - 2):  # (called from a boundary before now_s, one left)
+            if 0 <= first < k - 1 and (first == 0 or expected[first] < now_s):
+                assert times.last_before(now_s, first, k - 1) == max(first, min(j - 1, k - 1))
     for first in (0, 1, k // 2, k):
         total = 0.5
         for s in ref[first:]:
@@ -196,7 +195,7 @@ def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp:
     series = StepSeries(model)
     for n, ctx0, extra_s in ((1, 17, 0.0), (7, 12345, 0.0123), (64, 64 * 3000 + 5, 0.0), (300, 300 * 900, 0.0)):
         times = series.span(n, ctx0, 400, 1.5, extra_s)
-        assert type(times) is ModelTimes
+        assert series.step_model(n) is not None
         array = RooflineDecode(model)(n, np.arange(ctx0, ctx0 + n * 400, n, dtype=np.int64))
         array[0] += extra_s
         assert [times.step(i) for i in range(400)] == array.tolist()
@@ -225,7 +224,7 @@ def test_measured_span_times_are_decode_time_s_bit_for_bit(model_name: str, hard
                                  (300, 300 * 900, 0.0), (2, 2 * 400_000, 0.0)):
             k = 300
             times = series.span(n, ctx0, k, 1.5, extra_s)
-            assert type(times) is (ArrayTimes if hardware == "a800" else ModelTimes)
+            assert (series.step_model(n) is None) == (hardware == "a800")
             ref = [latency.decode_time_s(n, ctx0 + n * i) for i in range(k)]
             ref[0] += extra_s
             assert [times.step(i) for i in range(k)] == ref
