@@ -35,11 +35,11 @@ from pdsim.sim.clock import now_s
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prompt_kv import PromptKV
-from pdsim.sim.span import BatchClock, Span
+from pdsim.sim.span import BatchClock, BatchOwner, Span
 from pdsim.sim.state import SimRequest
 
 
-class ColocatedInstance(InstanceBase):
+class ColocatedInstance(InstanceBase, BatchOwner):
     role = ROLE_COLOCATED
 
     def __init__(self, index: int, ctx: InstanceContext, latency: LatencyModel, kv: PromptKV) -> None:

@@ -40,11 +40,11 @@ from pdsim.sim.decode_plan import (
 from pdsim.sim.handoff import handoff_at_prefill_end, tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.span import BatchClock, Span
+from pdsim.sim.span import BatchClock, BatchOwner, Span
 from pdsim.sim.state import SimRequest
 
 
-class DecodeInstance(InstanceBase):
+class DecodeInstance(InstanceBase, BatchOwner):
     role = ROLE_DECODE
 
     def __init__(

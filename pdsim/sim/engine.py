@@ -33,7 +33,7 @@ from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
 from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
-from pdsim.sim.state import SimRequest, trace_columns
+from pdsim.sim.state import SimHooks, SimRequest, trace_columns
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 MODES = ("disaggregated", "colocated")
 
 
-class Simulation:
+class Simulation(SimHooks):
     def __init__(self, cfg: Config, workload: Workload) -> None:
         validate_config(cfg)
         self.cfg = cfg

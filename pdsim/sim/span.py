@@ -27,9 +27,10 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Generator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import simpy
+from mypy_extensions import trait
 
 from pdsim.sim.clock import now_s
 from pdsim.sim.pagegrowth import PageGrowth
@@ -247,8 +248,11 @@ class BatchClock:
             self.settle(owner, self.span.due(now_s(self.env)))
 
 
-class BatchOwner(Protocol):
-    """The instance whose running batch BatchClock.settle advances."""
+@trait
+class BatchOwner:
+    """The instance whose running batch BatchClock.settle advances (decode and colocated
+    instances). A mypyc trait, not a Protocol: compiled, its attributes and methods are reached
+    directly, where a Protocol's are looked up by name."""
 
     running: dict[int, SimRequest]
     alive: bool
@@ -257,9 +261,11 @@ class BatchOwner(Protocol):
 
     def add_pages(self, sr: SimRequest, pages: int) -> None:
         """Grow `sr`'s KV by `pages` pages (they are known to be free)."""
+        raise NotImplementedError
 
     def advanced(self, iterations: int, busy_s: float) -> None:
         """The batch ran `iterations` more iterations, which took it to busy_s: update counters."""
+        raise NotImplementedError
 
 
 def rearm(process: simpy.Process, delay_s: float) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.network import Flow
@@ -100,25 +100,35 @@ class SimRequest:
         self.generated = self.kv_tokens = self.d_pages = 0
 
 
-class SimHooks(Protocol):
-    """What instances need from the engine (implemented by `pdsim.sim.engine.Simulation`)."""
+class SimHooks:
+    """What instances need from the engine (implemented by `pdsim.sim.engine.Simulation`). A base
+    class, not a Protocol: compiled, calls through it are direct, where a Protocol's are calls by
+    name."""
 
     health_epoch: int  # counts health_changed() calls
 
-    def after(self, delay_s: float, fn: Any, *args: Any) -> None: ...
+    def after(self, delay_s: float, fn: Any, *args: Any) -> None:
+        """Call fn(*args) delay_s from now."""
+        raise NotImplementedError
 
-    def finish(self, sr: SimRequest) -> None: ...
+    def finish(self, sr: SimRequest) -> None:
+        raise NotImplementedError
 
-    def abort(self, sr: SimRequest, reason: str, retryable: bool = False) -> None: ...
+    def abort(self, sr: SimRequest, reason: str, retryable: bool = False) -> None:
+        raise NotImplementedError
 
-    def reject(self, sr: SimRequest, reason: str) -> None: ...
+    def reject(self, sr: SimRequest, reason: str) -> None:
+        raise NotImplementedError
 
-    def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None: ...
+    def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None:
+        raise NotImplementedError
 
-    def transfer_ready(self, sr: SimRequest) -> None: ...
+    def transfer_ready(self, sr: SimRequest) -> None:
+        raise NotImplementedError
 
     def health_changed(self) -> None:
         """An instance's routability (health or draining) changed: routers rebuild health views."""
+        raise NotImplementedError
 
 
 # the order in which trace_columns gives a row's integers (records.INT_COLUMNS: checked below)
