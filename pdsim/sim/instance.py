@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import simpy
 
@@ -24,6 +23,7 @@ from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import SimHooks, SimRequest
 from pdsim.sim.steptime import StepSeries
+from pdsim.sim.topology import Placement
 
 # The queues of every role, in the time series' column order (seed names: prefill bootstrap ->
 # waiting -> inflight; decode prealloc -> transfer -> waiting -> running; colocated waiting ->
@@ -71,7 +71,7 @@ class InstanceBase:
         self.busy_s = 0.0
         self.iterations = 0
         self.batch_size = 0
-        self.placement: Any = None  # topology.Placement, set by the engine
+        self.placement: Placement | None = None  # set by the engine
         self._wake: simpy.Event | None = None
         self.clock: BatchClock | None = None  # decode and colocated: the running batch's spans
         # the router's view is cached: every entry point that can change what `build_view`

@@ -3,19 +3,20 @@
 One row per (sample time, instance): queue lengths by queue name (0 where the role has no such
 queue), KV used fraction (evictable cache blocks count as free), the batch size of the current
 iteration, and the utilisation of the instance's NIC egress and ingress at that instant.
-Rows are packed into one `bytearray` (8 bytes a value, one `struct` pack per row) and become a
-DataFrame at the end.
+Rows are appended to one unboxed array per column (librt.vecs: no Python object per value) and
+become a DataFrame at the end.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Generator, Sequence
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import simpy
+from librt.vecs import append, vec
+from mypy_extensions import i64
 
 from pdsim.sim.clock import now_s
 from pdsim.sim.instance import QUEUES, InstanceBase
@@ -26,16 +27,6 @@ COLUMNS = (
     *(f"queue_{q}" for q in QUEUES),
     "kv_used_fraction", "batch_size", "nic_out_utilization", "nic_in_utilization",
 )
-# a row: time, the instance's position, its queue counts (InstanceBase.queue_counts), KV used
-# fraction, batch size, NIC out and in utilisation; native byte order, no padding
-_ROW_FORMAT: Final = f"dq{len(QUEUES)}qdqdd"
-_ROW_DTYPE: Final = np.dtype([
-    ("time_s", np.float64), ("position", np.int64), ("queues", np.int64, (len(QUEUES),)),
-    ("kv_used_fraction", np.float64), ("batch_size", np.int64),
-    ("nic_out_utilization", np.float64), ("nic_in_utilization", np.float64),
-])
-
-
 class TimeseriesSampler:
     def __init__(self, env: simpy.Environment, network: Network, instances: Sequence[InstanceBase],
                  interval_s: float) -> None:
@@ -43,9 +34,14 @@ class TimeseriesSampler:
         self.network = network
         self.instances = list(instances)
         self.interval_s = interval_s
-        # each row (_ROW_FORMAT), row after row; instance identity is its position, expanded at the end
-        self.rows = bytearray()
-        self._packings: dict[int, struct.Struct] = {}
+        # a column each, row after row; instance identity is its position, expanded at the end
+        self._time_s = vec[float]()
+        self._position = vec[i64]()
+        self._queues = vec[i64]()  # len(QUEUES) a row (InstanceBase.queue_counts)
+        self._kv_used_fraction = vec[float]()
+        self._batch_size = vec[i64]()
+        self._nic_out = vec[float]()
+        self._nic_in = vec[float]()
         self.kv_total_tokens = [inst.view().kv_total_tokens for inst in self.instances]
         if interval_s > 0:
             env.process(self.sample())
@@ -64,44 +60,40 @@ class TimeseriesSampler:
             yield self.env.timeout(self.interval_s)
 
     def record(self) -> None:
-        """One row per instance at `now` (all of them packed in one call)."""
+        """One row per instance at `now`."""
         now, network = now_s(self.env), self.network
-        values: list[Any] = []
-        for position, inst in enumerate(self.instances):
-            total = self.kv_total_tokens[position]
+        time_s, position, queues, kv_used = self._time_s, self._position, self._queues, self._kv_used_fraction
+        batch_size, nic_out, nic_in = self._batch_size, self._nic_out, self._nic_in
+        for row, inst in enumerate(self.instances):
+            total = self.kv_total_tokens[row]
             placement = inst.placement
-            values.append(now)
-            values.append(position)
-            values.extend(inst.queue_counts())
-            values.append(inst.kv_used_tokens() / total if total > 0 else 0.0)
-            values.append(inst.batch_size)
-            values.append(network.utilization(placement.nic_out))
-            values.append(network.utilization(placement.nic_in))
-        self.rows += self._rows_struct(len(self.instances)).pack(*values)
-
-    def _rows_struct(self, instances: int) -> struct.Struct:
-        """The packing of `instances` rows (one per instance count: scaling adds instances)."""
-        packing = self._packings.get(instances)
-        if packing is None:
-            packing = self._packings[instances] = struct.Struct("=" + _ROW_FORMAT * instances)
-        return packing
+            assert placement is not None, f"{inst.name} has no placement"
+            time_s = append(time_s, now)
+            position = append(position, row)
+            q = inst.queue_counts()  # (QUEUES order; indexed, not iterated: no boxing)
+            queues = append(append(append(append(queues, q[0]), q[1]), q[2]), q[3])
+            queues = append(append(append(queues, q[4]), q[5]), q[6])
+            kv_used = append(kv_used, inst.kv_used_tokens() / total if total > 0 else 0.0)
+            batch_size = append(batch_size, inst.batch_size)
+            nic_out = append(nic_out, network.utilization(placement.nic_out))
+            nic_in = append(nic_in, network.utilization(placement.nic_in))
+        self._time_s, self._position, self._queues, self._kv_used_fraction = time_s, position, queues, kv_used
+        self._batch_size, self._nic_out, self._nic_in = batch_size, nic_out, nic_in
 
     def to_frame(self) -> pd.DataFrame:
-        rows = np.frombuffer(self.rows, dtype=_ROW_DTYPE) if self.rows else np.zeros(0, _ROW_DTYPE)
-        pos = rows["position"]
+        pos = np.array(self._position, dtype=np.int64)
         insts = self.instances
         columns: dict[str, Any] = {
-            "time_s": _column(rows, "time_s"),
+            "time_s": np.array(self._time_s, dtype=np.float64),
             "instance_id": np.array([i.index for i in insts], dtype=np.int64)[pos],
             "role": pd.Series(np.array([i.role for i in insts] or [""], dtype=object)[pos].tolist()),
             "instance": pd.Series(np.array([i.name for i in insts] or [""], dtype=object)[pos].tolist()),
         }
+        queues = np.array(self._queues, dtype=np.int64).reshape(-1, len(QUEUES))
         for k, q in enumerate(QUEUES):
-            columns[f"queue_{q}"] = np.ascontiguousarray(rows["queues"][:, k])
-        for name in ("kv_used_fraction", "batch_size", "nic_out_utilization", "nic_in_utilization"):
-            columns[name] = _column(rows, name)
+            columns[f"queue_{q}"] = np.ascontiguousarray(queues[:, k])
+        columns["kv_used_fraction"] = np.array(self._kv_used_fraction, dtype=np.float64)
+        columns["batch_size"] = np.array(self._batch_size, dtype=np.int64)
+        columns["nic_out_utilization"] = np.array(self._nic_out, dtype=np.float64)
+        columns["nic_in_utilization"] = np.array(self._nic_in, dtype=np.float64)
         return pd.DataFrame(columns, columns=list(COLUMNS))
-
-
-def _column(rows: np.ndarray, name: str) -> np.ndarray:
-    return np.ascontiguousarray(rows[name])
