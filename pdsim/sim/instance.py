@@ -21,7 +21,7 @@ from pdsim.policy.views import InstanceView
 from pdsim.sim.clock import now_s
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.span import BatchClock
-from pdsim.sim.state import SimHooks, SimRequest
+from pdsim.sim.state import InstanceSide, SimHooks, SimRequest
 from pdsim.sim.steptime import StepSeries
 from pdsim.sim.topology import Placement
 
@@ -50,7 +50,7 @@ class InstanceContext:
         return series
 
 
-class InstanceBase:
+class InstanceBase(InstanceSide):
     role = "instance"
 
     def __init__(self, index: int, ctx: InstanceContext, latency: LatencyModel) -> None:

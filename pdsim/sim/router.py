@@ -23,19 +23,21 @@ from pdsim.config import Config
 from pdsim.policy import InstanceView, RequestView, SloPredictor
 from pdsim.policy.router import REJECTED, RouterPolicy
 from pdsim.sim.clock import now_s
+from pdsim.sim.instance import InstanceBase
 from pdsim.sim.state import SimHooks, SimRequest
 
 
 class Router:
     def __init__(
-        self, env: simpy.Environment, cfg: Config, hooks: SimHooks, prefill: Sequence[Any],
-        decode: Sequence[Any], route_rng: np.random.Generator, room_rng: np.random.Generator,
+        self, env: simpy.Environment, cfg: Config, hooks: SimHooks, prefill: Sequence[InstanceBase],
+        decode: Sequence[InstanceBase], route_rng: np.random.Generator, room_rng: np.random.Generator,
     ) -> None:
         self.env = env
         self.hooks = hooks
-        self.prefill = list(prefill)
+        self.prefill = list(prefill)  # prefill or colocated instances (they have a prompt KV: `.kv`)
         self.decode = list(decode)
-        cache = self.prefill[0].kv.cache if self.prefill else None
+        first: Any = self.prefill[0] if self.prefill else None
+        cache = first.kv.cache if first is not None else None
         block_tokens = cache.block_tokens if cache is not None else cfg.scenario.prefix.block_tokens
         predictor = SloPredictor(self.prefill[0].latency, (self.decode or self.prefill)[0].latency,
                                  cfg.cluster.max_prefill_tokens, cfg.cluster.max_running_requests)
@@ -64,17 +66,18 @@ class Router:
             else:
                 self.hooks.abort(sr, decision.reason)
             return
-        sr.prefill = self.prefill[decision.prefill_id]
-        sr.decode = self.decode[decision.decode_id] if self.decode else None
+        prefill_inst = self.prefill[decision.prefill_id]
+        decode_inst = self.decode[decision.decode_id] if self.decode else None
+        sr.prefill, sr.decode = prefill_inst, decode_inst
         sr.bootstrap_room = decision.bootstrap_room
         sr.times["route_s"] = now_s(self.env)
         self.dispatched += 1
-        sr.prefill.dispatch(sr)
-        if sr.decode is not None:
-            sr.decode.dispatch(sr)
-        self.hooks.after(self.dispatch_delay_s, _arrive, sr.prefill, sr.decode, sr, sr.attempt)
+        prefill_inst.dispatch(sr)
+        if decode_inst is not None:
+            decode_inst.dispatch(sr)
+        self.hooks.after(self.dispatch_delay_s, _arrive, prefill_inst, decode_inst, sr, sr.attempt)
 
-    def _health(self, side: str, instances: Sequence[Any]) -> tuple[InstanceView, ...]:
+    def _health(self, side: str, instances: Sequence[InstanceBase]) -> tuple[InstanceView, ...]:
         """Health-only views of one side, rebuilt only when an instance's routability changed
         (SimHooks.health_changed) or scaling added one: the same tuple object meanwhile, on which
         the routing policy caches its sorted healthy list. O(1) per request."""
@@ -88,15 +91,16 @@ class Router:
 
     def _prefill_views(self, sr: SimRequest) -> list[InstanceView]:
         views = [p.view() for p in self.prefill]
+        prompt_sides: list[Any] = self.prefill  # (their prompt KV: `.kv`, `peek_match`)
         if self.policy_name == "kv_centric":
-            return [replace(v, tier_hit_tokens=p.kv.tier_prefix(sr)) for v, p in zip(views, self.prefill, strict=True)]
+            return [replace(v, tier_hit_tokens=p.kv.tier_prefix(sr)) for v, p in zip(views, prompt_sides, strict=True)]
         if self.policy_name != "cache_aware":
             return views
         return [replace(v, cached_blocks=frozenset(sr.req.hash_ids[:len(p.peek_match(sr))]))
-                for v, p in zip(views, self.prefill, strict=True)]
+                for v, p in zip(views, prompt_sides, strict=True)]
 
 
-def _arrive(prefill: Any, decode: Any, sr: SimRequest, attempt: int) -> None:
+def _arrive(prefill: InstanceBase, decode: InstanceBase | None, sr: SimRequest, attempt: int) -> None:
     """Both copies of a dispatched request reach their instances, prefill's first: what two
     same-time timers created back to back did, since nothing the prefill copy's arrival schedules
     can run between them (only an abort could schedule an urgent event, and then the decode

@@ -35,7 +35,7 @@ from mypy_extensions import trait
 from pdsim.sim.clock import now_s
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
-from pdsim.sim.state import SimRequest
+from pdsim.sim.state import InstanceSide, SimRequest
 from pdsim.sim.steptime import StepSeries
 
 MAX_SPAN_ITERATIONS: Final = 1024  # longer runs are split into several spans (bounds the work per span)
@@ -249,15 +249,13 @@ class BatchClock:
 
 
 @trait
-class BatchOwner:
+class BatchOwner(InstanceSide):
     """The instance whose running batch BatchClock.settle advances (decode and colocated
     instances). A mypyc trait, not a Protocol: compiled, its attributes and methods are reached
     directly, where a Protocol's are looked up by name."""
 
     running: dict[int, SimRequest]
-    alive: bool
-    view_stale: bool
-    busy_s: float
+    busy_s: float  # (alive and view_stale: InstanceSide's)
 
     def add_pages(self, sr: SimRequest, pages: int) -> None:
         """Grow `sr`'s KV by `pages` pages (they are known to be free)."""

@@ -11,11 +11,48 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mypy_extensions import trait
+
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.network import Flow
 from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS
 from pdsim.sim.transfer import KVPoll
 from pdsim.workload.request import Request
+
+
+@trait
+class InstanceSide:
+    """An instance as the engine and router reach it through a request (`SimRequest.prefill`,
+    `.decode`); pdsim.sim.instance.InstanceBase is one. A mypyc trait, not `Any`: compiled,
+    these calls and reads are direct, not calls by name. A role implements what reaches it."""
+
+    name: str
+    index: int
+    alive: bool
+    view_stale: bool
+
+    def dispatch(self, sr: SimRequest) -> None:
+        """The router sent `sr` here (it arrives after a control-plane hop: `arrive`)."""
+        raise NotImplementedError
+
+    def arrive(self, sr: SimRequest, attempt: int) -> None:
+        raise NotImplementedError
+
+    def release(self, sr: SimRequest) -> None:
+        """Forget an aborted request and free what it holds here."""
+        raise NotImplementedError
+
+    def on_transfer_info(self, sr: SimRequest, attempt: int) -> None:
+        """(Prefill) the decode side pre-allocated and sent its page indices."""
+        raise NotImplementedError
+
+    def on_transfer_success(self, sr: SimRequest) -> None:
+        """(Prefill) the KV transfer succeeded."""
+        raise NotImplementedError
+
+    def on_kv_arrived(self, sr: SimRequest) -> None:
+        """(Decode) the request's KV arrived."""
+        raise NotImplementedError
 
 
 @dataclass(init=False, slots=True, eq=False)
@@ -24,8 +61,8 @@ class SimRequest:
     times: dict[str, float]
     attempt: int
     bootstrap_room: int
-    prefill: Any  # PrefillInstance | ColocatedInstance
-    decode: Any  # DecodeInstance | None
+    prefill: InstanceSide | None  # PrefillInstance | ColocatedInstance (set by the router)
+    decode: InstanceSide | None  # DecodeInstance (disaggregated)
     poll: KVPoll
     done: bool
     # prefill side (and colocated prompt processing)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import struct
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from simkit import make_config, make_requests
 
+from pdsim.sim.engine import Simulation
 from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, SimRecorder
 from pdsim.sim.state import SimRequest, trace_columns
 from pdsim.trace import TraceRecorder
@@ -55,7 +56,8 @@ def test_trace_columns_record_the_row_the_trace_schema_describes() -> None:
     req = Request(4, 1.5, 100, 8, (1, 2), 16, 7)
     sr = SimRequest(req, prompt_tokens=100, token_times=[2.0, 2.5])
     sr.times.update(route_s=1.5, prefill_end_s=1.75, first_token_s=2.0, finish_s=2.5)
-    sr.prefill, sr.decode = SimpleNamespace(index=3), SimpleNamespace(index=1)
+    sim_run = Simulation(make_config(cluster=dict(prefill=4, decode=2)), make_requests([(0.0, 8, 2)]))
+    sr.prefill, sr.decode = sim_run.prefill[3], sim_run.decode[1]
     sr.cached_tokens, sr.loaded_tokens, sr.kv_load_s, sr.load_skipped_tokens = 64, (16, 0, 32), 0.25, 5
     sr.generated, sr.bootstrap_room, sr.transfer_bytes, sr.num_retractions = 6, 2**62 + 1, 4096, 1
     expected = dict(request_id=4, session_id=7, arrival_s=1.5, input_tokens=100, output_tokens=6,
