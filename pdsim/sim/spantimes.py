@@ -82,8 +82,16 @@ def model_times(model: StepModel, ctx0_tokens: int, k: int, start_s: float, firs
     """A span of k steps of `model` from ctx0_tokens starting at start_s, step_0 first_extra_s
     longer (a KV reload before it; ignored unless positive)."""
     steps = vec[float]([0.0] * k)
-    bounds = vec[float]([start_s] * (k + 1))  # (b_0; fill writes the others)
-    model.fill(start_s, ctx0_tokens, k, first_extra_s if first_extra_s > 0.0 else 0.0, steps, bounds)
+    model.fill(ctx0_tokens, k, steps)
+    if k > 0 and first_extra_s > 0.0:
+        steps[0] += first_extra_s
+    bounds = vec[float]([start_s] * (k + 1))  # b_0 = start_s, b_{i+1} = b_i + step_i
+    b_s = start_s
+    i: i64 = 0
+    while i < k:
+        b_s += steps[i]
+        i += 1
+        bounds[i] = b_s
     return SpanTimes(steps, bounds)
 
 
@@ -104,23 +112,13 @@ class StepModel:
     def time_s(self, ctx_tokens: int) -> float:
         raise NotImplementedError
 
-    def fill(
-        self, b_s: float, ctx_tokens: int, count: i64, extra_s: float, steps: vec[float], bounds: vec[float],
-    ) -> None:
-        """Write `count` steps from ctx_tokens (the context growing by n a step) to steps[0 ..
-        count-1] and the boundaries from b_s, adding one at a time, to bounds[1 .. count]; the
-        first step extra_s longer (>= 0: adding 0.0 to a positive time changes nothing).
-        Subclasses repeat this loop with their step inline (a call per step costs more than the
-        step)."""
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
+        """Write the times of `count` steps from ctx_tokens (the context growing by n a step) to
+        steps[0 .. count-1]. Subclasses write this loop with their step inline (a call per step
+        costs more than the step)."""
         n = self.n
-        i: i64 = 0
-        while i < count:
-            step_s = self.time_s(ctx_tokens) + extra_s
-            extra_s = 0.0
-            b_s += step_s
-            steps[i] = step_s
-            i += 1
-            bounds[i] = b_s
+        for i in range(count):
+            steps[i] = self.time_s(ctx_tokens)
             ctx_tokens += n
 
 
@@ -136,18 +134,10 @@ class LinearStep(StepModel):
         return self.fixed_s + self.per_ctx_s * ctx_tokens
 
     # the loop over floats: contexts stay integers below 2**53, where float arithmetic is exact
-    def fill(
-        self, b_s: float, ctx_tokens: int, count: i64, extra_s: float, steps: vec[float], bounds: vec[float],
-    ) -> None:
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
         fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
-        i: i64 = 0
-        while i < count:
-            step_s = (fixed_s + per_ctx_s * ctx) + extra_s
-            extra_s = 0.0
-            b_s += step_s
-            steps[i] = step_s
-            i += 1
-            bounds[i] = b_s
+        for i in range(count):
+            steps[i] = fixed_s + per_ctx_s * ctx
             ctx += dn
 
 
@@ -180,30 +170,22 @@ class RooflineStep(StepModel):
 
     def time_s(self, ctx_tokens: int) -> float:
         step = vec[float]([0.0])
-        self.fill(0.0, ctx_tokens, 1, 0.0, step, vec[float]([0.0, 0.0]))
+        self.fill(ctx_tokens, 1, step)
         return step[0]
 
-    def fill(
-        self, b_s: float, ctx_tokens: int, count: i64, extra_s: float, steps: vec[float], bounds: vec[float],
-    ) -> None:
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
         # the terms in locals, the step inline: ~4x fewer instructions than a time_s call a step
         fpp, layers, tp, kvb = self.flops_per_pair, self.num_layers, self.tp, self.kv_bytes_per_token
         fps, hbm, mfu, mbu = self.flops_per_s, self.hbm_bytes_per_s, self.mfu, self.mbu
         head_s, tail0_s, tail_rest, fixed_s, comm_s = self.head_s, self.tail0_s, self.tail_rest, self.fixed_s, self.comm_s
         ctx, dn = float(ctx_tokens), float(self.n)  # (a float count stays exact below 2**53)
-        i: i64 = 0
-        while i < count:
+        for i in range(count):
             compute_s = fpp * ctx * layers / tp / fps / mfu  # cost._attention_op's order
             memory_s = kvb * (ctx + dn) / hbm / mbu
             busy = head_s + (compute_s if compute_s >= memory_s else memory_s) + tail0_s
             for t_s in tail_rest:
                 busy = busy + t_s
-            step_s = (fixed_s + busy + comm_s) + extra_s
-            extra_s = 0.0
-            b_s += step_s
-            steps[i] = step_s
-            i += 1
-            bounds[i] = b_s
+            steps[i] = fixed_s + busy + comm_s
             ctx += dn
 class TableStep(StepModel):
     """MeasuredModel.decode_time_s for one batch size n (its `decode_terms`): the context-free
@@ -263,18 +245,10 @@ class OverheadStep(StepModel):
         return (self.scale * self.inner.time_s(ctx_tokens + self.offset_tokens) + self.overhead_s
                 + self.per_token_s * ctx_tokens)
 
-    def fill(
-        self, b_s: float, ctx_tokens: int, count: i64, extra_s: float, steps: vec[float], bounds: vec[float],
-    ) -> None:
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
         inner = vec[float]([0.0] * count)  # the inner model's steps at the offset contexts
-        self.inner.fill(0.0, ctx_tokens + self.offset_tokens, count, 0.0, inner, vec[float]([0.0] * (count + 1)))
+        self.inner.fill(ctx_tokens + self.offset_tokens, count, inner)
         scale, overhead_s, per_token_s, n = self.scale, self.overhead_s, self.per_token_s, self.n
-        i: i64 = 0
-        while i < count:
-            step_s = (scale * inner[i] + overhead_s + per_token_s * ctx_tokens) + extra_s
-            extra_s = 0.0
-            b_s += step_s
-            steps[i] = step_s
-            i += 1
-            bounds[i] = b_s
+        for i in range(count):
+            steps[i] = scale * inner[i] + overhead_s + per_token_s * ctx_tokens
             ctx_tokens += n
