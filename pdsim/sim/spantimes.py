@@ -12,7 +12,7 @@ A `StepModel` is a latency model's decode_time_s for one batch size n as a compi
 the context, operation for operation (`LinearStep`, `RooflineStep`, `TableStep` for the measured
 model, `OverheadStep` around any of them; steptime.StepSeries builds them); `model_times` fills
 a span from one in one call (`StepModel.fill`, the linear and roofline steps inline in its loop).
-Models without one give numpy arrays (`array_times`).
+Models without one give their steps as an array (`span_times`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
-import numpy as np
 from librt.vecs import vec
 from mypy_extensions import i64
 
@@ -79,13 +78,20 @@ class SpanTimes:
 
 
 def model_times(model: StepModel, ctx0_tokens: int, k: int, start_s: float, first_extra_s: float) -> SpanTimes:
-    """A span of k steps of `model` from ctx0_tokens starting at start_s, step_0 first_extra_s
-    longer (a KV reload before it; ignored unless positive)."""
+    """A span of k steps of `model` from ctx0_tokens (`span_times` of what the model fills)."""
     steps = vec[float]([0.0] * k)
     model.fill(ctx0_tokens, k, steps)
+    return span_times(steps, start_s, first_extra_s)
+
+
+def span_times(steps: vec[float], start_s: float, first_extra_s: float) -> SpanTimes:
+    """A span of these step times starting at start_s, step_0 first_extra_s longer (a KV reload
+    before it; ignored unless positive): its boundaries b_0 = start_s, b_{i+1} = b_i + step_i,
+    added one at a time as simpy adds a timeout's delay to its clock."""
+    k: i64 = len(steps)
     if k > 0 and first_extra_s > 0.0:
         steps[0] += first_extra_s
-    bounds = vec[float]([start_s] * (k + 1))  # b_0 = start_s, b_{i+1} = b_i + step_i
+    bounds = vec[float]([start_s] * (k + 1))
     b_s = start_s
     i: i64 = 0
     while i < k:
@@ -93,11 +99,6 @@ def model_times(model: StepModel, ctx0_tokens: int, k: int, start_s: float, firs
         i += 1
         bounds[i] = b_s
     return SpanTimes(steps, bounds)
-
-
-def array_times(steps: np.ndarray, bounds: np.ndarray) -> SpanTimes:
-    """A span whose step times and boundaries are float64 arrays (steptime.StepSeries)."""
-    return SpanTimes(vec[float](steps.tolist()), vec[float](bounds.tolist()))
 
 
 class StepModel:

@@ -1,17 +1,18 @@
 """Decode step times for a run of iterations whose batch does not change.
 
 While the same `n` requests decode, iteration i reads `ctx0 + n * i` context tokens.
-`StepSeries.steps(n, ctx0, k)` returns the k step times and `boundaries(start_s, steps)` the
-iteration boundaries `b_{i+1} = b_i + step_i`, accumulated one addition at a time exactly as
-simpy adds a timeout's delay to its clock, so k iterations advanced at once end at the very
-float time k single steps would.
+`StepSeries.steps(n, ctx0, k)` returns the k step times and `StepSeries.span` a span of them with
+the iteration boundaries `b_{i+1} = b_i + step_i`, accumulated one addition at a time exactly as
+simpy adds a timeout's delay to its clock (spantimes.span_times), so k iterations advanced at
+once end at the very float time k single steps would.
 
 Linear and roofline models (also wrapped in a StepOverheadModel) are evaluated vectorised with the
 same floating-point operations, in the same order, as their `decode_time_s` (so each step is bit-identical to the scalar call on
 CPython 3.11; `sum` of floats is compensated from 3.12 on, which can move roofline's last bit).
 MeasuredModel's and FittedModel's own decode_series_s are their vector paths (bit-identical).
 Other models are called once per iteration. Spans (`StepSeries.span`) of the linear, roofline and
-measured models, also wrapped, compute their steps with a compiled `StepModel` (spantimes.py). For every model in pdsim.perf a decode-only mixed
+measured models, also wrapped, compute their steps with a compiled `StepModel` (spantimes.py).
+For every model in pdsim.perf a decode-only mixed
 step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
 iterations use the same series. Both simulator paths (step by step and skip-ahead) take every
 decode-only step from here, so they agree bit for bit whatever the model.
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from librt.vecs import vec
 
 from pdsim.perf import (
     FittedModel,
@@ -40,8 +42,8 @@ from pdsim.sim.spantimes import (
     SpanTimes,
     StepModel,
     TableStep,
-    array_times,
     model_times,
+    span_times,
 )
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
@@ -66,17 +68,12 @@ class StepSeries:
     def span(self, n: int, ctx0: int, k: int, start_s: float, first_extra_s: float = 0.0) -> SpanTimes:
         """The k step times of a span (the first first_extra_s longer: a KV reload before it) and
         its boundaries b_0 = start_s .. b_k (spantimes.py). Where the model has a compiled step
-        (`step_model`) it computes them in one call; otherwise they come from the float64 arrays
-        (boundaries summed by numpy's in-order cumsum). The values are bit-identical to the
-        model's decode_time_s and to simpy's clock either way."""
+        (`step_model`) it computes them in one call; otherwise they come from `steps`. The values
+        are bit-identical to the model's decode_time_s and to simpy's clock either way."""
         model = self.step_model(n) if n > 0 else None
         if model is not None:
             return model_times(model, ctx0, k, start_s, first_extra_s)
-        array = self.steps(n, ctx0, k)
-        if first_extra_s > 0.0:
-            array = array.copy()
-            array[0] += first_extra_s
-        return array_times(array, boundaries(start_s, array))
+        return span_times(vec[float](self.steps(n, ctx0, k).tolist()), start_s, first_extra_s)
 
     def step_model(self, n: int) -> StepModel | None:
         """decode_time_s(n, ctx) as a compiled function of ctx, or None for a model without one
@@ -109,14 +106,6 @@ def _step_model_for(latency: LatencyModel, n: int, roofline: RooflineDecode | No
         return OverheadStep(inner, latency.decode_scale, latency.decode_overhead_s, latency.per_context_token_s,
                             latency.decode_context_offset_tokens)
     return None
-
-
-def boundaries(start_s: float, steps: np.ndarray) -> np.ndarray:
-    """b_0 = start_s, b_{i+1} = b_i + steps[i]: sequential float additions (np.cumsum is)."""
-    out = np.empty(steps.shape[0] + 1, dtype=np.float64)
-    out[0] = start_s
-    out[1:] = steps
-    return out.cumsum(out=out)
 
 
 def _vector_for(latency: LatencyModel, roofline: RooflineDecode | None) -> VectorFn | None:

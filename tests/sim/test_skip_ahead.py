@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from librt.vecs import vec
 from simkit import make_config, make_requests, synthetic
 
 from pdsim.config import PerfConfig
@@ -31,8 +32,8 @@ from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import Span, hop_delay
-from pdsim.sim.spantimes import SpanTimes
-from pdsim.sim.steptime import RooflineDecode, StepSeries, boundaries
+from pdsim.sim.spantimes import SpanTimes, span_times
+from pdsim.sim.steptime import RooflineDecode, StepSeries
 from pdsim.workload.request import Workload
 
 CTX_PERF = dict(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01, decode_per_seq_s=1.3e-4,
@@ -120,7 +121,7 @@ def test_step_series_is_bit_identical_to_the_model() -> None:
     for s in ref:
         t += s
         expected.append(t)
-    assert boundaries(0.123, np.array(ref)).tolist() == expected
+    assert span_times(vec[float](ref), 0.123, 0.0).bounds(0, len(ref)) == expected
 
 
 class _Uncompiled:
@@ -164,6 +165,14 @@ def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float
         _assert_walks(series.span(7, 12345, k, 3.21, extra_s), 3.21, ref)
 
 
+def _summed(start_s: float, steps: list[float]) -> list[float]:
+    """b_0 = start_s, b_{i+1} = b_i + steps[i], one addition at a time (simpy's clock)."""
+    out = [start_s]
+    for s in steps:
+        out.append(out[-1] + s)
+    return out
+
+
 def _assert_walks(times: SpanTimes, start_s: float, ref: list[float]) -> None:
     """A fresh span's end, reads and sums against its steps `ref`, summed one at a time (simpy's
     clock): the end first (as a span is planned), reads in time order, then backwards, then past
@@ -199,7 +208,7 @@ def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp:
         array = RooflineDecode(model)(n, np.arange(ctx0, ctx0 + n * 400, n, dtype=np.int64))
         array[0] += extra_s
         assert [times.step(i) for i in range(400)] == array.tolist()
-        assert times.bounds(0, 400) == boundaries(1.5, array).tolist()
+        assert times.bounds(0, 400) == _summed(1.5, array.tolist())
         _assert_walks(series.span(n, ctx0, 400, 1.5, extra_s), 1.5, array.tolist())
         np.testing.assert_allclose(times.step(3), model.decode_time_s(n, ctx0 + 3 * n), rtol=1e-14, atol=0)
 
@@ -228,7 +237,7 @@ def test_measured_span_times_are_decode_time_s_bit_for_bit(model_name: str, hard
             ref = [latency.decode_time_s(n, ctx0 + n * i) for i in range(k)]
             ref[0] += extra_s
             assert [times.step(i) for i in range(k)] == ref
-            assert times.bounds(0, k) == boundaries(1.5, np.array(ref)).tolist()
+            assert times.bounds(0, k) == _summed(1.5, ref)
             _assert_walks(series.span(n, ctx0, k, 1.5, extra_s), 1.5, ref)
             if not extra_s:  # (the array path, StepSeries.steps: the same bits)
                 assert series.steps(n, ctx0, 4).tolist() == ref[:4]
