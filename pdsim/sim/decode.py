@@ -83,9 +83,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
         if handoff_at_prefill_end(self.cfg.cluster):  # pre-allocated when the KV arrives
             return
         self.prealloc[sr.rid] = sr
-        prefill = sr.prefill
-        assert prefill is not None, f"request {sr.rid} reached {self.name} without a prefill instance"
-        ready_s = self.connected_at.setdefault(prefill.name, now + self.cfg.cluster.control_plane_latency_s)
+        ready_s = self.connected_at.setdefault(sr.prefill_side().name, now + self.cfg.cluster.control_plane_latency_s)
         if ready_s <= now:
             sr.handshaken = True
             self.notify()

@@ -84,9 +84,7 @@ def _admit(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
         return
     sr.mark("transfer_queue_enter_s", now)
     inst.transfer[sr.rid] = sr
-    prefill = sr.prefill
-    assert prefill is not None, f"request {sr.rid} reached {inst.name} without a prefill instance"
-    inst.hooks.after(inst.cfg.cluster.control_plane_latency_s, prefill.on_transfer_info, sr, sr.attempt)
+    inst.hooks.after(inst.cfg.cluster.control_plane_latency_s, sr.prefill_side().on_transfer_info, sr, sr.attempt)
 
 
 def allocate_now(inst: DecodeInstance, sr: SimRequest) -> None:

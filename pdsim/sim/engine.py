@@ -33,7 +33,7 @@ from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
 from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
-from pdsim.sim.state import InstanceSide, SimHooks, SimRequest, trace_columns
+from pdsim.sim.state import SimHooks, SimRequest, trace_columns
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
@@ -196,7 +196,7 @@ class Simulation(SimHooks):
             if is_last:
                 self.transfer_ready(sr)
             return
-        prefill, decode = _placed(sr)
+        prefill, decode = sr.prefill_side(), sr.decode_side()
         if not decode.alive:
             self.abort(sr, f"transfer_failed: {decode.name} is down (write to a dead peer)", True)
             return
@@ -226,7 +226,7 @@ class Simulation(SimHooks):
 
     def transfer_done(self, sr: SimRequest, success: bool) -> None:
         sr.times["transfer_end_s"] = now_s(self.env)
-        prefill, decode = _placed(sr)
+        prefill, decode = sr.prefill_side(), sr.decode_side()
         if not success:
             self.abort(sr, f"transfer_failed: {prefill.name} -> {decode.name}", True)
             return
@@ -268,11 +268,3 @@ def validate_config(cfg: Config) -> None:
         raise ValueError(f"faults: field 'transfer_failure_prob' must be in [0, 1], got {cfg.faults.transfer_failure_prob}")
     validate_handoff(c)
     validate_scaling(cfg)
-
-
-def _placed(sr: SimRequest) -> tuple[InstanceSide, InstanceSide]:
-    """A disaggregated request's prefill and decode instances (the router placed it on both)."""
-    prefill, decode = sr.prefill, sr.decode
-    if prefill is None or decode is None:
-        raise RuntimeError(f"request {sr.rid} moves KV without a prefill and a decode instance")
-    return prefill, decode

@@ -106,6 +106,18 @@ class SimRequest:
         self._clear_attempt(prompt_tokens)
         self.token_times = token_times
 
+    def prefill_side(self) -> InstanceSide:
+        """The instance the router placed this attempt's prefill on."""
+        if self.prefill is None:
+            raise RuntimeError(f"request {self.rid} (attempt {self.attempt}) has no prefill instance")
+        return self.prefill
+
+    def decode_side(self) -> InstanceSide:
+        """The instance the router placed this attempt's decode on (disaggregated mode)."""
+        if self.decode is None:
+            raise RuntimeError(f"request {self.rid} (attempt {self.attempt}) has no decode instance")
+        return self.decode
+
     def mark(self, name: str, t: float) -> None:
         """Set a trace time once (first occurrence wins)."""
         if name not in self.times:

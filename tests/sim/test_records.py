@@ -75,3 +75,14 @@ def test_trace_columns_record_the_row_the_trace_schema_describes() -> None:
     sr.times["lunch_s"] = 3.0
     with pytest.raises(KeyError, match="lunch_s"):
         trace_columns(sr, "disaggregated", "finished", "")
+
+
+def test_a_request_not_placed_has_no_instances_to_reach() -> None:
+    sr = SimRequest(Request(9, 0.0, 10, 2, (), 16, 0))
+    with pytest.raises(RuntimeError, match=r"request 9 \(attempt 0\) has no prefill instance"):
+        sr.prefill_side()
+    with pytest.raises(RuntimeError, match=r"request 9 \(attempt 0\) has no decode instance"):
+        sr.decode_side()
+    sim_run = Simulation(make_config(cluster=dict(prefill=2, decode=2)), make_requests([(0.0, 8, 2)]))
+    sr.prefill, sr.decode = sim_run.prefill[1], sim_run.decode[0]
+    assert sr.prefill_side() is sim_run.prefill[1] and sr.decode_side() is sim_run.decode[0]
