@@ -16,7 +16,8 @@ first is found from its parent (`_next`), with no dict entry. A chain's first bl
 its hash: one dict maps a hash to the slot of the first parent's child with it (hashes name
 whole prefixes, so one parent per hash is the rule), a second dict maps (parent slot, hash) for
 any other parent's. Slots of evicted blocks are reused. The LRU order is a heap of (last use,
-creation number, slot) with stale entries skipped: creation numbers never repeat, so ties break exactly as they did when each block was an object numbered at creation.
+creation number, slot) with stale entries skipped: creation numbers never repeat, so ties break
+exactly as they did when each block was an object numbered at creation.
 Eviction takes, one block at a time, the unlocked leaf with the smallest (last use, creation
 number) (tests/policy/test_prefix_cache_model.py holds the cache to that rule).
 

@@ -27,6 +27,8 @@ COLUMNS = (
     *(f"queue_{q}" for q in QUEUES),
     "kv_used_fraction", "batch_size", "nic_out_utilization", "nic_in_utilization",
 )
+
+
 class TimeseriesSampler:
     def __init__(self, env: simpy.Environment, network: Network, instances: Sequence[InstanceBase],
                  interval_s: float) -> None:
