@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import Any
 
-import simpy
-
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
     GrowthPlan,
@@ -31,7 +29,7 @@ from pdsim.policy import (
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
 from pdsim.sim.chunks import Planned, start_chunks
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Wait, now_s, start, timeout
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prompt_kv import PromptKV
@@ -56,7 +54,7 @@ class ColocatedInstance(InstanceBase, BatchOwner):
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
         # the running batch's spans (self.clock is the base class's optional handle to it)
         self.batch_clock = self.clock = BatchClock(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
-        self.batch_clock.process = self.env.process(self.run())
+        self.batch_clock.process = start(self.env, self.run())
 
     def _receive(self, sr: SimRequest) -> None:
         sr.mark("prefill_waiting_enter_s", now_s(self.env))
@@ -81,7 +79,7 @@ class ColocatedInstance(InstanceBase, BatchOwner):
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
-    def run(self) -> Generator[simpy.Event, Any, None]:
+    def run(self) -> Generator[Wait, Any, None]:
         while self.alive:
             self._victims = []
             plan = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
@@ -108,7 +106,7 @@ class ColocatedInstance(InstanceBase, BatchOwner):
             self.iterations += 1
             self.batch_size = len(planned) + len(decodes)
             self.view_stale = True
-            yield self.env.timeout(step_s)
+            yield timeout(self.env, step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, decodes)

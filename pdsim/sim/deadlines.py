@@ -40,9 +40,8 @@ from heapq import heappush
 from typing import Any, Protocol
 
 import simpy
-from simpy.events import NORMAL
 
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import NORMAL, Tick, now_s
 from pdsim.sim.state import SimRequest
 
 
@@ -84,7 +83,7 @@ class BootstrapTimeouts:
         if self.armed_id < 0:
             self._push(deadline_s, eid)
 
-    def _fire(self, _event: simpy.Event) -> None:
+    def _fire(self, _event: Tick) -> None:
         self.fired += 1
         entries = self.entries
         if entries and entries[0][1] == self.armed_id:  # else the last entry's key (idleness)
@@ -103,9 +102,5 @@ class BootstrapTimeouts:
 
     def _push(self, deadline_s: float, eid: int) -> None:
         """Schedule the event with the key (deadline_s, NORMAL, eid) that entry's timer had."""
-        event = simpy.Event(self.env)
-        event._ok = True
-        event._value = None
-        event.callbacks.append(self._fire)
-        heappush(self.queue, (deadline_s, NORMAL, eid, event))
+        heappush(self.queue, (deadline_s, NORMAL, eid, Tick(self._fire)))
         self.armed_id = eid

@@ -23,12 +23,10 @@ from collections.abc import Callable, Generator
 from operator import attrgetter
 from typing import Any
 
-import simpy
-
 from pdsim.perf import LatencyModel
 from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Wait, now_s, start
 from pdsim.sim.decode_plan import (
     PREALLOC_LOOKAHEAD,
     admit_handed_off,
@@ -67,7 +65,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
         self.retractions = 0
         # the running batch's spans (self.clock is the base class's optional handle to it)
         self.batch_clock = self.clock = BatchClock(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
-        self.batch_clock.process = self.env.process(self.run())
+        self.batch_clock.process = start(self.env, self.run())
 
     # -- messages -------------------------------------------------------------------------
     def dispatched_tokens(self, sr: SimRequest) -> int:
@@ -134,7 +132,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
-    def run(self) -> Generator[simpy.Event, Any, None]:
+    def run(self) -> Generator[Wait, Any, None]:
         while self.alive:
             plan = self._plan()
             reload_s = apply_plan(self, plan)

@@ -18,7 +18,7 @@ from pdsim import rng
 from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Tick, now_s, start
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance
@@ -79,7 +79,7 @@ class Simulation(SimHooks):
         self.instant_kv = cfg.cluster.transfer_backend == "none"  # no wire: KV at decode at once
         self.faults = FaultInjector(cfg.faults, self, {i.name: i for i in self.instances})
         self.sampler = TimeseriesSampler(self.env, self.network, self.instances, cfg.timeseries_interval_s)
-        self.env.process(arrivals(self.env, self._requests(), self._on_arrival))
+        start(self.env, arrivals(self.env, self._requests(), self._on_arrival))
         self.scaler = Rebalancer(self, ctx, workload.block_tokens) if cfg.policy.scaling != SCALING_OFF else None
 
     # -- construction ----------------------------------------------------------------------
@@ -144,7 +144,7 @@ class Simulation(SimHooks):
 
     def after(self, delay_s: float, fn: Callable[..., Any], *args: Any) -> None:
         """Call fn(*args) `delay_s` from now (0 still goes through the event queue, FIFO)."""
-        self.env.timeout(delay_s).callbacks.append(lambda _e: fn(*args))
+        Tick(lambda _e: fn(*args)).at(self.env, delay_s)
 
     def finish(self, sr: SimRequest) -> None:
         sr.done = True

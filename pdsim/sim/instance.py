@@ -18,7 +18,7 @@ from pdsim.perf import LatencyModel
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Tick, now_s
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import InstanceSide, SimHooks, SimRequest
@@ -72,7 +72,7 @@ class InstanceBase(InstanceSide):
         self.iterations = 0
         self.batch_size = 0
         self.placement: Placement | None = None  # set by the engine
-        self._wake: simpy.Event | None = None
+        self._wake: Tick | None = None
         self.clock: BatchClock | None = None  # decode and colocated: the running batch's spans
         # the router's view is cached: every entry point that can change what `build_view`
         # reads sets view_stale; a decode span's page growth bounds the cache in time
@@ -144,10 +144,10 @@ class InstanceBase(InstanceSide):
         wake = self._wake
         if wake is not None:  # (forgotten once succeeded: no read of simpy's `triggered` property)
             self._wake = None
-            wake.succeed()
+            wake.at(self.env, 0.0)  # (Event.succeed)
 
-    def sleep(self) -> simpy.Event:
-        wake = self._wake = self.env.event()
+    def sleep(self) -> Tick:
+        wake = self._wake = Tick()
         if self.on_idle is not None:
             self.on_idle()  # (which may notify: `wake` is then triggered already, and forgotten)
         return wake

@@ -19,7 +19,7 @@ from typing import Final
 
 import simpy
 
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Tick, now_s
 
 # A flow is complete when what is left would take less than this at its current rate.
 _DONE_EPS_S: Final = 1e-12
@@ -141,8 +141,7 @@ class Network:
             if left_s < next_s:  # (min keeps the first of equal values; equal floats are equal)
                 next_s = left_s
         gen = self._generation
-        event = self.env.timeout(max(0.0, next_s))
-        event.callbacks.append(lambda _e: self._on_timer(gen))
+        Tick(lambda _e: self._on_timer(gen)).at(self.env, max(0.0, next_s))
 
     def _affected(self, changed: Sequence[Resource], started: Flow | None = None) -> dict[int, Flow]:
         """The flows whose rates a change at `changed` (the path of the `started` flow, or of
@@ -182,7 +181,7 @@ class Network:
 
     def _deliver(self, flow: Flow) -> None:
         if flow.latency_s > 0:
-            self.env.timeout(flow.latency_s).callbacks.append(lambda _e: flow.on_done())
+            Tick(lambda _e: flow.on_done()).at(self.env, flow.latency_s)
         else:
             flow.on_done()
 

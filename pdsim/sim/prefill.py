@@ -22,7 +22,7 @@ from pdsim.policy import RequestView, plan_prefill_step
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
 from pdsim.sim.chunks import Planned, start_chunks
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Wait, now_s, start, timeout
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
@@ -45,7 +45,7 @@ class PrefillInstance(InstanceBase):
         self.inflight: dict[int, SimRequest] = {}
         self.timeouts = ctx.bootstrap_timeouts
         self.prefill_time_s = prefill_timer(latency)  # (roofline: compiled)
-        self.env.process(self.run())
+        start(self.env, self.run())
 
     # -- messages -------------------------------------------------------------------------
     def _receive(self, sr: SimRequest) -> None:
@@ -103,7 +103,7 @@ class PrefillInstance(InstanceBase):
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
-    def run(self) -> Generator[simpy.Event, Any, None]:
+    def run(self) -> Generator[Wait, Any, None]:
         while self.alive:
             self._pop_bootstrapped()
             planned = self._schedule()
@@ -125,12 +125,12 @@ class PrefillInstance(InstanceBase):
                 self._send_chunks(planned)
             self.view_stale = True
             if store_read is None:
-                yield self.env.timeout(step_s)
+                yield timeout(self.env, step_s)
             elif self.cfg.kv_tiers.overlap_load:
                 yield self.env.all_of([self.env.timeout(step_s), store_read])
             else:
                 yield store_read
-                yield self.env.timeout(step_s)
+                yield timeout(self.env, step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, send=not layerwise)

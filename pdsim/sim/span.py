@@ -32,7 +32,7 @@ from typing import Any, Final
 import simpy
 from mypy_extensions import trait
 
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Tick, Wait, now_s, timeout
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import InstanceSide, SimRequest
@@ -139,19 +139,19 @@ class BatchClock:
         self.span = span
         return span
 
-    def sleep_through(self, owner: BatchOwner, span: Span) -> Generator[simpy.Event, Any, bool]:
+    def sleep_through(self, owner: BatchOwner, span: Span) -> Generator[Wait, Any, bool]:
         """simpy sub-process: sleep until the span's (possibly moved) end. Returns (via
         `yield from`) whether the owner is still alive; the owner's router view is marked stale
         before and after the wait."""
         owner.view_stale = True
         env = self.env
         while True:
-            yield env.timeout(hop_delay(now_s(env), span.end_s)[0])  # (truncate may move it: rearm)
+            yield timeout(env, hop_delay(now_s(env), span.end_s)[0])  # (truncate may move it: rearm)
             if now_s(env) == span.end_s:
                 owner.view_stale = True
                 return owner.alive
 
-    def run_span(self, owner: BatchOwner, span: Span) -> Generator[simpy.Event, Any, bool]:
+    def run_span(self, owner: BatchOwner, span: Span) -> Generator[Wait, Any, bool]:
         """simpy sub-process: sleep through `span`, then apply its iterations up to the last one.
 
         Returns (via `yield from`) whether the owner is still alive; a dead owner's span is left
@@ -273,6 +273,5 @@ def rearm(process: simpy.Process, delay_s: float) -> None:
     simpy 4.1's Process internals (`_resume`, `_target`), as its Interruption does."""
     target = process.target
     target.callbacks.remove(process._resume)
-    wake = process.env.timeout(delay_s)
-    wake.callbacks.append(process._resume)
+    wake: Any = Tick(process._resume).at(process.env, delay_s)
     process._target = wake

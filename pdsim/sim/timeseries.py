@@ -18,7 +18,7 @@ import simpy
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from pdsim.sim.clock import now_s
+from pdsim.sim.clock import Wait, now_s, start, timeout
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
 
@@ -46,20 +46,20 @@ class TimeseriesSampler:
         self._nic_in = vec[float]()
         self.kv_total_tokens = [inst.view().kv_total_tokens for inst in self.instances]
         if interval_s > 0:
-            env.process(self.sample())
+            start(env, self.sample())
 
     def add_instance(self, inst: InstanceBase) -> None:
         """Sample `inst` too from now on (an instance built during the run, by scaling)."""
         self.instances.append(inst)
         self.kv_total_tokens.append(inst.view().kv_total_tokens)
 
-    def sample(self) -> Generator[simpy.Event, Any, None]:
+    def sample(self) -> Generator[Wait, Any, None]:
         """simpy process; stops when nothing else is scheduled (a stuck simulation)."""
         while True:
             self.record()
             if self.env.peek() == float("inf"):
                 return
-            yield self.env.timeout(self.interval_s)
+            yield timeout(self.env, self.interval_s)
 
     def record(self) -> None:
         """One row per instance at `now`."""
