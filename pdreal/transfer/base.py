@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pdsim.kvpoll import KVPoll, poll_transition
+from pdsim.policy.kvpoll import KVPoll, poll_transition
 
 
 class KVTransferError(RuntimeError):
@@ -30,7 +30,7 @@ class KVTransferError(RuntimeError):
 
 
 class PollState:
-    """A thread-safe monotone KVPoll value with a failure reason, moved by pdsim.kvpoll's one
+    """A thread-safe monotone KVPoll value with a failure reason, moved by pdsim.policy.kvpoll's one
     transition rule. Transfer threads race (a late Transferring after Success), so an illegal
     move is ignored here instead of raising as in the single-threaded simulator. `on_change` is
     called (on the moving thread, outside the lock) after every change: the scheduler's wake-up,

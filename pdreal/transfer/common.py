@@ -40,7 +40,7 @@ from pdreal.transfer.base import (
     TransferAux,
 )
 from pdreal.transfer.slices import HeadSlice, dest_count, overlap, slice_compatible, source_ranks
-from pdsim.kvpoll import TERMINAL
+from pdsim.policy.kvpoll import TERMINAL
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]

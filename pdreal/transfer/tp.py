@@ -29,7 +29,7 @@ from pdreal.transfer.base import (
     TransferAux,
 )
 from pdreal.transfer.common import PagedKVManager
-from pdsim.kvpoll import TERMINAL
+from pdsim.policy.kvpoll import TERMINAL
 
 
 class RankChannel(Protocol):

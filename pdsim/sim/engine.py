@@ -53,7 +53,8 @@ class Simulation(SimHooks):
         self.env = simpy.Environment()
         self.network = Network(self.env)
         self.topology = Topology(self.network, cfg.cluster, cfg.hardware)
-        self.recorder = SimRecorder(len(workload))
+        self.total_requests = len(workload)  # (read once per request: Workload's len is Python)
+        self.recorder = SimRecorder(self.total_requests)
         self.active: dict[int, SimRequest] = {}
         self.arrived = 0
         self.terminal = 0
@@ -244,7 +245,7 @@ class Simulation(SimHooks):
         self.terminal += 1
         if self.on_terminal is not None:
             self.on_terminal()
-        if self.terminal == len(self.workload):
+        if self.terminal == self.total_requests:
             self.done.succeed()
 
 

@@ -1,5 +1,6 @@
-"""A prefill step's time under the roofline model, compiled: RooflineModel.prefill_time_s
-operation for operation (the same floats), without building the step's operator objects.
+"""A prefill step's time under the roofline and linear models, compiled: their prefill_time_s
+operation for operation (the same floats); roofline's without building the step's operator
+objects, linear's without the interpreted frames of a pure-Python model.
 
 The roofline model prices a prefill batch as three operator groups on one rank (cost.py): the
 GEMMs of `tokens` new tokens, attention over the batch's (query, key) pairs, and the LM head of
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pdsim.perf import LatencyModel, RooflineModel, spec
+from pdsim.perf import LatencyModel, LinearModel, RooflineModel, spec
 from pdsim.perf import cost as roofline_cost
 
 PrefillTimer = Callable[[Sequence[tuple[int, int]]], float]
@@ -74,8 +75,24 @@ class RooflinePrefill:
         return self.overhead_s + self.overhead_per_seq_s * seqs + busy + comm_s
 
 
+class LinearPrefill:
+    """LinearModel.prefill_time_s: base + per_token * the batch's new tokens."""
+
+    def __init__(self, model: LinearModel) -> None:
+        self.base_s = model.prefill_base_s
+        self.per_token_s = model.prefill_per_token_s
+
+    def time_s(self, items: Sequence[tuple[int, int]]) -> float:
+        new_tokens = 0
+        for n, _ in items:
+            new_tokens += n
+        return self.base_s + self.per_token_s * new_tokens
+
+
 def prefill_timer(latency: LatencyModel) -> PrefillTimer:
-    """The compiled roofline prefill time for a dense RooflineModel, else the model's own."""
+    """The compiled prefill time of a dense RooflineModel or a LinearModel, else the model's own."""
     if type(latency) is RooflineModel and spec.num_moe_layers(latency.model) == 0:
         return RooflinePrefill(latency).time_s
+    if type(latency) is LinearModel:
+        return LinearPrefill(latency).time_s
     return latency.prefill_time_s

@@ -18,8 +18,8 @@ import math
 from collections.abc import Callable
 
 from pdsim.config import ModelConfig
-from pdsim.kvpoll import TERMINAL, KVPoll, KVPollError, advance_poll  # noqa: F401  (re-exported)
 from pdsim.perf.spec import kv_bytes_per_token_per_rank
+from pdsim.policy.kvpoll import TERMINAL, KVPoll, KVPollError, advance_poll  # noqa: F401  (re-exported)
 from pdsim.policy.views import pages_for
 from pdsim.sim.network import Flow, Network
 from pdsim.sim.topology import Topology

@@ -2,7 +2,7 @@
 
     analysis            (sim-vs-real comparison, reports, the fidelity loop)
     pdsim.sim  pdreal   (the two executors, side by side)
-    pdsim.policy, pdsim.kvpoll, pdsim.trace   (the shared seam and schema, at the bottom)
+    pdsim.policy, pdsim.trace   (the shared seam and schema, at the bottom)
 
 pdsim imports neither pdreal nor analysis (pdsim's `report`/`fidelity` commands and run reports
 come from analysis through entry points, pdsim/plugins.py); pdreal does not import analysis; the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pdsim", "pdreal", "analysis")
-BOTTOM = ("pdsim.policy", "pdsim.kvpoll", "pdsim.trace")
+BOTTOM = ("pdsim.policy", "pdsim.trace")
 BOTTOM_ALLOWED = ("__future__", "collections", "dataclasses", "enum", "typing", "functools", "bisect", "heapq",
                   "itertools", "math", "zlib", "numpy", "json", "pathlib", "importlib",
                   "mypy_extensions", "librt.vecs", *BOTTOM)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from mypy_extensions import mypyc_attr
+
 
 class KVPoll(IntEnum):
     Failed = 0
@@ -22,6 +24,7 @@ class KVPoll(IntEnum):
 TERMINAL = (KVPoll.Failed, KVPoll.Success)
 
 
+@mypyc_attr(native_class=False)  # (compiled: an exception class stays a Python class)
 class KVPollError(RuntimeError):
     """An illegal KVPoll transition."""
 
