@@ -8,34 +8,32 @@ took and wait for the next step.
 
 from __future__ import annotations
 
-from typing import Protocol
-
-import simpy
+from mypy_extensions import trait
 
 from pdsim.policy import PrefillChunk
 from pdsim.policy.prefix_cache import BlockNode
-from pdsim.sim.clock import now_s
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
 
 Planned = list[tuple[SimRequest, int, PrefillChunk]]  # (request, its attempt, its chunk) per chunk started
 
 
-class ChunkOwner(Protocol):
-    """What `start_chunks` uses of a prefill or colocated instance."""
+@trait
+class ChunkOwner:
+    """What `start_chunks` uses of a prefill or colocated instance (a trait: compiled, its
+    attributes are read directly, not looked up by name as through a Protocol)."""
 
-    env: simpy.Environment
     chunked: SimRequest | None
     waiting: dict[int, SimRequest]
     kv: PromptKV
 
 
-def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: dict[int, list[BlockNode]]) -> Planned:
+def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: dict[int, list[BlockNode]],
+                 now: float) -> Planned:
     """Lock new requests' prefixes, allocate every chunk's pages; drop what does not fit.
 
-    Shared by prefill and colocated instances. New requests leave the waiting queue here.
+    Shared by prefill and colocated instances. New requests leave the waiting queue here, now.
     """
-    now = now_s(inst.env)
     by_id = {sr.rid: sr for sr in ([inst.chunked] if inst.chunked else [])}
     for chunk in chunks:
         if chunk.request_id not in by_id:

@@ -28,7 +28,7 @@ from pdsim.policy import (
 )
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
-from pdsim.sim.chunks import Planned, start_chunks
+from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
 from pdsim.sim.clock import Wait, now_s, start, timeout
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
@@ -37,7 +37,7 @@ from pdsim.sim.span import BatchClock, BatchOwner, Span
 from pdsim.sim.state import SimRequest
 
 
-class ColocatedInstance(InstanceBase, BatchOwner):
+class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     role = ROLE_COLOCATED
 
     def __init__(self, index: int, ctx: InstanceContext, latency: LatencyModel, kv: PromptKV) -> None:
@@ -83,7 +83,7 @@ class ColocatedInstance(InstanceBase, BatchOwner):
         while self.alive:
             self._victims = []
             plan = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
-            planned = start_chunks(self, plan.prefill.chunks, self._matches) if plan.prefill.chunks else []
+            planned = start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.env)) if plan.prefill.chunks else []
             decodes = list(plan.decodes)
             if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all
                 decodes = list(plan_colocated_decodes(self.limits, self))

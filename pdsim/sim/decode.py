@@ -35,7 +35,7 @@ from pdsim.sim.decode_plan import (
     remaining_tokens,
     request_view,
 )
-from pdsim.sim.handoff import handoff_at_prefill_end, tokens_after_prefill
+from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.span import BatchClock, BatchOwner, Span
@@ -78,10 +78,10 @@ class DecodeInstance(InstanceBase, BatchOwner):
         if need > self.pool.capacity_tokens:
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.pool.capacity_tokens}")
             return
-        if handoff_at_prefill_end(self.cfg.cluster):  # pre-allocated when the KV arrives
+        if self.handoff_at_prefill_end:  # pre-allocated when the KV arrives
             return
         self.prealloc[sr.rid] = sr
-        ready_s = self.connected_at.setdefault(sr.prefill_side().name, now + self.cfg.cluster.control_plane_latency_s)
+        ready_s = self.connected_at.setdefault(sr.prefill_side().name, now + self.control_plane_latency_s)
         if ready_s <= now:
             sr.handshaken = True
             self.notify()
@@ -148,7 +148,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
 
     def _plan(self) -> DecodeStepPlan[SimRequest]:
         """The shared decision of this boundary (pdsim.policy.decode_step)."""
-        if handoff_at_prefill_end(self.cfg.cluster):
+        if self.handoff_at_prefill_end:
             admit_handed_off(self)
         handshaken = (sr for sr in self.prealloc.values() if sr.handshaken) if self.prealloc else ()
         return plan_decode_step(

@@ -20,7 +20,6 @@ from pdsim.policy import (
 )
 from pdsim.policy.memory import need_now_tokens
 from pdsim.sim.clock import now_s
-from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.state import SimRequest
 
@@ -78,13 +77,13 @@ def _admit(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
     allocate_now(inst, sr)
     sr.mark("prealloc_leave_s", now)
     inst.remaining_output_tokens += remaining_tokens(sr)
-    if handoff_at_prefill_end(inst.cfg.cluster):  # the KV is already here: join next
+    if inst.handoff_at_prefill_end:  # the KV is already here: join next
         inst.prebuilt(sr)
         inst.hooks.after(0.0, inst.notify)
         return
     sr.mark("transfer_queue_enter_s", now)
     inst.transfer[sr.rid] = sr
-    inst.hooks.after(inst.cfg.cluster.control_plane_latency_s, sr.prefill_side().on_transfer_info, sr, sr.attempt)
+    inst.hooks.after(inst.control_plane_latency_s, sr.prefill_side().on_transfer_info, sr, sr.attempt)
 
 
 def allocate_now(inst: DecodeInstance, sr: SimRequest) -> None:

@@ -20,6 +20,7 @@ from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
 from pdsim.sim.clock import Tick, now_s
 from pdsim.sim.deadlines import BootstrapTimeouts
+from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import InstanceSide, SimHooks, SimRequest
 from pdsim.sim.steptime import StepSeries
@@ -61,6 +62,10 @@ class InstanceBase(InstanceSide):
         self.hooks = ctx.hooks
         self.latency = latency
         self.limits = StepLimits.from_config(ctx.cfg.cluster, ctx.cfg.policy)
+        # cluster settings read per request, kept as native fields (cfg is a Python dataclass)
+        self.handoff_at_prefill_end = handoff_at_prefill_end(ctx.cfg.cluster)
+        self.control_plane_latency_s = ctx.cfg.cluster.control_plane_latency_s
+        self.page_size_tokens = ctx.cfg.cluster.page_size_tokens
         self.decisions: DecisionLog | None = None  # filled when a caller asks (lockstep test)
         self.alive = True  # false from the crash on
         self._healthy = True

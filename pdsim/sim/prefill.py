@@ -21,9 +21,8 @@ from pdsim.perf import LatencyModel
 from pdsim.policy import RequestView, plan_prefill_step
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
-from pdsim.sim.chunks import Planned, start_chunks
+from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
 from pdsim.sim.clock import Wait, now_s, start, timeout
-from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
 from pdsim.sim.prefilltime import prefill_timer
@@ -32,7 +31,7 @@ from pdsim.sim.state import SimRequest
 from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send
 
 
-class PrefillInstance(InstanceBase):
+class PrefillInstance(InstanceBase, ChunkOwner):
     role = ROLE_PREFILL
 
     def __init__(self, index: int, ctx: InstanceContext, latency: LatencyModel, kv: PromptKV) -> None:
@@ -58,7 +57,7 @@ class PrefillInstance(InstanceBase):
         self.bootstrap[sr.rid] = sr
         if self.timeouts is not None:
             self.timeouts.add(self, sr)
-        if sr.p_ready or handoff_at_prefill_end(self.cfg.cluster):  # prefill_end: no decode to wait for
+        if sr.p_ready or self.handoff_at_prefill_end:  # prefill_end: no decode to wait for
             sr.p_ready = True
             self.ready.append(sr)
             self.notify()
@@ -173,7 +172,7 @@ class PrefillInstance(InstanceBase):
             return []
         matches: dict[int, list[BlockNode]] = {}
         batch = plan_prefill_step(self.limits, self._candidates(matches), self.kv.available_tokens)
-        planned = start_chunks(self, batch.chunks, matches)
+        planned = start_chunks(self, batch.chunks, matches, now_s(self.env))
         if self.decisions is not None and planned:
             self.decisions.prefill(now_s(self.env), self.name, [c for _, _, c in planned])
         return planned
@@ -181,7 +180,7 @@ class PrefillInstance(InstanceBase):
     def _send_chunks(self, planned: Planned) -> None:
         """Layer-wise overlap: each chunk's pages go on the wire as its forward starts (the
         transfer still completes no earlier than the forward's end, see engine.transfer_ready)."""
-        page = self.cfg.cluster.page_size_tokens
+        page = self.page_size_tokens
         for sr, _, chunk in planned:
             end = sr.prefilled + chunk.new_tokens
             self.hooks.send_kv(sr, chunk_pages_to_send(end, sr.prompt_tokens, sr.pages_sent, page, chunk.is_last),
@@ -189,7 +188,7 @@ class PrefillInstance(InstanceBase):
 
     def _complete(self, planned: Planned, send: bool = True) -> None:
         now = now_s(self.env)
-        page = self.cfg.cluster.page_size_tokens
+        page = self.page_size_tokens
         for sr, attempt, chunk in planned:
             if sr.done or sr.attempt != attempt:
                 continue
