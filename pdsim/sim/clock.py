@@ -32,10 +32,26 @@ def now_s(env: simpy.Environment) -> float:
     return env._now
 
 
+class EventQueue:
+    """simpy 4.1's event queue of one Environment (`_queue`, `_eid`), held natively: where
+    Ticks go (a Tick reads three attributes of the Environment's instance dict otherwise)."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        if not isinstance(getattr(env, "_queue", None), list) or not hasattr(env, "_eid"):
+            raise RuntimeError("pdsim's Ticks need simpy 4.1's Environment._queue and _eid")
+        self.env = env
+        self.heap: list[Any] = env._queue
+        self.ids: Any = env._eid
+
+    def push(self, time_s: float, event_id: int, event: Tick) -> None:
+        """Schedule `event` with the key (time_s, NORMAL, event_id)."""
+        heappush(self.heap, (time_s, NORMAL, event_id, event))
+
+
 class Tick:
-    """An event of simpy's queue (see the module's docstring): `Tick(cb).at(env, delay_s)` is
+    """An event of simpy's queue (see the module's docstring): `Tick(cb).at(events, delay_s)` is
     `env.timeout(delay_s)` with `cb` as its callback; an unscheduled Tick is an event that
-    `at(env, 0.0)` later succeeds, as `Event.succeed` does."""
+    `at(events, 0.0)` later succeeds, as `Event.succeed` does."""
 
     callbacks: list[Callable[[Any], object]] | None  # (None once processed: simpy's mark)
     _ok: bool
@@ -46,21 +62,20 @@ class Tick:
         self._ok = True
         self._value = None
 
-    def at(self, env: simpy.Environment, delay_s: float) -> Tick:
+    def at(self, events: EventQueue, delay_s: float) -> Tick:
         """Schedule this event `delay_s` from now; returns it (to be yielded by a process)."""
         if delay_s < 0:
             raise ValueError(f"negative delay {delay_s}")
-        queue: list[Any] = env._queue
-        heappush(queue, (now_s(env) + delay_s, NORMAL, next(env._eid), self))
+        heappush(events.heap, (now_s(events.env) + delay_s, NORMAL, next(events.ids), self))
         return self
 
 
 Wait: TypeAlias = "simpy.Event | Tick"  # what the simulator's processes yield
 
 
-def timeout(env: simpy.Environment, delay_s: float) -> Tick:
+def timeout(events: EventQueue, delay_s: float) -> Tick:
     """`env.timeout(delay_s)`, for a process to yield."""
-    return Tick().at(env, delay_s)
+    return Tick().at(events, delay_s)
 
 
 def start(env: simpy.Environment, process: Generator[Wait, Any, Any]) -> simpy.Process:

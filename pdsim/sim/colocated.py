@@ -106,7 +106,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.iterations += 1
             self.batch_size = len(planned) + len(decodes)
             self.view_stale = True
-            yield timeout(self.env, step_s)
+            yield timeout(self.events, step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, decodes)

@@ -20,8 +20,8 @@ the counter (`next(env._eid)`, so later events get the ids they had too) and tha
 (`env._queue`) only once the entries before it are settled: still before anything that sorts
 after it was popped, so the pop order of everything is unchanged, ties at the same float time
 included. simpy has no public call that schedules at an absolute time with a given id; these
-are simpy 4.1's internals (pinned in pyproject.toml; `__init__` checks they are there), as in
-pdsim.sim.run.events_scheduled and pdsim.sim.span.rearm.
+are simpy 4.1's internals (pinned in pyproject.toml; clock.EventQueue holds them and checks
+they are there), as in pdsim.sim.run.events_scheduled and pdsim.sim.span.rearm.
 
 - Same decision: an entry is dead once its request is done, on a later attempt or out of that
   instance's bootstrap queue, and none of these reverts for the same attempt, so dropping it
@@ -36,12 +36,11 @@ pdsim.sim.run.events_scheduled and pdsim.sim.span.rearm.
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappush
-from typing import Any, Protocol
+from typing import Protocol
 
 import simpy
 
-from pdsim.sim.clock import NORMAL, Tick, now_s
+from pdsim.sim.clock import EventQueue, Tick, now_s
 from pdsim.sim.state import SimRequest
 
 
@@ -62,12 +61,9 @@ class BootstrapTimeouts:
     """The bootstrap deadlines of every prefill instance of one simulation (timeout_s > 0)."""
 
     def __init__(self, env: simpy.Environment, timeout_s: float) -> None:
-        if not isinstance(getattr(env, "_queue", None), list) or not hasattr(env, "_eid"):
-            raise RuntimeError("BootstrapTimeouts needs simpy 4.1's Environment._queue and _eid")
         self.env = env
+        self.events = EventQueue(env)  # (checks that simpy's queue is there)
         self.timeout_s = float(timeout_s)
-        self.queue: list[Any] = env._queue
-        self.ids: Any = env._eid
         self.entries: deque[Entry] = deque()
         self.last_deadline_s = 0.0  # the key of the newest entry
         self.last_id = -1
@@ -77,7 +73,7 @@ class BootstrapTimeouts:
     def add(self, inst: BootstrapSide, sr: SimRequest) -> None:
         """`sr` entered `inst`'s bootstrap queue now."""
         deadline_s = now_s(self.env) + self.timeout_s
-        eid: int = next(self.ids)
+        eid: int = next(self.events.ids)
         self.entries.append((deadline_s, eid, inst, sr, sr.attempt))
         self.last_deadline_s, self.last_id = deadline_s, eid
         if self.armed_id < 0:
@@ -102,5 +98,5 @@ class BootstrapTimeouts:
 
     def _push(self, deadline_s: float, eid: int) -> None:
         """Schedule the event with the key (deadline_s, NORMAL, eid) that entry's timer had."""
-        heappush(self.queue, (deadline_s, NORMAL, eid, Tick(self._fire)))
+        self.events.push(deadline_s, eid, Tick(self._fire))
         self.armed_id = eid

@@ -18,7 +18,7 @@ from pdsim import rng
 from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
-from pdsim.sim.clock import Tick, now_s, start
+from pdsim.sim.clock import EventQueue, Tick, now_s, start
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance
@@ -51,6 +51,7 @@ class Simulation(SimHooks):
         self.mode = cfg.cluster.mode
         self.workload = workload
         self.env = simpy.Environment()
+        self.events = EventQueue(self.env)
         self.network = Network(self.env)
         self.topology = Topology(self.network, cfg.cluster, cfg.hardware)
         self.total_requests = len(workload)  # (read once per request: Workload's len is Python)
@@ -145,7 +146,7 @@ class Simulation(SimHooks):
 
     def after(self, delay_s: float, fn: Callable[..., Any], *args: Any) -> None:
         """Call fn(*args) `delay_s` from now (0 still goes through the event queue, FIFO)."""
-        Tick(lambda _e: fn(*args)).at(self.env, delay_s)
+        Tick(lambda _e: fn(*args)).at(self.events, delay_s)
 
     def finish(self, sr: SimRequest) -> None:
         sr.done = True

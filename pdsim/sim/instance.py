@@ -18,7 +18,7 @@ from pdsim.perf import LatencyModel
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
-from pdsim.sim.clock import Tick, now_s
+from pdsim.sim.clock import EventQueue, Tick, now_s
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.span import BatchClock
@@ -58,6 +58,7 @@ class InstanceBase(InstanceSide):
         self.index = index
         self.name = f"{self.role}:{index}"
         self.env = ctx.env
+        self.events = EventQueue(ctx.env)
         self.cfg = ctx.cfg
         self.hooks = ctx.hooks
         self.latency = latency
@@ -149,7 +150,7 @@ class InstanceBase(InstanceSide):
         wake = self._wake
         if wake is not None:  # (forgotten once succeeded: no read of simpy's `triggered` property)
             self._wake = None
-            wake.at(self.env, 0.0)  # (Event.succeed)
+            wake.at(self.events, 0.0)  # (Event.succeed)
 
     def sleep(self) -> Tick:
         wake = self._wake = Tick()

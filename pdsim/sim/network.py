@@ -19,7 +19,7 @@ from typing import Final
 
 import simpy
 
-from pdsim.sim.clock import Tick, now_s
+from pdsim.sim.clock import EventQueue, Tick, now_s
 
 # A flow is complete when what is left would take less than this at its current rate.
 _DONE_EPS_S: Final = 1e-12
@@ -64,6 +64,7 @@ class Network:
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
+        self.events = EventQueue(env)
         self.resources: dict[str, Resource] = {}
         self.flows: dict[int, Flow] = {}
         self._next_flow_id = 0
@@ -141,7 +142,7 @@ class Network:
             if left_s < next_s:  # (min keeps the first of equal values; equal floats are equal)
                 next_s = left_s
         gen = self._generation
-        Tick(lambda _e: self._on_timer(gen)).at(self.env, max(0.0, next_s))
+        Tick(lambda _e: self._on_timer(gen)).at(self.events, max(0.0, next_s))
 
     def _affected(self, changed: Sequence[Resource], started: Flow | None = None) -> dict[int, Flow]:
         """The flows whose rates a change at `changed` (the path of the `started` flow, or of
@@ -181,7 +182,7 @@ class Network:
 
     def _deliver(self, flow: Flow) -> None:
         if flow.latency_s > 0:
-            Tick(lambda _e: flow.on_done()).at(self.env, flow.latency_s)
+            Tick(lambda _e: flow.on_done()).at(self.events, flow.latency_s)
         else:
             flow.on_done()
 
@@ -219,14 +220,14 @@ def fill_rates(flows: dict[int, Flow]) -> None:
                 res.fill_open_flows = len(res.flows)
                 res.fill_left_bytes_per_s = res.capacity_bytes_per_s
                 busy.append(res)
-    busy.sort(key=_creation_order)
     live = busy
     while live:
         best = live[0]
         share = best.fill_left_bytes_per_s / best.fill_open_flows
-        for res in live:  # the first resource offering the smallest share
-            if res.fill_left_bytes_per_s / res.fill_open_flows < share:
-                best, share = res, res.fill_left_bytes_per_s / res.fill_open_flows
+        for res in live:  # the smallest share; of equal ones, the first resource created
+            offer = res.fill_left_bytes_per_s / res.fill_open_flows
+            if offer < share or (offer == share and res.order < best.order):
+                best, share = res, offer
         for flow in best.flows.values():
             if not flow.fill_frozen:
                 flow.fill_frozen = True
@@ -246,10 +247,6 @@ def _narrowest_bytes_per_s(path: tuple[Resource, ...]) -> float:
         if res.capacity_bytes_per_s < narrowest:
             narrowest = res.capacity_bytes_per_s
     return narrowest
-
-
-def _creation_order(res: Resource) -> int:
-    return res.order
 
 
 def _noop() -> None:

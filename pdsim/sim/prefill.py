@@ -124,12 +124,12 @@ class PrefillInstance(InstanceBase, ChunkOwner):
                 self._send_chunks(planned)
             self.view_stale = True
             if store_read is None:
-                yield timeout(self.env, step_s)
+                yield timeout(self.events, step_s)
             elif self.cfg.kv_tiers.overlap_load:
                 yield self.env.all_of([self.env.timeout(step_s), store_read])
             else:
                 yield store_read
-                yield timeout(self.env, step_s)
+                yield timeout(self.events, step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, send=not layerwise)

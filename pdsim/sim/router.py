@@ -22,7 +22,7 @@ import simpy
 from pdsim.config import Config
 from pdsim.policy import InstanceView, RequestView, SloPredictor
 from pdsim.policy.router import REJECTED, RouterPolicy
-from pdsim.sim.clock import Wait, now_s, timeout
+from pdsim.sim.clock import EventQueue, Wait, now_s, timeout
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.state import SimHooks, SimRequest
 
@@ -112,8 +112,9 @@ def _arrive(prefill: InstanceBase, decode: InstanceBase | None, sr: SimRequest, 
 
 def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Generator[Wait, Any, None]:
     """simpy process: hand each request to `on_arrival` at its arrival time (absolute times)."""
+    events = EventQueue(env)
     for sr in requests:
         delay = sr.req.arrival_s - now_s(env)
         if delay > 0:
-            yield timeout(env, delay)
+            yield timeout(events, delay)
         on_arrival(sr)

@@ -32,7 +32,7 @@ from typing import Any, Final
 import simpy
 from mypy_extensions import trait
 
-from pdsim.sim.clock import Tick, Wait, now_s, timeout
+from pdsim.sim.clock import EventQueue, Tick, Wait, now_s, timeout
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import InstanceSide, SimRequest
@@ -100,6 +100,7 @@ class BatchClock:
 
     def __init__(self, env: simpy.Environment, series: StepSeries, page_size_tokens: int, skip_ahead: bool) -> None:
         self.env = env
+        self.events = EventQueue(env)
         self.series = series  # (shared by the instances of one latency model)
         self.page = page_size_tokens
         self.max_iterations = MAX_SPAN_ITERATIONS if skip_ahead else 1
@@ -146,7 +147,7 @@ class BatchClock:
         owner.view_stale = True
         env = self.env
         while True:
-            yield timeout(env, hop_delay(now_s(env), span.end_s)[0])  # (truncate may move it: rearm)
+            yield timeout(self.events, hop_delay(now_s(env), span.end_s)[0])  # (truncate may move it: rearm)
             if now_s(env) == span.end_s:
                 owner.view_stale = True
                 return owner.alive
@@ -170,7 +171,7 @@ class BatchClock:
             return
         now = now_s(self.env)
         if span.truncate(now) and self.env.active_process is not process:
-            rearm(process, hop_delay(now, span.end_s)[0])
+            rearm(process, self.events, hop_delay(now, span.end_s)[0])
 
     def pending_pages(self) -> int:
         return self.span.pending_pages(now_s(self.env)) if self.span is not None else 0
@@ -266,12 +267,12 @@ class BatchOwner(InstanceSide):
         raise NotImplementedError
 
 
-def rearm(process: simpy.Process, delay_s: float) -> None:
+def rearm(process: simpy.Process, events: EventQueue, delay_s: float) -> None:
     """Wake `process`, which sleeps on a timeout, after delay_s instead: a new timeout takes over
     its callback. This is what `process.interrupt()` leads to (the sleeper catches the Interrupt
     and yields a new timeout) without the Interruption event and the exception; it uses
     simpy 4.1's Process internals (`_resume`, `_target`), as its Interruption does."""
     target = process.target
     target.callbacks.remove(process._resume)
-    wake: Any = Tick(process._resume).at(process.env, delay_s)
+    wake: Any = Tick(process._resume).at(events, delay_s)
     process._target = wake

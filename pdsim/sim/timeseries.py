@@ -18,7 +18,7 @@ import simpy
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from pdsim.sim.clock import Wait, now_s, start, timeout
+from pdsim.sim.clock import EventQueue, Wait, now_s, start, timeout
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
 
@@ -33,6 +33,7 @@ class TimeseriesSampler:
     def __init__(self, env: simpy.Environment, network: Network, instances: Sequence[InstanceBase],
                  interval_s: float) -> None:
         self.env = env
+        self.events = EventQueue(env)
         self.network = network
         self.instances = list(instances)
         self.interval_s = interval_s
@@ -59,7 +60,7 @@ class TimeseriesSampler:
             self.record()
             if self.env.peek() == float("inf"):
                 return
-            yield timeout(self.env, self.interval_s)
+            yield timeout(self.events, self.interval_s)
 
     def record(self) -> None:
         """One row per instance at `now`."""
