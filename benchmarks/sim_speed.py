@@ -15,10 +15,12 @@ peak RSS is that process's ru_maxrss). "wall s" times `pdsim.sim.simulate` only;
 workload (parsing a trace, generating a synthetic one) is reported apart as "load s"; "cpu s" is
 the process CPU time of the same call (what wall time is on an otherwise idle core).
 
-Machines differ about 2x in speed, and a shared machine's speed varies from run to run, so every
-case process first times bare simpy (an empty process doing 200,000 timeouts, CPU time) and the
+Machines differ about 2x in speed, and a shared machine's speed varies from run to run (on the
+2-core VMs here by up to 1.5x within seconds), so every case process times bare simpy (an empty
+process doing 200,000 timeouts, CPU time) just before and just after the simulation, and the
 table reports the cost of one simulated request in those units: "simpy/req" = CPU seconds per
-request x bare simpy timeouts per CPU second. It is comparable across machines and runs.
+request x bare simpy timeouts per CPU second (the mean of the two). It is comparable across
+machines and runs. With `--repeat N` each row is the median of N runs by simpy/req.
 
 `--baseline REV` runs every case twice, interleaved (REV, this checkout, REV, ...), REV's pdsim
 exported with `git archive` and imported in its own processes: before/after in one run on one
@@ -122,16 +124,17 @@ def run_case(overrides: list[str]) -> dict[str, float | int | str]:
         core = "compiled" if core_compiled() else "pure"
     except ImportError:  # a revision from before the compiled core
         core = "pure"
-    simpy_rate = simpy_timeouts_per_cpu_s()
     register_configs()
     with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
         cfg = to_config(compose("config", overrides=[*overrides, "progress=false"]))
     t0 = time.perf_counter()
     workload = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
     load_s = time.perf_counter() - t0
+    rate_before = simpy_timeouts_per_cpu_s()  # (bracketing the run: this VM's speed drifts within seconds)
     cpu0 = time.process_time()
     result = simulate(cfg, workload)
     cpu_s = time.process_time() - cpu0
+    simpy_rate = (rate_before + simpy_timeouts_per_cpu_s()) / 2
     n = len(workload)
     return {
         "core": core,
@@ -168,17 +171,16 @@ def _child(tree: Path, args: list[str], pure: bool = False) -> tuple[str, resour
 
 
 def measure(case: Case, perf: str, repeat: int, trees: Trees) -> list[dict[str, float | int | str]]:
-    """Run `case` in fresh processes `repeat` times per tree, interleaved; keep each tree's fastest."""
-    best: dict[str, dict[str, float | int | str]] = {}
+    """Run `case` in fresh processes `repeat` times per tree, interleaved; keep each tree's median
+    run by simpy-normalised cost (the lower middle one of an even count)."""
+    runs: dict[str, list[dict[str, float | int | str]]] = {label: [] for label in trees}
     for _ in range(repeat):
         for label, (tree, pure) in trees.items():
             args = [str(Path(__file__).resolve()), "--child", "--", *case.overrides, f"perf={perf}"]
             out, _, _ = _child(tree, args, pure)
-            row = json.loads(out.strip().splitlines()[-1])
-            if label not in best or _cost(row) < _cost(best[label]):
-                best[label] = row
+            runs[label].append(json.loads(out.strip().splitlines()[-1]))
     return [{"case": case.name, "code": label, "perf": perf, "instances": case.instances, "note": case.note,
-             **row} for label, row in best.items()]
+             **sorted(rows, key=_cost)[(len(rows) - 1) // 2]} for label, rows in runs.items()]
 
 
 def _cost(row: dict[str, float | int | str]) -> float:
@@ -254,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                         "core first (mypyc; its sources run as pure Python otherwise)")
     parser.add_argument("--pure", action="store_true", help="also this checkout's core as pure Python "
                         "(PDSIM_PURE_PYTHON=1), interleaved with the compiled one")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the lowest simpy/req is kept")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the median by simpy/req is kept")
     parser.add_argument("--markdown", action="store_true", help="print markdown tables")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
