@@ -251,9 +251,9 @@ def test_truncated_spans_rearm_instead_of_interrupting(monkeypatch: pytest.Monke
     rearms: list[float] = []
     real = span_module.rearm
 
-    def counted(process: Any, delay_s: float) -> None:
+    def counted(process: Any, events: Any, delay_s: float) -> None:
         rearms.append(delay_s)
-        real(process, delay_s)
+        real(process, events, delay_s)
 
     monkeypatch.setattr(span_module, "rearm", counted)
     monkeypatch.setattr(span_module.simpy.Process, "interrupt", None)  # (would raise if called)
