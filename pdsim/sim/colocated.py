@@ -57,7 +57,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.batch_clock.process = start(self.env, self.run())
 
     def _receive(self, sr: SimRequest) -> None:
-        sr.mark("prefill_waiting_enter_s", now_s(self.env))
+        sr.mark("prefill_waiting_enter_s", now_s(self.events))
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.kv.pool.capacity_tokens:
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}")
@@ -75,7 +75,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         if "prefill_end_s" not in sr.times:
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
-        self.kv.release(sr, now_s(self.env))
+        self.kv.release(sr, now_s(self.events))
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
@@ -83,12 +83,12 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         while self.alive:
             self._victims = []
             plan = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
-            planned = start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.env)) if plan.prefill.chunks else []
+            planned = start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.events)) if plan.prefill.chunks else []
             decodes = list(plan.decodes)
             if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all
                 decodes = list(plan_colocated_decodes(self.limits, self))
             if self.decisions is not None:
-                self.decisions.colocated(now_s(self.env), self.name, [c for _, _, c in planned],
+                self.decisions.colocated(now_s(self.events), self.name, [c for _, _, c in planned],
                                          [sr.rid for sr in decodes], self._victims)
             if not planned and not decodes:
                 self.batch_size = 0
@@ -180,7 +180,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def _retract(self, sr: SimRequest) -> None:
         del self.running[sr.rid]
         self.ctx_tokens -= sr.kv_tokens
-        self.kv.release(sr, now_s(self.env))
+        self.kv.release(sr, now_s(self.events))
         sr.num_retractions += 1
         self.retractions += 1
         sr.prompt_tokens = sr.kv_tokens  # prompt + generated tokens in the KV: recomputed
@@ -188,7 +188,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.waiting = {sr.rid: sr, **self.waiting}
 
     def _complete(self, planned: Planned, decodes: list[SimRequest]) -> None:
-        now = now_s(self.env)
+        now = now_s(self.events)
         for sr in decodes:
             if sr.done or self.running.get(sr.rid) is not sr:
                 continue
@@ -231,8 +231,8 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def _finish(self, sr: SimRequest) -> None:
         if self.running.pop(sr.rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        sr.times["last_token_s"] = now_s(self.env)
-        self.kv.release(sr, now_s(self.env))
+        sr.times["last_token_s"] = now_s(self.events)
+        self.kv.release(sr, now_s(self.events))
         self.hooks.finish(sr)
 
     def peek_match(self, sr: SimRequest) -> list[BlockNode]:

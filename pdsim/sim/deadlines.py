@@ -16,12 +16,13 @@ Every output is what one timer per request gave, because each entry reserves, wh
 the heap key its own timer had: simpy orders events by (time, priority, id), a timer gets
 time `now + delay` and the next id of the environment's counter. An entry takes that id from
 the counter (`next(env._eid)`, so later events get the ids they had too) and that time
-(`now + timeout_s`, the same float addition). Its event is pushed with that key onto the heap
-(`env._queue`) only once the entries before it are settled: still before anything that sorts
-after it was popped, so the pop order of everything is unchanged, ties at the same float time
-included. simpy has no public call that schedules at an absolute time with a given id; these
-are simpy 4.1's internals (pinned in pyproject.toml; clock.EventQueue holds them and checks
-they are there), as in pdsim.sim.run.events_scheduled and pdsim.sim.span.rearm.
+(`now + timeout_s`, the same float addition). Its event is pushed with that key onto the
+environment's queue (`env.events`, clock.EventQueue) only once the entries before it are
+settled: still before anything that sorts after it was popped, so the pop order of everything
+is unchanged, ties at the same float time included. simpy has no public call that takes an id
+from its counter; the counter is simpy 4.1's internal (pinned in pyproject.toml;
+clock.EventQueue holds it and checks it is there), as in pdsim.sim.run.events_scheduled and
+pdsim.sim.span.rearm.
 
 - Same decision: an entry is dead once its request is done, on a later attempt or out of that
   instance's bootstrap queue, and none of these reverts for the same attempt, so dropping it
@@ -38,9 +39,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
-import simpy
-
-from pdsim.sim.clock import EventQueue, Tick, now_s
+from pdsim.sim.clock import SimEnvironment, Tick, now_s
 from pdsim.sim.state import SimRequest
 
 
@@ -60,9 +59,9 @@ Entry = tuple[float, int, BootstrapSide, SimRequest, int]  # deadline_s, event i
 class BootstrapTimeouts:
     """The bootstrap deadlines of every prefill instance of one simulation (timeout_s > 0)."""
 
-    def __init__(self, env: simpy.Environment, timeout_s: float) -> None:
+    def __init__(self, env: SimEnvironment, timeout_s: float) -> None:
         self.env = env
-        self.events = EventQueue(env)  # (checks that simpy's queue is there)
+        self.events = env.events
         self.timeout_s = float(timeout_s)
         self.entries: deque[Entry] = deque()
         self.last_deadline_s = 0.0  # the key of the newest entry
@@ -72,7 +71,7 @@ class BootstrapTimeouts:
 
     def add(self, inst: BootstrapSide, sr: SimRequest) -> None:
         """`sr` entered `inst`'s bootstrap queue now."""
-        deadline_s = now_s(self.env) + self.timeout_s
+        deadline_s = now_s(self.events) + self.timeout_s
         eid: int = next(self.events.ids)
         self.entries.append((deadline_s, eid, inst, sr, sr.attempt))
         self.last_deadline_s, self.last_id = deadline_s, eid

@@ -72,7 +72,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
         return sr.req.input_tokens
 
     def _receive(self, sr: SimRequest) -> None:
-        now = now_s(self.env)
+        now = now_s(self.events)
         sr.mark("prealloc_enter_s", now)
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.pool.capacity_tokens:
@@ -96,7 +96,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
     def on_kv_arrived(self, sr: SimRequest) -> None:
         """Transfer queue poll returned Success: the prebuilt request waits to join the batch.
         (prefill_end hand-off: the request first goes through pre-allocation, already handshaken.)"""
-        now = now_s(self.env)
+        now = now_s(self.events)
         if self.transfer.pop(sr.rid, None) is None:
             sr.mark("prealloc_enter_s", now)
             sr.handshaken = True
@@ -107,7 +107,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
         self.prebuilt(sr)
 
     def prebuilt(self, sr: SimRequest) -> None:
-        sr.mark("decode_waiting_enter_s", now_s(self.env))
+        sr.mark("decode_waiting_enter_s", now_s(self.events))
         self.remaining_output_tokens -= remaining_tokens(sr)
         sr.generated = tokens_after_prefill(self.cfg.cluster)
         self.remaining_output_tokens += remaining_tokens(sr)
@@ -209,7 +209,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
             self.finish_request(sr)
 
     def finish_request(self, sr: SimRequest) -> None:
-        sr.times["last_token_s"] = now_s(self.env)
+        sr.times["last_token_s"] = now_s(self.events)
         self.pool.free(sr.rid)
         sr.d_pages = 0
         self.hooks.finish(sr)

@@ -34,14 +34,14 @@ PREALLOC_LOOKAHEAD: Final = 64
 def apply_plan(inst: DecodeInstance, plan: DecodeStepPlan[SimRequest]) -> float:
     """Execute a step plan now; returns the KV reload time of the resumed requests."""
     if inst.decisions is not None:
-        inst.decisions.decode(now_s(inst.env), inst.name, plan, request_id)
+        inst.decisions.decode(now_s(inst.events), inst.name, plan, request_id)
     if not plan.changes:
         allocate = inst.pool.allocate
         for sr in plan.growth.grow:
             allocate(sr.rid, 1)
             sr.d_pages += 1
         return 0.0
-    now = now_s(inst.env)
+    now = now_s(inst.events)
     reload_tokens = 0
     for sr in plan.resume:
         del inst.retracted[sr.rid]
@@ -130,7 +130,7 @@ def admit_handed_off(inst: DecodeInstance) -> None:
     for rid in plan_preallocation(retracted, arrived, inst.memory_view(), free_slots).admit_ids:
         sr = inst.prealloc.pop(rid)
         allocate_now(inst, sr)
-        sr.mark("prealloc_leave_s", now_s(inst.env))
+        sr.mark("prealloc_leave_s", now_s(inst.events))
         inst.remaining_output_tokens += remaining_tokens(sr)
         inst.prebuilt(sr)
 

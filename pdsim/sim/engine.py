@@ -12,13 +12,11 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import simpy
-
 from pdsim import rng
 from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
-from pdsim.sim.clock import EventQueue, Tick, now_s, start
+from pdsim.sim.clock import SimEnvironment, Tick, now_s, start
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance
@@ -50,8 +48,8 @@ class Simulation(SimHooks):
         self.cfg = cfg
         self.mode = cfg.cluster.mode
         self.workload = workload
-        self.env = simpy.Environment()
-        self.events = EventQueue(self.env)
+        self.env = SimEnvironment()
+        self.events = self.env.events
         self.network = Network(self.env)
         self.topology = Topology(self.network, cfg.cluster, cfg.hardware)
         self.total_requests = len(workload)  # (read once per request: Workload's len is Python)
@@ -150,7 +148,7 @@ class Simulation(SimHooks):
 
     def finish(self, sr: SimRequest) -> None:
         sr.done = True
-        sr.times["finish_s"] = now_s(self.env)
+        sr.times["finish_s"] = now_s(self.events)
         self._record(sr, STATUS_FINISHED, "")
         self._terminal(sr)
 
@@ -172,14 +170,14 @@ class Simulation(SimHooks):
             self.router.dispatch(sr)
             return
         sr.done = True
-        sr.times["finish_s"] = now_s(self.env)
+        sr.times["finish_s"] = now_s(self.events)
         self._record(sr, STATUS_FAILED, reason)
         self._terminal(sr)
 
     def reject(self, sr: SimRequest, reason: str) -> None:
         """Record `sr` as rejected by admission (it never reached an instance)."""
         sr.done = True
-        sr.times["finish_s"] = now_s(self.env)
+        sr.times["finish_s"] = now_s(self.events)
         self._record(sr, STATUS_REJECTED, reason)
         self._terminal(sr)
 
@@ -192,7 +190,7 @@ class Simulation(SimHooks):
         if pages == 0 and not is_last:
             return
         if self.instant_kv:
-            sr.mark("transfer_start_s", now_s(self.env))
+            sr.mark("transfer_start_s", now_s(self.events))
             sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
             sr.pages_sent += pages
             if is_last:
@@ -202,7 +200,7 @@ class Simulation(SimHooks):
         if not decode.alive:
             self.abort(sr, f"transfer_failed: {decode.name} is down (write to a dead peer)", True)
             return
-        sr.mark("transfer_start_s", now_s(self.env))
+        sr.mark("transfer_start_s", now_s(self.events))
         sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
         sr.flows_pending += 1
         attempt = sr.attempt
@@ -227,7 +225,7 @@ class Simulation(SimHooks):
             self.transfer_done(sr, not sr.fail_transfer)
 
     def transfer_done(self, sr: SimRequest, success: bool) -> None:
-        sr.times["transfer_end_s"] = now_s(self.env)
+        sr.times["transfer_end_s"] = now_s(self.events)
         prefill, decode = sr.prefill_side(), sr.decode_side()
         if not success:
             self.abort(sr, f"transfer_failed: {prefill.name} -> {decode.name}", True)

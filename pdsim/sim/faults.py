@@ -50,7 +50,7 @@ class FaultInjector:
             sim.after(cfg.crash_at_s, self._crash)
 
     def _crash(self) -> None:
-        inst, now = self.target, now_s(self.sim.env)
+        inst, now = self.target, now_s(self.sim.events)
         log.info("%s crashes at %.6f s", inst.name, now)
         inst.crash()
         for sr in list(self.sim.active.values()):
@@ -65,7 +65,7 @@ class FaultInjector:
         self.sim.after(detect_s - now, self._detect)
 
     def _detect(self) -> None:
-        inst, now = self.target, now_s(self.sim.env)
+        inst, now = self.target, now_s(self.sim.events)
         log.info("%s detected dead at %.6f s", inst.name, now)
         inst.healthy = False
         for sr in list(self.sim.active.values()):

@@ -11,14 +11,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import simpy
-
 from pdsim.config import Config
 from pdsim.perf import LatencyModel
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
-from pdsim.sim.clock import EventQueue, Tick, now_s
+from pdsim.sim.clock import SimEnvironment, Tick, now_s
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.span import BatchClock
@@ -36,7 +34,7 @@ QUEUES = ("bootstrap", "prealloc", "transfer", "waiting", "running", "inflight",
 class InstanceContext:
     """Collaborators an instance needs (one per simulation)."""
 
-    env: simpy.Environment
+    env: SimEnvironment
     cfg: Config
     hooks: SimHooks
     bootstrap_timeouts: BootstrapTimeouts | None = None  # None: faults.bootstrap_timeout_s <= 0
@@ -58,7 +56,7 @@ class InstanceBase(InstanceSide):
         self.index = index
         self.name = f"{self.role}:{index}"
         self.env = ctx.env
-        self.events = EventQueue(ctx.env)
+        self.events = ctx.env.events
         self.cfg = ctx.cfg
         self.hooks = ctx.hooks
         self.latency = latency
@@ -122,7 +120,7 @@ class InstanceBase(InstanceSide):
 
     def view(self) -> InstanceView:
         """The instance as the router sees it now (the same frozen object while unchanged)."""
-        if self.view_stale or now_s(self.env) > self._view_valid_until_s or self._last_view is None:
+        if self.view_stale or now_s(self.events) > self._view_valid_until_s or self._last_view is None:
             self._last_view = self.build_view()
             self.view_stale = False
             self._view_valid_until_s = self.clock.view_valid_until_s() if self.clock is not None else math.inf
@@ -195,7 +193,7 @@ class InstanceBase(InstanceSide):
         )
 
     def stats(self) -> dict[str, str | float]:
-        now = now_s(self.env)
+        now = now_s(self.events)
         return {
             "role": self.role,
             "busy_s": self.busy_s,

@@ -17,9 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-import simpy
-
-from pdsim.sim.clock import EventQueue, Tick, now_s
+from pdsim.sim.clock import SimEnvironment, Tick, now_s
 
 # A flow is complete when what is left would take less than this at its current rate.
 _DONE_EPS_S: Final = 1e-12
@@ -62,9 +60,9 @@ class Flow:
 class Network:
     """Owns resources and active flows; one pending simpy timeout for the next completion."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: SimEnvironment) -> None:
         self.env = env
-        self.events = EventQueue(env)
+        self.events = env.events
         self.resources: dict[str, Resource] = {}
         self.flows: dict[int, Flow] = {}
         self._next_flow_id = 0
@@ -120,7 +118,7 @@ class Network:
             del res.flows[flow.flow_id]
 
     def _advance(self) -> None:
-        now = now_s(self.env)
+        now = now_s(self.events)
         dt = now - self._last_update_s
         if dt > 0:
             for flow in self.flows.values():
@@ -172,7 +170,7 @@ class Network:
         # A flow is done when what is left takes less than the clock can still resolve at
         # this time (a few float ulps of `now`): otherwise, late in a long run, the next
         # timer could land on the same float time and the clock would never move.
-        eps_s = max(_DONE_EPS_S, 4 * math.ulp(now_s(self.env)))
+        eps_s = max(_DONE_EPS_S, 4 * math.ulp(now_s(self.events)))
         done = [f for f in self.flows.values() if f.remaining_bytes <= f.rate_bytes_per_s * eps_s]
         for flow in done:
             self._remove(flow)

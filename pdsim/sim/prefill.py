@@ -48,7 +48,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
 
     # -- messages -------------------------------------------------------------------------
     def _receive(self, sr: SimRequest) -> None:
-        sr.mark("bootstrap_enter_s", now_s(self.env))
+        sr.mark("bootstrap_enter_s", now_s(self.events))
         if sr.prompt_tokens > self.kv.pool.capacity_tokens:
             self.hooks.abort(
                 sr, f"input_tokens {sr.prompt_tokens} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}"
@@ -83,8 +83,8 @@ class PrefillInstance(InstanceBase, ChunkOwner):
     def on_transfer_success(self, sr: SimRequest) -> None:
         """Inflight poll returned Success: release the KV (blocks stay cached)."""
         self.inflight.pop(sr.rid, None)
-        sr.mark("inflight_leave_s", now_s(self.env))
-        self.kv.release(sr, now_s(self.env))
+        sr.mark("inflight_leave_s", now_s(self.events))
+        self.kv.release(sr, now_s(self.events))
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
@@ -98,7 +98,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         if "prefill_end_s" not in sr.times:
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
-        self.kv.release(sr, now_s(self.env))
+        self.kv.release(sr, now_s(self.events))
         self.notify()
 
     # -- scheduler loop -------------------------------------------------------------------
@@ -147,7 +147,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         return step_s, done
 
     def _pop_bootstrapped(self) -> None:
-        now = now_s(self.env)
+        now = now_s(self.events)
         for sr in self.ready:  # entries of an earlier attempt have p_ready reset: skipped
             if sr.p_ready and self.bootstrap.get(sr.rid) is sr:
                 del self.bootstrap[sr.rid]
@@ -172,9 +172,9 @@ class PrefillInstance(InstanceBase, ChunkOwner):
             return []
         matches: dict[int, list[BlockNode]] = {}
         batch = plan_prefill_step(self.limits, self._candidates(matches), self.kv.available_tokens)
-        planned = start_chunks(self, batch.chunks, matches, now_s(self.env))
+        planned = start_chunks(self, batch.chunks, matches, now_s(self.events))
         if self.decisions is not None and planned:
-            self.decisions.prefill(now_s(self.env), self.name, [c for _, _, c in planned])
+            self.decisions.prefill(now_s(self.events), self.name, [c for _, _, c in planned])
         return planned
 
     def _send_chunks(self, planned: Planned) -> None:
@@ -187,7 +187,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
                                chunk.is_last)
 
     def _complete(self, planned: Planned, send: bool = True) -> None:
-        now = now_s(self.env)
+        now = now_s(self.events)
         page = self.page_size_tokens
         for sr, attempt, chunk in planned:
             if sr.done or sr.attempt != attempt:

@@ -17,22 +17,22 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import simpy
 
 from pdsim.config import Config
 from pdsim.policy import InstanceView, RequestView, SloPredictor
 from pdsim.policy.router import REJECTED, RouterPolicy
-from pdsim.sim.clock import EventQueue, Wait, now_s, timeout
+from pdsim.sim.clock import SimEnvironment, Wait, now_s, timeout
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.state import SimHooks, SimRequest
 
 
 class Router:
     def __init__(
-        self, env: simpy.Environment, cfg: Config, hooks: SimHooks, prefill: Sequence[InstanceBase],
+        self, env: SimEnvironment, cfg: Config, hooks: SimHooks, prefill: Sequence[InstanceBase],
         decode: Sequence[InstanceBase], route_rng: np.random.Generator, room_rng: np.random.Generator,
     ) -> None:
         self.env = env
+        self.events = env.events
         self.hooks = hooks
         self.prefill = list(prefill)  # prefill or colocated instances (they have a prompt KV: `.kv`)
         self.decode = list(decode)
@@ -59,7 +59,7 @@ class Router:
             prefill, decode = self._health("prefill", self.prefill), self._health("decode", self.decode)
         else:
             prefill, decode = self._prefill_views(sr), [d.view() for d in self.decode]
-        decision = self.policy.decide(view, prefill, decode, now_s(self.env), first_attempt=sr.attempt == 0)
+        decision = self.policy.decide(view, prefill, decode, now_s(self.events), first_attempt=sr.attempt == 0)
         if not decision.routed:
             if decision.outcome == REJECTED:
                 self.hooks.reject(sr, decision.reason)
@@ -70,7 +70,7 @@ class Router:
         decode_inst = self.decode[decision.decode_id] if self.decode else None
         sr.prefill, sr.decode = prefill_inst, decode_inst
         sr.bootstrap_room = decision.bootstrap_room
-        sr.times["route_s"] = now_s(self.env)
+        sr.times["route_s"] = now_s(self.events)
         self.dispatched += 1
         prefill_inst.dispatch(sr)
         if decode_inst is not None:
@@ -110,11 +110,11 @@ def _arrive(prefill: InstanceBase, decode: InstanceBase | None, sr: SimRequest, 
         decode.arrive(sr, attempt)
 
 
-def arrivals(env: simpy.Environment, requests: Iterator[SimRequest], on_arrival: Any) -> Generator[Wait, Any, None]:
+def arrivals(env: SimEnvironment, requests: Iterator[SimRequest], on_arrival: Any) -> Generator[Wait, Any, None]:
     """simpy process: hand each request to `on_arrival` at its arrival time (absolute times)."""
-    events = EventQueue(env)
+    events = env.events
     for sr in requests:
-        delay = sr.req.arrival_s - now_s(env)
+        delay = sr.req.arrival_s - now_s(events)
         if delay > 0:
             yield timeout(events, delay)
         on_arrival(sr)

@@ -70,13 +70,13 @@ def simulate(
     check_invariants(sim)
     wall_s = time.perf_counter() - t0
     trace = delivered(sim.recorder.to_frame(), cfg.cluster.token_delivery_s)
-    log.info("simulated %d requests to t=%.3f s in %.2f s wall", len(trace), now_s(sim.env), wall_s)
+    log.info("simulated %d requests to t=%.3f s in %.2f s wall", len(trace), now_s(sim.events), wall_s)
     return SimResult(
         trace=trace,
         timeseries=sim.sampler.to_frame(),
         instance_stats=instance_stats(sim),
         link_stats=link_stats(sim),
-        sim_time_s=float(now_s(sim.env)),
+        sim_time_s=float(now_s(sim.events)),
         wall_s=wall_s,
         events=events_scheduled(sim.env),
         scaling_events=list(sim.scaler.events) if sim.scaler is not None else [],
@@ -138,7 +138,7 @@ def _stuck_message(sim: Simulation) -> str:
     stuck = list(sim.active.values())[:5]
     where = [f"request {sr.rid} (poll {sr.poll.name}, times {sorted(sr.times)})" for sr in stuck]
     return (
-        f"simulation stuck at t={now_s(sim.env):.6f} s: {len(sim.active)} of {len(sim.workload)} requests "
+        f"simulation stuck at t={now_s(sim.events):.6f} s: {len(sim.active)} of {len(sim.workload)} requests "
         f"never reached a terminal status, e.g. {'; '.join(where)}"
     )
 
@@ -176,7 +176,7 @@ def instance_stats(sim: Simulation) -> dict[str, dict[str, Any]]:
 
 
 def link_stats(sim: Simulation) -> dict[str, dict[str, float]]:
-    now = now_s(sim.env)
+    now = now_s(sim.events)
     return {
         name: {
             "bytes_moved": res.bytes_moved,

@@ -102,19 +102,19 @@ class Rebalancer:
         run is done or nothing else is scheduled (a stuck simulation)."""
         k = 1
         while not self.sim.done.triggered:
-            yield self.env.timeout(k * self.interval_s - now_s(self.env))
+            yield self.env.timeout(k * self.interval_s - now_s(self.sim.events))
             k += 1
             if self.sim.done.triggered or self.env.peek() == float("inf"):
                 return
             self._sample()
             if not self.moving:
-                decision = propose_move(self.samples, self.state, self.params, now_s(self.env))
+                decision = propose_move(self.samples, self.state, self.params, now_s(self.sim.events))
                 if decision is not None:
                     self.moving = True
                     self.env.process(self.move(decision))
 
     def _sample(self) -> None:
-        now, router = now_s(self.env), self.sim.router
+        now, router = now_s(self.sim.events), self.sim.router
         self.samples.append(ScalingSample(now, tuple(p.view() for p in router.prefill),
                                           tuple(d.view() for d in router.decode)))
         while self.samples and self.samples[0].t_s <= now - self.params.window_s:
@@ -125,24 +125,24 @@ class Rebalancer:
         router = self.sim.router
         donors = router.prefill if decision.from_role == ROLE_PREFILL else router.decode
         donor = donors[decision.instance_id]
-        log.info("scaling: draining %s at %.6f s (%s)", donor.name, now_s(self.env), decision.reason)
+        log.info("scaling: draining %s at %.6f s (%s)", donor.name, now_s(self.sim.events), decision.reason)
         drained = self.env.event()
         donor.start_drain()
         donor.on_idle = lambda: _check_drained(donor, drained)
         if is_drained(donor):
             _check_drained(donor, drained)
         yield drained
-        drained_s = now_s(self.env)
+        drained_s = now_s(self.sim.events)
         yield self.env.timeout(self.params.warmup_s)
         new = self._start(donor, decision.to_role)
-        self.state = self.state.after(replace(decision, ready_s=now_s(self.env)))
+        self.state = self.state.after(replace(decision, ready_s=now_s(self.sim.events)))
         self.moving = False
         self.events.append({
-            "time_s": now_s(self.env), "from_role": decision.from_role, "to_role": decision.to_role,
+            "time_s": now_s(self.sim.events), "from_role": decision.from_role, "to_role": decision.to_role,
             "donor_id": donor.index, "new_id": new.index, "donor": donor.name, "new": new.name,
             "decided_s": decision.decided_s, "drained_s": drained_s, "reason": decision.reason,
         })
-        log.info("scaling: %s (on the GPUs of %s) serves from %.6f s", new.name, donor.name, now_s(self.env))
+        log.info("scaling: %s (on the GPUs of %s) serves from %.6f s", new.name, donor.name, now_s(self.sim.events))
 
     def _start(self, donor: Any, role: str) -> Any:
         sim, router = self.sim, self.sim.router

@@ -32,7 +32,7 @@ from typing import Any, Final
 import simpy
 from mypy_extensions import trait
 
-from pdsim.sim.clock import EventQueue, Tick, Wait, now_s, timeout
+from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, Wait, now_s, timeout
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
 from pdsim.sim.state import InstanceSide, SimRequest
@@ -98,9 +98,9 @@ class Span:
 class BatchClock:
     """Plans, waits out and truncates the spans of one instance's running batch."""
 
-    def __init__(self, env: simpy.Environment, series: StepSeries, page_size_tokens: int, skip_ahead: bool) -> None:
+    def __init__(self, env: SimEnvironment, series: StepSeries, page_size_tokens: int, skip_ahead: bool) -> None:
         self.env = env
-        self.events = EventQueue(env)
+        self.events = env.events
         self.series = series  # (shared by the instances of one latency model)
         self.page = page_size_tokens
         self.max_iterations = MAX_SPAN_ITERATIONS if skip_ahead else 1
@@ -135,7 +135,7 @@ class BatchClock:
     ) -> Span:
         """Plan k iterations; the first takes first_extra_s longer (a KV reload before it).
         first_finish: as from `limit` (1 when unknown: every span end checks for finishes)."""
-        times = self.series.span(n, ctx_tokens, k, now_s(self.env), first_extra_s)
+        times = self.series.span(n, ctx_tokens, k, now_s(self.events), first_extra_s)
         span = Span(times, growth if k > 1 else None, k, first_finish)
         self.span = span
         return span
@@ -145,10 +145,10 @@ class BatchClock:
         `yield from`) whether the owner is still alive; the owner's router view is marked stale
         before and after the wait."""
         owner.view_stale = True
-        env = self.env
+        events = self.events
         while True:
-            yield timeout(self.events, hop_delay(now_s(env), span.end_s)[0])  # (truncate may move it: rearm)
-            if now_s(env) == span.end_s:
+            yield timeout(events, hop_delay(now_s(events), span.end_s)[0])  # (truncate may move it: rearm)
+            if now_s(events) == span.end_s:
                 owner.view_stale = True
                 return owner.alive
 
@@ -169,19 +169,19 @@ class BatchClock:
         span, process = self.span, self.process
         if span is None or process is None:
             return
-        now = now_s(self.env)
+        now = now_s(self.events)
         if span.truncate(now) and self.env.active_process is not process:
             rearm(process, self.events, hop_delay(now, span.end_s)[0])
 
     def pending_pages(self) -> int:
-        return self.span.pending_pages(now_s(self.env)) if self.span is not None else 0
+        return self.span.pending_pages(now_s(self.events)) if self.span is not None else 0
 
     def view_valid_until_s(self) -> float:
         """Until when pending_pages() keeps its current value: the next virtual boundary."""
         span = self.span
         if span is None:
             return math.inf
-        j = span.due(now_s(self.env))
+        j = span.due(now_s(self.events))
         return span.times.bound(j + 1) if j + 1 < span.end else math.inf
 
     def settle(self, owner: BatchOwner, upto: int) -> None:
@@ -246,7 +246,7 @@ class BatchClock:
     def settle_now(self, owner: BatchOwner) -> None:
         """Apply every virtual boundary passed before now (before the batch changes)."""
         if self.span is not None:
-            self.settle(owner, self.span.due(now_s(self.env)))
+            self.settle(owner, self.span.due(now_s(self.events)))
 
 
 @trait

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import simpy
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from pdsim.sim.clock import EventQueue, Wait, now_s, start, timeout
+from pdsim.sim.clock import SimEnvironment, Wait, now_s, start, timeout
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
 
@@ -30,10 +29,10 @@ COLUMNS = (
 
 
 class TimeseriesSampler:
-    def __init__(self, env: simpy.Environment, network: Network, instances: Sequence[InstanceBase],
+    def __init__(self, env: SimEnvironment, network: Network, instances: Sequence[InstanceBase],
                  interval_s: float) -> None:
         self.env = env
-        self.events = EventQueue(env)
+        self.events = env.events
         self.network = network
         self.instances = list(instances)
         self.interval_s = interval_s
@@ -64,7 +63,7 @@ class TimeseriesSampler:
 
     def record(self) -> None:
         """One row per instance at `now`."""
-        now, network = now_s(self.env), self.network
+        now, network = now_s(self.events), self.network
         time_s, position, queues, kv_used = self._time_s, self._position, self._queues, self._kv_used_fraction
         batch_size, nic_out, nic_in = self._batch_size, self._nic_out, self._nic_in
         for row, inst in enumerate(self.instances):

@@ -2,87 +2,167 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
+import numpy as np
 import pytest
 import simpy
+from simpy.core import EmptySchedule
 
-from pdsim.sim.clock import EventQueue, Tick, now_s, start, timeout
+from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, now_s, start, timeout
 from pdsim.sim.span import rearm
 
 
 def test_ticks_and_simpy_timeouts_interleave_by_time_then_creation() -> None:
-    env = simpy.Environment()
-    events = EventQueue(env)
+    env = SimEnvironment()
     log: list[tuple[str, float]] = []
 
     def note(name: str) -> Any:
-        return lambda _e: log.append((name, now_s(env)))
+        return lambda _e: log.append((name, now_s(env.events)))
 
-    Tick(note("tick 2.0")).at(events, 2.0)
+    Tick(note("tick 2.0")).at(env.events, 2.0)
     env.timeout(1.0).callbacks.append(note("simpy 1.0"))
-    Tick(note("tick 1.0")).at(events, 1.0)
+    Tick(note("tick 1.0")).at(env.events, 1.0)
     env.timeout(2.0).callbacks.append(note("simpy 2.0"))
     env.run()
     assert log == [("simpy 1.0", 1.0), ("tick 1.0", 1.0), ("tick 2.0", 2.0), ("simpy 2.0", 2.0)]
 
 
 def test_a_tick_takes_the_event_id_simpy_would_have_given() -> None:
-    env = simpy.Environment()
+    env = SimEnvironment()
     env.timeout(0.5)
-    tick = timeout(EventQueue(env), 0.25)
-    key = next(entry for entry in env._queue if entry[3] is tick)
-    assert key[:3] == (0.25, 1, 1)  # (now + delay, NORMAL, the second event id)
+    tick = timeout(env.events, 0.25)
+    assert (tick.time_s, tick.event_id) == (0.25, 1)  # (now + delay, the second event id)
     assert next(env._eid) == 2
+    assert env.peek() == 0.25
+
+
+def test_an_urgent_simpy_event_at_the_same_time_goes_before_earlier_ticks() -> None:
+    """A process started at t=1 by a Tick's callback (simpy's Initialize: URGENT, id 2) runs
+    before the Tick with id 1 also due at t=1, as in one simpy heap."""
+    env = SimEnvironment()
+    log: list[str] = []
+
+    def process() -> Generator[Any, Any, None]:
+        log.append("process")
+        yield from ()
+
+    Tick(lambda _e: (log.append("tick 0"), env.process(process()))).at(env.events, 1.0)
+    Tick(lambda _e: log.append("tick 1")).at(env.events, 1.0)
+    env.run()
+    assert log == ["tick 0", "process", "tick 1"]
+
+
+def _cascade(env: simpy.Environment, schedule: Callable[[int, float, Callable[[Any], None]], None],
+             seed: int, n_events: int) -> list[tuple[int, float]]:
+    """Events that schedule 1-2 more each (up to n_events), at delays with many ties; the processing order."""
+    rng = np.random.default_rng([seed, 12])
+    log: list[tuple[int, float]] = []
+    made = [0]
+
+    def fire(label: int) -> Callable[[Any], None]:
+        def callback(_e: Any) -> None:
+            log.append((label, float(env.now)))
+            for _ in range(int(rng.choice((1, 1, 2)))):
+                if made[0] < n_events:
+                    made[0] += 1
+                    schedule(made[0], float(rng.choice((0.0, 0.0, 0.5, 1.0, 1.5))), fire(made[0]))
+        return callback
+
+    for _ in range(8):
+        made[0] += 1
+        schedule(made[0], float(rng.choice((0.0, 1.0, 2.0))), fire(made[0]))
+    env.run()
+    return log
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_ticks_mixed_with_simpy_timeouts_keep_the_order_of_simpy_alone(seed: int) -> None:
+    plain = simpy.Environment()
+
+    def simpy_only(_label: int, delay_s: float, callback: Callable[[Any], None]) -> None:
+        plain.timeout(delay_s).callbacks.append(callback)
+
+    mixed = SimEnvironment()
+
+    def half_ticks(label: int, delay_s: float, callback: Callable[[Any], None]) -> None:
+        if label % 3:
+            Tick(callback).at(mixed.events, delay_s)
+        else:
+            mixed.timeout(delay_s).callbacks.append(callback)
+
+    expected = _cascade(plain, simpy_only, seed, 400)
+    assert len(expected) == 400
+    assert _cascade(mixed, half_ticks, seed, 400) == expected
 
 
 def test_a_process_sleeps_on_ticks_and_wakes_on_a_succeeded_one() -> None:
-    env = simpy.Environment()
-    events = EventQueue(env)
+    env = SimEnvironment()
     wake = Tick()
     seen: list[float] = []
 
     def sleeper() -> Generator[Any, Any, None]:
-        yield timeout(events, 1.5)
-        seen.append(now_s(env))
+        yield timeout(env.events, 1.5)
+        seen.append(now_s(env.events))
         yield wake
-        seen.append(now_s(env))
+        seen.append(now_s(env.events))
 
     def waker(_e: Any) -> None:
-        wake.at(events, 0.0)  # as Event.succeed: processed now, after what is already due now
+        wake.at(env.events, 0.0)  # as Event.succeed: processed now, after what is already due now
 
     start(env, sleeper())
-    Tick(waker).at(events, 4.0)
+    Tick(waker).at(env.events, 4.0)
     env.run()
     assert seen == [1.5, 4.0]
     assert wake.callbacks is None  # processed: simpy's mark
 
 
 def test_rearm_moves_a_sleeping_process_to_a_new_tick() -> None:
-    env = simpy.Environment()
-    events = EventQueue(env)
+    env = SimEnvironment()
     seen: list[float] = []
 
     def sleeper() -> Generator[Any, Any, None]:
-        yield timeout(events, 10.0)
-        seen.append(now_s(env))
+        yield timeout(env.events, 10.0)
+        seen.append(now_s(env.events))
 
     process = start(env, sleeper())
-    Tick(lambda _e: rearm(process, events, 2.0)).at(events, 1.0)
+    Tick(lambda _e: rearm(process, env.events, 2.0)).at(env.events, 1.0)
     env.run()
     assert seen == [3.0]
-    assert now_s(env) == 10.0  # the abandoned tick still pops, with no callback left
+    assert now_s(env.events) == 10.0  # the abandoned tick still pops, with no callback left
+
+
+def test_run_until_a_simpy_event_stops_between_ticks_and_resumes() -> None:
+    env = SimEnvironment()
+    log: list[float] = []
+    for delay_s in (1.0, 2.0, 3.0):
+        Tick(lambda _e: log.append(now_s(env.events))).at(env.events, delay_s)
+    env.run(until=2.0)  # (simpy's URGENT stop event at 2.0 goes before the Tick due then)
+    assert (now_s(env.events), log) == (2.0, [1.0])
+    env.run()
+    assert log == [1.0, 2.0, 3.0]
+
+
+def test_peek_and_step_see_both_queues_and_an_empty_one_is_simpys() -> None:
+    env = SimEnvironment()
+    assert env.peek() == float("inf")
+    with pytest.raises(EmptySchedule):
+        env.step()
+    env.timeout(0.75)
+    assert env.peek() == 0.75
+    timeout(env.events, 0.5)
+    assert env.peek() == 0.5
+    env.step()
+    assert (now_s(env.events), env.peek()) == (0.5, 0.75)
 
 
 def test_a_negative_delay_is_refused_with_its_value() -> None:
     with pytest.raises(ValueError, match="negative delay -0.5"):
-        timeout(EventQueue(simpy.Environment()), -0.5)
+        timeout(SimEnvironment().events, -0.5)
 
 
 def test_an_environment_without_simpys_queue_is_refused() -> None:
-    class Bare:
-        _now = 0.0
-
+    bare = SimEnvironment.__new__(SimEnvironment)  # (never initialised: no _queue, no _eid)
     with pytest.raises(RuntimeError, match="simpy 4.1's Environment._queue and _eid"):
-        EventQueue(Bare())  # type: ignore[arg-type]
+        EventQueue(bare)

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
-import simpy
 
 from pdsim.policy.prefix_cache import PrefixCache
+from pdsim.sim.clock import SimEnvironment
 from pdsim.sim.kv_pool import CACHE_OWNER, KVPool, KVPoolError
 from pdsim.sim.network import Network, connected_flows, fill_rates
 from pdsim.sim.transfer import chunk_pages_to_send
@@ -16,7 +16,7 @@ from pdsim.sim.transfer import chunk_pages_to_send
 
 def _flows(specs: list[tuple[float, tuple[str, ...], float]], caps: dict[str, float]) -> list[tuple[int, float]]:
     """Start flows (start_s, path, bytes); return (flow index, delivery time) in delivery order."""
-    env = simpy.Environment()
+    env = SimEnvironment()
     net = Network(env)
     res = {name: net.add_resource(name, cap) for name, cap in caps.items()}
     done: list[tuple[int, float]] = []
@@ -47,7 +47,7 @@ def test_max_min_gives_leftover_to_the_unconstrained_flow() -> None:
 
 
 def test_cancel_frees_the_share() -> None:
-    env = simpy.Environment()
+    env = SimEnvironment()
     net = Network(env)
     a = net.add_resource("a", 10.0)
     hits: list[float] = []
@@ -61,7 +61,7 @@ def test_cancel_frees_the_share() -> None:
 def test_refilling_connected_flows_gives_the_global_filling() -> None:
     """Flows start and end on 4 nodes' NICs; after every change the rates (refilled only for
     the flows connected to the change) equal a filling over all flows, float for float."""
-    env = simpy.Environment()
+    env = SimEnvironment()
     net = Network(env)
     rng = np.random.default_rng([7, 20])
     nodes = [(net.add_resource(f"n{i}:out", 400.0), net.add_resource(f"n{i}:in", 400.0)) for i in range(4)]
@@ -87,7 +87,7 @@ def test_refilling_connected_flows_gives_the_global_filling() -> None:
 
 def test_bad_capacity_names_the_resource() -> None:
     with pytest.raises(ValueError, match="nic0"):
-        Network(simpy.Environment()).add_resource("nic0", 0.0)
+        Network(SimEnvironment()).add_resource("nic0", 0.0)
 
 
 def test_kv_pool_accounting() -> None:
@@ -146,7 +146,7 @@ def test_chunk_pages_to_send(prefilled: int, input_tokens: int, sent: int, is_la
 
 def test_flow_finishes_late_in_a_long_run() -> None:
     """Past t=2**14 s a tiny remainder used to take a timer shorter than the clock resolves."""
-    env = simpy.Environment(initial_time=16471.9)
+    env = SimEnvironment(initial_time=16471.9)
     net = Network(env)
     link = net.add_resource("nic", 5e10)
     done: list[float] = []
