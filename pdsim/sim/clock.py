@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Final, TypeAlias
 
 import simpy
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 from simpy.core import Environment, SimTime
 
 NORMAL: Final = 1  # simpy.events.NORMAL: the priority of timeouts and succeeded events
@@ -90,12 +90,13 @@ class EventQueue:
         tick.event_id = event_id
         ticks = self.ticks
         ticks.append(tick)
-        i = len(ticks) - 1
+        i: i64 = len(ticks) - 1
         while i > 0:  # sift up
-            parent = (i - 1) >> 1
-            if not tick.precedes(ticks[parent]):
+            parent: i64 = (i - 1) >> 1
+            above = ticks[parent]
+            if not tick.precedes(above):
                 break
-            ticks[i] = ticks[parent]
+            ticks[i] = above
             i = parent
         ticks[i] = tick
 
@@ -104,16 +105,19 @@ class EventQueue:
         ticks = self.ticks
         first = ticks[0]
         last = ticks.pop()
-        n = len(ticks)
+        n: i64 = len(ticks)
         if n:
-            i = 0
-            child = 1
+            i: i64 = 0
+            child: i64 = 1
             while child < n:  # sift `last` down from the root
-                if child + 1 < n and ticks[child + 1].precedes(ticks[child]):
-                    child += 1
-                if not ticks[child].precedes(last):
+                below = ticks[child]
+                if child + 1 < n:
+                    right = ticks[child + 1]
+                    if right.precedes(below):
+                        below, child = right, child + 1
+                if not below.precedes(last):
                     break
-                ticks[i] = ticks[child]
+                ticks[i] = below
                 i = child
                 child = 2 * i + 1
             ticks[i] = last
