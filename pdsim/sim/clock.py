@@ -66,8 +66,28 @@ class Tick:
         """Schedule this event `delay_s` from now; returns it (to be yielded by a process)."""
         if delay_s < 0:
             raise ValueError(f"negative delay {delay_s}")
-        events.push(events.clock_s + delay_s, next(events.ids), self)
+        events.push(events.clock_s + delay_s, events.ids.take(), self)
         return self
+
+
+class EventIds:
+    """simpy's event-id counter (`Environment._eid`, an `itertools.count` there), held natively:
+    simpy's `schedule` takes an id with `next()`, a Tick with `take()`, without a Python call."""
+
+    def __init__(self) -> None:
+        self.next_id = 0
+
+    def __iter__(self) -> EventIds:
+        return self
+
+    def __next__(self) -> object:  # (object: mypyc's iterator slot wants a boxed result)
+        return self.take()
+
+    def take(self) -> int:
+        """The next id."""
+        event_id = self.next_id
+        self.next_id += 1
+        return event_id
 
 
 class EventQueue:
@@ -76,11 +96,12 @@ class EventQueue:
     instructions; this heap compares their native fields.)"""
 
     def __init__(self, env: SimEnvironment) -> None:
-        if not isinstance(getattr(env, "_queue", None), list) or not hasattr(env, "_eid"):
+        if not isinstance(getattr(env, "_queue", None), list) or not isinstance(getattr(env, "_eid", None), EventIds):
             raise RuntimeError("pdsim's clock needs simpy 4.1's Environment._queue and _eid")
         self.env = env
         self.simpy_heap: list[Any] = env._queue
-        self.ids: Any = env._eid
+        ids: Any = env._eid
+        self.ids: EventIds = ids
         self.ticks: list[Tick] = []
         self.clock_s = float(env._now)  # env._now, kept natively (set with it in step)
 
@@ -165,14 +186,16 @@ def _before(tick: Tick, entry: tuple[Any, ...]) -> bool:
 
 @mypyc_attr(native_class=False)
 class SimEnvironment(Environment):
-    """simpy's Environment, whose `step` and `peek` also see the simulator's Ticks (`events`)."""
+    """simpy's Environment whose `step` and `peek` also see the simulator's Ticks (`events`).
+
+    Its `step` is the queue's own compiled method, bound to the instance: simpy's `run` calls
+    `self.step()` once per event, and finds it there without another call in between."""
 
     def __init__(self, initial_time: SimTime = 0) -> None:
         super().__init__(initial_time)
+        self._eid = EventIds()  # type: ignore[assignment]  # (before any event takes an id)
         self.events = EventQueue(self)
-
-    def step(self) -> None:
-        self.events.step()
+        self.step = self.events.step  # type: ignore[method-assign]
 
     def peek(self) -> SimTime:
         return self.events.peek_s()

@@ -15,7 +15,7 @@ one is pending.
 Every output is what one timer per request gave, because each entry reserves, when it is made,
 the heap key its own timer had: simpy orders events by (time, priority, id), a timer gets
 time `now + delay` and the next id of the environment's counter. An entry takes that id from
-the counter (`next(env._eid)`, so later events get the ids they had too) and that time
+the counter (`env._eid`, clock.EventIds, so later events get the ids they had too) and that time
 (`now + timeout_s`, the same float addition). Its event is pushed with that key onto the
 environment's queue (`env.events`, clock.EventQueue) only once the entries before it are
 settled: still before anything that sorts after it was popped, so the pop order of everything
@@ -72,7 +72,7 @@ class BootstrapTimeouts:
     def add(self, inst: BootstrapSide, sr: SimRequest) -> None:
         """`sr` entered `inst`'s bootstrap queue now."""
         deadline_s = now_s(self.events) + self.timeout_s
-        eid: int = next(self.events.ids)
+        eid = self.events.ids.take()
         self.entries.append((deadline_s, eid, inst, sr, sr.attempt))
         self.last_deadline_s, self.last_id = deadline_s, eid
         if self.armed_id < 0:

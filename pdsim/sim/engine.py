@@ -16,6 +16,7 @@ from pdsim import rng
 from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
+from pdsim.policy.kvpoll import KVPoll, advance_poll
 from pdsim.sim.clock import SimEnvironment, Tick, now_s, start
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
@@ -34,7 +35,7 @@ from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
 from pdsim.sim.state import SimHooks, SimRequest, trace_columns
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
-from pdsim.sim.transfer import KVPoll, TransferService, advance_poll, wire_bytes_per_token
+from pdsim.sim.transfer import TransferService, wire_bytes_per_token
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 from pdsim.workload.request import Workload
 

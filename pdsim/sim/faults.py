@@ -21,8 +21,8 @@ import math
 from typing import Any
 
 from pdsim.config import FaultConfig
+from pdsim.policy.kvpoll import KVPoll
 from pdsim.sim.clock import now_s
-from pdsim.sim.transfer import KVPoll
 
 log = logging.getLogger(__name__)
 

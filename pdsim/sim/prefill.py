@@ -19,6 +19,7 @@ import simpy
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import RequestView, plan_prefill_step
+from pdsim.policy.kvpoll import KVPoll, advance_poll
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
 from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
@@ -28,7 +29,7 @@ from pdsim.sim.kv_tiers import InstanceTiers
 from pdsim.sim.prefilltime import prefill_timer
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import SimRequest
-from pdsim.sim.transfer import KVPoll, advance_poll, chunk_pages_to_send
+from pdsim.sim.transfer import chunk_pages_to_send
 
 
 class PrefillInstance(InstanceBase, ChunkOwner):

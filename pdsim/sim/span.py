@@ -272,7 +272,7 @@ def rearm(process: simpy.Process, events: EventQueue, delay_s: float) -> None:
     its callback. This is what `process.interrupt()` leads to (the sleeper catches the Interrupt
     and yields a new timeout) without the Interruption event and the exception; it uses
     simpy 4.1's Process internals (`_resume`, `_target`), as its Interruption does."""
-    target = process.target
-    target.callbacks.remove(process._resume)
-    wake: Any = Tick(process._resume).at(events, delay_s)
+    resume = process._resume
+    process._target.callbacks.remove(resume)
+    wake: Any = Tick(resume).at(events, delay_s)
     process._target = wake

@@ -13,10 +13,10 @@ from typing import Any, Final
 
 from mypy_extensions import trait
 
+from pdsim.policy.kvpoll import KVPoll
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.network import Flow
 from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS
-from pdsim.sim.transfer import KVPoll
 from pdsim.workload.request import Request
 
 
