@@ -120,8 +120,7 @@ class SimRequest:
 
     def mark(self, name: str, t: float) -> None:
         """Set a trace time once (first occurrence wins)."""
-        if name not in self.times:
-            self.times[name] = t
+        self.times.setdefault(name, t)
 
     def reset_attempt(self) -> None:
         """Forget per-attempt state before the router re-dispatches a failed request."""

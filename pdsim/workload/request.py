@@ -56,14 +56,13 @@ class Workload:
         for start in range(0, len(self), ITER_CHUNK_REQUESTS):
             stop = min(start + ITER_CHUNK_REQUESTS, len(self))
             offsets = self.hash_offsets[start:stop + 1].tolist()
-            values = self.hash_values[offsets[0]:offsets[-1]].tolist()
+            values = tuple(self.hash_values[offsets[0]:offsets[-1]].tolist())
             columns = (self.arrival_s[start:stop].tolist(), self.input_tokens[start:stop].tolist(),
                        self.output_tokens[start:stop].tolist(), self.session_id[start:stop].tolist())
             base = offsets[0]
             for i, (arrival, inputs, outputs, session) in enumerate(zip(*columns, strict=True)):
                 lo, hi = offsets[i] - base, offsets[i + 1] - base
-                yield Request(start + i, arrival, inputs, outputs, tuple(values[lo:hi]) if hi > lo else (),
-                              block_tokens, session)
+                yield Request(start + i, arrival, inputs, outputs, values[lo:hi], block_tokens, session)
 
     @property
     def duration_s(self) -> float:
