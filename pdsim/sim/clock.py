@@ -9,7 +9,9 @@ starts its clock at the int 0).
 `Tick` is the simulator's own timeout and wake-up event. simpy builds a `Timeout` in Python
 (`__init__`, then `Environment.schedule`): ~4,800 instructions, ~12 times per request. A Tick is
 built in compiled code with the key `env.timeout` / `Event.succeed` would have given it:
-(now + delay, NORMAL, next event id, from simpy's own counter `_eid`).
+(now + delay, NORMAL, the next event id). The environment's id counter (`_eid`, an
+`itertools.count` in simpy) is an `EventIds`, which simpy's `schedule` draws from with `next()`
+and a Tick natively.
 
 `SimEnvironment` is a simpy Environment (a subclass, as simpy's RealtimeEnvironment is) whose
 `step` takes the next event from two queues: simpy's heap of (time, priority, id, event) tuples,
