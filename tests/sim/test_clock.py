@@ -14,6 +14,12 @@ from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, now_s, start, time
 from pdsim.sim.span import rearm
 
 
+def test_the_environment_is_simpys() -> None:
+    assert issubclass(SimEnvironment, simpy.Environment), (
+        f"SimEnvironment's bases are {SimEnvironment.__mro__}: the core was compiled without simpy's types "
+        "(simpy belongs in pyproject's build-system requires)")
+
+
 def test_ticks_and_simpy_timeouts_interleave_by_time_then_creation() -> None:
     env = SimEnvironment()
     log: list[tuple[str, float]] = []
