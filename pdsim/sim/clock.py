@@ -146,19 +146,20 @@ class EventQueue:
             ticks[i] = last
         return first
 
+    def _tick_is_next(self) -> bool:
+        """The next event is a Tick: the Ticks' head sorts before simpy's (or simpy's is empty)."""
+        heap = self.simpy_heap
+        return bool(self.ticks) and (not heap or _before(self.ticks[0], heap[0]))
+
     def peek_s(self) -> float:
         """The time of the next event, of either queue (inf: none)."""
-        if not self.ticks:
-            return float(self.simpy_heap[0][0]) if self.simpy_heap else float("inf")
-        if not self.simpy_heap or _before(self.ticks[0], self.simpy_heap[0]):
+        if self._tick_is_next():
             return self.ticks[0].time_s
-        return float(self.simpy_heap[0][0])
+        return float(self.simpy_heap[0][0]) if self.simpy_heap else float("inf")
 
     def step(self) -> None:
         """Process the next event: a Tick here, else simpy's `Environment.step`."""
-        ticks = self.ticks
-        heap = self.simpy_heap
-        if ticks and (not heap or _before(ticks[0], heap[0])):
+        if self._tick_is_next():
             tick = self._pop()
             self.clock_s = tick.time_s
             self.env._now = tick.time_s
@@ -168,8 +169,8 @@ class EventQueue:
             for callback in callbacks:  # (never simpy's StopSimulation: a Tick is no `until`)
                 callback(tick)
             return
-        if heap:
-            self.clock_s = float(heap[0][0])  # what simpy's step sets env._now to
+        if self.simpy_heap:
+            self.clock_s = float(self.simpy_heap[0][0])  # what simpy's step sets env._now to
         Environment.step(self.env)
 
 

@@ -60,7 +60,6 @@ class BootstrapTimeouts:
     """The bootstrap deadlines of every prefill instance of one simulation (timeout_s > 0)."""
 
     def __init__(self, env: SimEnvironment, timeout_s: float) -> None:
-        self.env = env
         self.events = env.events
         self.timeout_s = float(timeout_s)
         self.entries: deque[Entry] = deque()

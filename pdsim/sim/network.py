@@ -61,7 +61,6 @@ class Network:
     """Owns resources and active flows; one pending simpy timeout for the next completion."""
 
     def __init__(self, env: SimEnvironment) -> None:
-        self.env = env
         self.events = env.events
         self.resources: dict[str, Resource] = {}
         self.flows: dict[int, Flow] = {}

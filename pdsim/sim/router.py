@@ -31,7 +31,6 @@ class Router:
         self, env: SimEnvironment, cfg: Config, hooks: SimHooks, prefill: Sequence[InstanceBase],
         decode: Sequence[InstanceBase], route_rng: np.random.Generator, room_rng: np.random.Generator,
     ) -> None:
-        self.env = env
         self.events = env.events
         self.hooks = hooks
         self.prefill = list(prefill)  # prefill or colocated instances (they have a prompt KV: `.kv`)
