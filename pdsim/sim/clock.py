@@ -27,7 +27,7 @@ own events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
 import simpy
@@ -210,9 +210,3 @@ Wait: TypeAlias = "simpy.Event | Tick"  # what the simulator's processes yield
 def timeout(events: EventQueue, delay_s: float) -> Tick:
     """`env.timeout(delay_s)`, for a process to yield."""
     return Tick().at(events, delay_s)
-
-
-def start(env: simpy.Environment, process: Generator[Wait, Any, Any]) -> simpy.Process:
-    """`env.process(process)` for a generator that yields Ticks too (simpy's annotation says
-    Events; its loop takes anything with an Event's `callbacks`, `_ok` and `_value`)."""
-    return env.process(process)  # type: ignore[arg-type]

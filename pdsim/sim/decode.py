@@ -26,7 +26,7 @@ from typing import Any
 from pdsim.perf import LatencyModel
 from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
-from pdsim.sim.clock import Wait, now_s, start
+from pdsim.sim.clock import Wait, now_s
 from pdsim.sim.decode_plan import (
     PREALLOC_LOOKAHEAD,
     admit_handed_off,
@@ -38,6 +38,7 @@ from pdsim.sim.decode_plan import (
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
+from pdsim.sim.process import start
 from pdsim.sim.span import BatchClock, BatchOwner, Span
 from pdsim.sim.state import SimRequest
 

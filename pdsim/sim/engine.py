@@ -17,7 +17,7 @@ from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
 from pdsim.policy.kvpoll import KVPoll, advance_poll
-from pdsim.sim.clock import SimEnvironment, Tick, now_s, start
+from pdsim.sim.clock import SimEnvironment, Tick, now_s
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance
@@ -28,6 +28,7 @@ from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.kv_tiers_setup import attach_kv_tiers
 from pdsim.sim.network import Network
 from pdsim.sim.prefill import PrefillInstance
+from pdsim.sim.process import start
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals

@@ -10,7 +10,8 @@ import pytest
 import simpy
 from simpy.core import EmptySchedule
 
-from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, now_s, start, timeout
+from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, now_s, timeout
+from pdsim.sim.process import start
 from pdsim.sim.span import rearm
 
 
