@@ -16,7 +16,7 @@ first is found from its parent (`_next`), with no dict entry. A chain's first bl
 its hash: one dict maps a hash to the slot of the first parent's child with it (hashes name
 whole prefixes, so one parent per hash is the rule), a second dict maps (parent slot, hash) for
 any other parent's. Slots of evicted blocks are reused. The LRU order is a heap of (last use,
-creation number, slot) with stale entries skipped: creation numbers never repeat, so ties break
+creation number, slot) (lru_heap.py) with stale entries skipped: creation numbers never repeat, so ties break
 exactly as they did when each block was an object numbered at creation.
 Eviction takes, one block at a time, the unlocked leaf with the smallest (last use, creation
 number) (tests/policy/test_prefix_cache_model.py holds the cache to that rule).
@@ -28,12 +28,13 @@ Mooncake's hash_ids: hash i stands for the whole prefix up to and including bloc
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Sequence
 from typing import Final
 
 from librt.vecs import extend, vec
 from mypy_extensions import i64
+
+from pdsim.policy.lru_heap import LruHeap
 
 BlockNode = int  # a cached block is its slot in the cache's arrays (paths are lists of slots)
 # (Final: the compiled core inlines them; a plain module global is a dict lookup at every use)
@@ -80,7 +81,7 @@ class PrefixCache:
         self._children: vec[i64] = vec[i64]([0])
         self._free: list[int] = []
         self._next_created = 1
-        self._heap: list[tuple[float, int, int]] = []
+        self._heap = LruHeap()
 
     @property
     def evictable_pages(self) -> int:
@@ -138,7 +139,7 @@ class PrefixCache:
             if ref[node] == 0:
                 self.evictable_blocks += 1
                 if not children[node]:
-                    heapq.heappush(self._heap, (now_s, self._created[node], node))
+                    self._heap.push(now_s, self._created[node], node)
 
     def insert(self, hash_ids: Sequence[int], now_s: float) -> int:
         """Add the blocks of `hash_ids` not yet cached (unreferenced); returns how many are new."""
@@ -156,7 +157,7 @@ class PrefixCache:
         self.num_blocks += created
         self.evictable_blocks += created
         if node != ROOT and self._ref[node] == 0 and not self._children[node]:
-            heapq.heappush(self._heap, (now_s, self._created[node], node))
+            self._heap.push(now_s, self._created[node], node)
         return created
 
     def _add_chain(self, parent: int, hashes: Sequence[int], now_s: float) -> int:
@@ -213,12 +214,13 @@ class PrefixCache:
         A parent last used when its child was sorts before it (it is numbered before its child),
         hence before the heap's top, with no comparison.
         """
-        heap, pop, push, on_evict = self._heap, heapq.heappop, heapq.heappush, self.on_evict
+        heap, on_evict = self._heap, self.on_evict
         ref, children, created, last_s = self._ref, self._children, self._created, self._last_s
         keys, parents, found, child_of, free = self._key, self._parent, self._found, self._child, self._free
         evicted = 0
-        while evicted < blocks and heap:
-            t, number, node = pop(heap)
+        while evicted < blocks and heap.size:
+            t, number, node = heap.top_time_s(), heap.top_number(), heap.top_slot()
+            heap.pop()
             if created[node] != number or ref[node] or children[node] or t != last_s[node]:
                 continue  # stale entry: evicted (slot maybe reused), re-locked, grew children, touched
             while True:  # evict `node` (last used at t, sorting before the heap's top), then its parent?
@@ -241,11 +243,10 @@ class PrefixCache:
                 if evicted < blocks:
                     if last_s[node] == t:
                         continue
-                    entry = (last_s[node], created[node], node)
-                    if not heap or entry < heap[0]:
-                        t = entry[0]
+                    if not heap.size or heap.before_top(last_s[node], created[node], node):
+                        t = last_s[node]
                         continue
-                push(heap, (last_s[node], created[node], node))
+                heap.push(last_s[node], created[node], node)
                 break
         self.num_blocks -= evicted
         self.evictable_blocks -= evicted

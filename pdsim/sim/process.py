@@ -44,7 +44,8 @@ class Resume:
             try:
                 if isinstance(event, Tick):  # (a Tick never fails)
                     tick: Tick = event
-                    event = generator.send(tick._value)
+                    value = tick._value  # (send(None) is next(): the generator's own slot, no method lookup)
+                    event = next(generator) if value is None else generator.send(value)
                 elif event._ok:
                     event = generator.send(event._value)
                 else:
