@@ -33,7 +33,7 @@ from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
 from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
-from pdsim.sim.state import SimHooks, SimRequest, trace_columns
+from pdsim.sim.state import SimHooks, SimRequest, record_row
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import TransferService, wire_bytes_per_token
@@ -238,8 +238,7 @@ class Simulation(SimHooks):
         decode.on_kv_arrived(sr)
 
     def _record(self, sr: SimRequest, status: str, reason: str) -> None:
-        numbers, objects = trace_columns(sr, self.mode, status, reason)
-        self.recorder.add_columns(numbers, objects)
+        record_row(self.recorder, sr, self.mode, status, reason)
 
     def _terminal(self, sr: SimRequest) -> None:
         del self.active[sr.rid]

@@ -2,11 +2,14 @@
 
 Same contract and output as `pdsim.trace.TraceRecorder` (rows are dicts of the fields that
 differ from the schema's defaults; `to_frame` gives the schema's DataFrame sorted by
-request_id), but a row's numeric fields are packed into one `bytearray` (8 bytes a value, one
-`struct` pack per row: its floats, then its integers) instead of lists of Python objects, which
-keeps a 200k-request run's records in ~60 MB, and a request id is checked for duplicates against
-a bitmap of the workload's ids. (`array.extend` converts each value through the argument parser:
-~10x the cost of `struct`'s conversions.)
+request_id), but a row's numeric fields go into two flat unboxed arrays (librt vecs: its floats
+into one, its integers into the other, row after row, sized for the whole workload up front)
+instead of lists of Python objects, which keeps a 200k-request run's records in ~60 MB, and a
+request id is checked for duplicates against a bitmap of the workload's ids. The simulator
+writes its own rows value by value (`check_row`, `put_float`, `put_int`, `end_row`:
+pdsim.sim.state.record_row), with no list, tuple or Python number per value; a row given as a
+dict or as lists (`add`, `add_columns`) is converted by `struct` first, so a value its column
+cannot hold is refused before anything of the row is kept.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from librt.vecs import append, vec
+from mypy_extensions import i64
 
 from pdsim.trace import _DEFAULTS as TRACE_DEFAULTS
 from pdsim.trace import FIELD_NAMES, FIELDS, FLOAT, INTEGER_TYPES, STATUSES, arrow_schema
@@ -29,19 +34,19 @@ _KNOWN = frozenset(FIELD_NAMES)
 _FLOAT_INDEX = {name: k for k, name in enumerate(FLOAT_COLUMNS)}
 _INT_INDEX = {name: k for k, name in enumerate(INT_COLUMNS)}
 _NUMERIC: Final = (*FLOAT_COLUMNS, *INT_COLUMNS)
-# a row's numbers in native byte order, no padding: the floats, then the integers
+# the conversions a row given as values goes through: its floats, then its integers
 _ROW: Final = struct.Struct(f"={len(FLOAT_COLUMNS)}d{len(INT_COLUMNS)}q")
 _ABSENT: Final = object()  # (a field not in a row)
 _RID: Final = len(FLOAT_COLUMNS) + INT_COLUMNS.index("request_id")  # where add_columns finds them
 _STATUS: Final = OBJECT_COLUMNS.index("status")
-_ROW_DTYPE: Final = np.dtype([("floats", np.float64, (len(FLOAT_COLUMNS),)), ("ints", np.int64, (len(INT_COLUMNS),))])
+_NUM_FLOATS: Final = len(FLOAT_COLUMNS)
 
 
 class SimRecorder:
     def __init__(self, num_requests: int) -> None:
         self._seen = bytearray(num_requests)
-        self._numbers = bytearray()  # _ROW of each row, row after row
-        self._pack = _ROW.pack
+        self._floats = vec[float](capacity=num_requests * len(FLOAT_COLUMNS))  # FLOAT_COLUMNS of each row
+        self._ints = vec[i64](capacity=num_requests * len(INT_COLUMNS))  # INT_COLUMNS of each row
         self._objects: dict[str, list[Any]] = {name: [] for name in OBJECT_COLUMNS}
         self._numeric_defaults = [(name, TRACE_DEFAULTS[name]) for name in _NUMERIC]
         self._object_defaults = [(name, TRACE_DEFAULTS[name]) for name in self._objects]
@@ -62,18 +67,37 @@ class SimRecorder:
 
     def add_columns(self, numbers: list[Any], objects: list[Any]) -> None:
         """A row as its values in column order: FLOAT_COLUMNS then INT_COLUMNS, and
-        OBJECT_COLUMNS (the simulator's own rows: pdsim.sim.state.trace_columns)."""
-        rid = numbers[_RID]
+        OBJECT_COLUMNS."""
+        self.check_row(numbers[_RID], objects[_STATUS])
+        values = _ROW.unpack(_ROW.pack(*numbers))  # (before anything is kept: a bad value leaves no trace)
+        for k in range(len(values)):
+            if k < _NUM_FLOATS:
+                self.put_float(values[k])
+            else:
+                self.put_int(values[k])
+        self.end_row(numbers[_RID], objects)
+
+    def check_row(self, rid: int, status: str) -> None:
+        """Refuse a row, before any of it is kept, whose id is outside the workload or recorded
+        already, or whose status is unknown."""
         if not 0 <= rid < len(self._seen):
             raise ValueError(f"request_id {rid} outside the workload (0..{len(self._seen) - 1})")
         if self._seen[rid]:
             raise ValueError(f"request_id {rid} recorded twice")
-        status = objects[_STATUS]
         if status not in STATUSES:
             raise ValueError(f"request {rid}: status {status!r} not in {STATUSES}")
-        packed = self._pack(*numbers)  # (before anything is kept: a bad value leaves no trace)
+
+    def put_float(self, value: float) -> None:
+        """The row's next float column (FLOAT_COLUMNS order; after check_row)."""
+        self._floats = append(self._floats, value)
+
+    def put_int(self, value: i64) -> None:
+        """The row's next integer column (INT_COLUMNS order, after its floats)."""
+        self._ints = append(self._ints, value)
+
+    def end_row(self, rid: int, objects: list[Any]) -> None:
+        """The row's OBJECT_COLUMNS, after its numbers: the row is recorded."""
         self._seen[rid] = 1
-        self._numbers += packed
         columns = self._object_columns
         for k in range(len(columns)):  # (an index loop: compiled, zip is a generic call)
             columns[k].append(objects[k])
@@ -83,10 +107,10 @@ class SimRecorder:
         return self._objects["status"]
 
     def to_frame(self) -> pd.DataFrame:
-        # views over the packed rows, not copies: a 200k-request run's rows are ~60 MB, and each
+        # views over the arrays, not copies: a 200k-request run's rows are ~60 MB, and each
         # column below is copied once more (peak RSS, docs/PERFORMANCE.md)
-        rows = np.frombuffer(self._numbers, dtype=_ROW_DTYPE) if self._numbers else np.zeros(0, _ROW_DTYPE)
-        floats, ints = rows["floats"], rows["ints"]
+        floats = _rows(self._floats, np.float64, len(FLOAT_COLUMNS))
+        ints = _rows(self._ints, np.int64, len(INT_COLUMNS))
         columns: dict[str, Any] = {}
         schema = arrow_schema()
         for f in FIELDS:
@@ -98,6 +122,12 @@ class SimRecorder:
                 columns[f.name] = pa.array(np.ascontiguousarray(data), type=arrow_type)
         table = pa.table(columns, schema=schema)
         return table.to_pandas().sort_values("request_id", kind="stable").reset_index(drop=True)
+
+
+def _rows(values: Any, dtype: Any, width: int) -> Any:
+    """The rows of a flat column-per-position array, as a (rows, width) view."""
+    flat = np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype)
+    return flat.reshape(-1, width)
 
 
 def _take(row: dict[str, Any], defaults: list[tuple[str, Any]], out: list[Any]) -> int:

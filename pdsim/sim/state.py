@@ -16,7 +16,7 @@ from mypy_extensions import trait
 from pdsim.policy.kvpoll import KVPoll
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.network import Flow
-from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS
+from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, OBJECT_COLUMNS, SimRecorder
 from pdsim.workload.request import Request
 
 
@@ -179,7 +179,7 @@ class SimHooks:
         raise NotImplementedError
 
 
-# the order in which trace_columns gives a row's integers (records.INT_COLUMNS: checked below)
+# the order in which record_row gives a row's integers (records.INT_COLUMNS: checked below)
 _INT_ORDER: Final = (
     "request_id", "session_id", "input_tokens", "output_tokens", "cached_prefix_tokens", "cached_tokens_gpu",
     "cached_tokens_host", "cached_tokens_ssd", "cached_tokens_store", "kv_load_skipped_tokens",
@@ -187,42 +187,54 @@ _INT_ORDER: Final = (
 )
 _OBJECT_ORDER: Final = ("mode", "status", "failure_reason", "token_times_s")
 # the float columns read from a request's marked times (the other two come from the request)
-_TIME_COLUMNS: Final = tuple(name for name in FLOAT_COLUMNS if name not in ("arrival_s", "kv_load_s"))
-if INT_COLUMNS != _INT_ORDER or OBJECT_COLUMNS != _OBJECT_ORDER:
-    raise ImportError(f"pdsim.sim.state: the trace schema's columns {INT_COLUMNS} / {OBJECT_COLUMNS} moved")
+_TIME_COLUMNS: Final = FLOAT_COLUMNS[2:]  # (after arrival_s and kv_load_s: checked below)
+_TIME_NAMES: Final = frozenset(_TIME_COLUMNS)
+if FLOAT_COLUMNS[:2] != ("arrival_s", "kv_load_s") or INT_COLUMNS != _INT_ORDER or OBJECT_COLUMNS != _OBJECT_ORDER:
+    raise ImportError(f"pdsim.sim.state: the trace schema's columns {FLOAT_COLUMNS} / {INT_COLUMNS} / "
+                      f"{OBJECT_COLUMNS} moved")
 
 
-def trace_columns(sr: SimRequest, mode: str, status: str, reason: str) -> tuple[list[Any], list[Any]]:
-    """The trace row of a request that reached a terminal status (see pdsim.trace), as the
-    recorder's columns (records.SimRecorder.add_columns): no dict per row. Times not marked are
-    NaN; a time name that is not a trace field is refused."""
-    req, times = sr.req, sr.times
-    numbers: list[Any] = []
-    marked = 0
-    for name in FLOAT_COLUMNS:
-        if name == "arrival_s":
-            numbers.append(req.arrival_s)
-        elif name == "kv_load_s":
-            numbers.append(sr.kv_load_s)
-        else:
-            t = times.get(name)
-            if t is None:
-                numbers.append(math.nan)
-            else:
-                marked += 1
-                numbers.append(t)
-    if marked != len(times):  # a name that is not a marked time (arrival_s and kv_load_s are not)
-        raise KeyError(f"unknown trace fields {sorted(set(times) - set(_TIME_COLUMNS))} in request {sr.rid}'s times")
-    loaded = sr.loaded_tokens
-    numbers += (
-        req.request_id, req.session_id, req.input_tokens,
-        sr.generated if status == "finished" else req.output_tokens,
-        sr.cached_tokens, sr.cached_tokens - (loaded[0] + loaded[1] + loaded[2]), loaded[0], loaded[1], loaded[2],
-        sr.load_skipped_tokens,
-        sr.prefill.index if sr.prefill is not None else -1, _decode_index(sr, mode),
-        sr.bootstrap_room, sr.transfer_bytes, sr.num_retractions,
-    )
-    return numbers, [mode, status, reason, sr.token_times]
+def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, reason: str) -> None:
+    """Record the trace row of a request that reached a terminal status (see pdsim.trace),
+    value by value into the recorder's columns: no dict, list or Python number per value. Times
+    not marked are NaN; a time name that is not a trace field is refused, before anything of the
+    row is kept."""
+    if not sr.times.keys() <= _TIME_NAMES:
+        raise KeyError(f"unknown trace fields {sorted(set(sr.times) - _TIME_NAMES)} in request {sr.rid}'s times")
+    recorder.check_row(sr.rid, status)
+    _put_floats(recorder, sr)
+    _put_ints(recorder, sr, mode, status)
+    recorder.end_row(sr.rid, [mode, status, reason, sr.token_times])
+
+
+def _put_floats(recorder: SimRecorder, sr: SimRequest) -> None:
+    """The row's FLOAT_COLUMNS: the arrival, the KV load time, the marked times (NaN: unmarked)."""
+    times = sr.times
+    recorder.put_float(sr.req.arrival_s)
+    recorder.put_float(sr.kv_load_s)
+    for name in _TIME_COLUMNS:
+        t = times.get(name)
+        recorder.put_float(math.nan if t is None else t)
+
+
+def _put_ints(recorder: SimRecorder, sr: SimRequest, mode: str, status: str) -> None:
+    """The row's INT_COLUMNS (_INT_ORDER), a call per value (a tuple of them would box each)."""
+    req, loaded = sr.req, sr.loaded_tokens
+    recorder.put_int(req.request_id)
+    recorder.put_int(req.session_id)
+    recorder.put_int(req.input_tokens)
+    recorder.put_int(sr.generated if status == "finished" else req.output_tokens)
+    recorder.put_int(sr.cached_tokens)
+    recorder.put_int(sr.cached_tokens - (loaded[0] + loaded[1] + loaded[2]))
+    recorder.put_int(loaded[0])
+    recorder.put_int(loaded[1])
+    recorder.put_int(loaded[2])
+    recorder.put_int(sr.load_skipped_tokens)
+    recorder.put_int(sr.prefill.index if sr.prefill is not None else -1)
+    recorder.put_int(_decode_index(sr, mode))
+    recorder.put_int(sr.bootstrap_room)
+    recorder.put_int(sr.transfer_bytes)
+    recorder.put_int(sr.num_retractions)
 
 
 def _decode_index(sr: SimRequest, mode: str) -> int:

@@ -9,8 +9,8 @@ import pytest
 from simkit import make_config, make_requests
 
 from pdsim.sim.engine import Simulation
-from pdsim.sim.records import FLOAT_COLUMNS, INT_COLUMNS, SimRecorder
-from pdsim.sim.state import SimRequest, trace_columns
+from pdsim.sim.records import SimRecorder
+from pdsim.sim.state import SimRequest, record_row
 from pdsim.trace import TraceRecorder
 from pdsim.workload.request import Request
 
@@ -50,8 +50,8 @@ def test_sim_recorder_rejects_bad_rows() -> None:
     assert len(rec) == 2 and rec.to_frame()["arrival_s"].tolist()[1] == 2.5
 
 
-def test_trace_columns_record_the_row_the_trace_schema_describes() -> None:
-    """The simulator's rows go to the recorder as columns (no dict per row): the frame equals
+def test_record_row_records_the_row_the_trace_schema_describes() -> None:
+    """The simulator's rows go to the recorder value by value (no dict per row): the frame equals
     the shared recorder's for the same row written out by hand, in both modes."""
     req = Request(4, 1.5, 100, 8, (1, 2), 16, 7)
     sr = SimRequest(req, prompt_tokens=100, token_times=[2.0, 2.5])
@@ -68,13 +68,20 @@ def test_trace_columns_record_the_row_the_trace_schema_describes() -> None:
     for mode, decode_index in (("disaggregated", 1), ("colocated", 3)):
         shared, sim = TraceRecorder(), SimRecorder(5)
         shared.add({**expected, "mode": mode, "decode_instance": decode_index})
-        sim.add_columns(*trace_columns(sr, mode, "finished", ""))
+        record_row(sim, sr, mode, "finished", "")
         pd.testing.assert_frame_equal(sim.to_frame(), shared.to_frame(), check_exact=True)
-    failed = trace_columns(sr, "disaggregated", "failed", "transfer_failed")
-    assert failed[0][len(FLOAT_COLUMNS) + INT_COLUMNS.index("output_tokens")] == 8  # the request's, not generated
+    sim = SimRecorder(5)
+    record_row(sim, sr, "disaggregated", "failed", "transfer_failed")
+    assert sim.to_frame()["output_tokens"].tolist() == [8]  # the request's, not the tokens generated
+    sim = SimRecorder(5)
     sr.times["lunch_s"] = 3.0
     with pytest.raises(KeyError, match="lunch_s"):
-        trace_columns(sr, "disaggregated", "finished", "")
+        record_row(sim, sr, "disaggregated", "finished", "")
+    del sr.times["lunch_s"]
+    with pytest.raises(ValueError, match="status 'lost'"):
+        record_row(sim, sr, "disaggregated", "lost", "")
+    record_row(sim, sr, "disaggregated", "finished", "")  # nothing of the refused rows was kept
+    assert len(sim) == 1 and sim.to_frame()["first_token_s"].tolist() == [2.0]
 
 
 def test_a_request_not_placed_has_no_instances_to_reach() -> None:
