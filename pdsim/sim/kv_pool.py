@@ -26,7 +26,8 @@ class KVPool:
     capacity_pages: int
     page_size_tokens: int
     free_pages: int = field(init=False)
-    held: dict[int, int] = field(init=False, default_factory=dict)
+    # owner -> pages (keyed by object: an owner id is made a Python int once per call, not per use)
+    held: dict[object, int] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.capacity_pages < 1:
@@ -56,18 +57,22 @@ class KVPool:
             raise KVPoolError(f"{self.name}: owner {owner} asked for {pages} pages, {self.free_pages} free")
         if pages:
             self.free_pages -= pages
-            self.held[owner] = self.held.get(owner, 0) + pages
+            key: object = owner
+            held = self.held
+            held[key] = held.get(key, 0) + pages
 
     def free(self, owner: int, pages: int | None = None) -> int:
         """Free `pages` of `owner` (all when None); returns the pages freed."""
-        have = self.held.get(owner, 0)
+        key: object = owner
+        held = self.held
+        have = held.get(key, 0)
         n = have if pages is None else pages
         if n < 0 or n > have:
             raise KVPoolError(f"{self.name}: owner {owner} frees {n} pages but holds {have}")
         if n == have:
-            self.held.pop(owner, None)
+            held.pop(key, None)
         else:
-            self.held[owner] = have - n
+            held[key] = have - n
         self.free_pages += n
         return n
 
@@ -83,6 +88,6 @@ class KVPool:
                 f"{self.name}: held {held} + free {self.free_pages} != capacity {self.capacity_pages}"
             )
         if final:
-            leaked = sorted(o for o in self.held if o != CACHE_OWNER)
+            leaked = sorted(o for o in self.held if isinstance(o, int) and o != CACHE_OWNER)
             if leaked:
                 raise KVPoolError(f"{self.name}: requests {leaked[:10]} still hold KV pages at the end")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from pdsim.sim.clock import SimEnvironment, Tick, now_s
 
@@ -28,7 +28,7 @@ class Resource:
     name: str
     capacity_bytes_per_s: float
     order: int = 0  # creation order: the tie-break when two resources offer the same share
-    flows: dict[int, Flow] = field(default_factory=dict)
+    flows: dict[object, Flow] = field(default_factory=dict)  # by Flow.key
     bytes_moved: float = 0.0
     fill_left_bytes_per_s: float = 0.0  # during a filling (fill_rates): capacity not given out
     fill_open_flows: int = -1  # during a filling: flows not yet frozen; -1 outside one
@@ -37,6 +37,7 @@ class Resource:
 @dataclass(init=False, slots=True, eq=False)
 class Flow:
     flow_id: int
+    key: Any  # flow_id as the Python int the flow dicts are keyed by (made once, not per use)
     path: tuple[Resource, ...]
     remaining_bytes: float
     latency_s: float
@@ -48,6 +49,7 @@ class Flow:
     def __init__(self, flow_id: int, path: tuple[Resource, ...], remaining_bytes: float, latency_s: float,
         on_done: Callable[[], None], rate_bytes_per_s: float = 0.0, active: bool = True) -> None:
         self.flow_id = flow_id
+        self.key = flow_id
         self.path = path
         self.remaining_bytes = remaining_bytes
         self.latency_s = latency_s
@@ -63,7 +65,7 @@ class Network:
     def __init__(self, env: SimEnvironment) -> None:
         self.events = env.events
         self.resources: dict[str, Resource] = {}
-        self.flows: dict[int, Flow] = {}
+        self.flows: dict[object, Flow] = {}  # by Flow.key
         self._next_flow_id = 0
         self._last_update_s = 0.0
         self._generation = 0
@@ -88,9 +90,10 @@ class Network:
             flow.active = False
             self._deliver(flow)
             return flow
-        self.flows[flow.flow_id] = flow
+        key = flow.key
+        self.flows[key] = flow
         for res in path:
-            res.flows[flow.flow_id] = flow
+            res.flows[key] = flow
         self._reschedule(path, flow)
         return flow
 
@@ -112,9 +115,10 @@ class Network:
 
     def _remove(self, flow: Flow) -> None:
         flow.active = False
-        del self.flows[flow.flow_id]
+        key = flow.key
+        del self.flows[key]
         for res in flow.path:
-            del res.flows[flow.flow_id]
+            del res.flows[key]
 
     def _advance(self) -> None:
         now = now_s(self.events)
@@ -141,7 +145,7 @@ class Network:
         gen = self._generation
         Tick(lambda _e: self._on_timer(gen)).at(self.events, max(0.0, next_s))
 
-    def _affected(self, changed: Sequence[Resource], started: Flow | None = None) -> dict[int, Flow]:
+    def _affected(self, changed: Sequence[Resource], started: Flow | None = None) -> dict[object, Flow]:
         """The flows whose rates a change at `changed` (the path of the `started` flow, or of
         flows that ended) can move: every flow when one changed resource carries them all (as a
         shared node NIC often does), none or only the started one when they share no resource
@@ -159,7 +163,7 @@ class Network:
         if most == 0:
             return {}
         if most == 1 and started is not None:
-            return {started.flow_id: started}
+            return {started.key: started}
         return connected_flows(changed)
 
     def _on_timer(self, generation: int) -> None:
@@ -184,10 +188,10 @@ class Network:
             flow.on_done()
 
 
-def connected_flows(seeds: Iterable[Resource]) -> dict[int, Flow]:
+def connected_flows(seeds: Iterable[Resource]) -> dict[object, Flow]:
     """The active flows reachable from `seeds` through shared resources (a connected group of
     the flow/resource graph, or several), by flow id."""
-    flows: dict[int, Flow] = {}
+    flows: dict[object, Flow] = {}
     reached = {res.order: res for res in seeds}
     stack = list(reached.values())
     while stack:
@@ -201,7 +205,7 @@ def connected_flows(seeds: Iterable[Resource]) -> dict[int, Flow]:
     return flows
 
 
-def fill_rates(flows: dict[int, Flow]) -> None:
+def fill_rates(flows: dict[object, Flow]) -> None:
     """Max-min fair rates of `flows` (closed under shared resources) by progressive filling;
     ties broken by resource creation order. Only resources carrying a flow take part. (The
     filling's state lives on the resources and flows, `fill_*`, for the length of one call.)"""

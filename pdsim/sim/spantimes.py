@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
-from librt.vecs import append, vec
+from librt.vecs import vec
 from mypy_extensions import i64
 
 
@@ -79,7 +79,9 @@ class SpanTimes:
 
 def model_times(model: StepModel, ctx0_tokens: int, k: int, start_s: float, first_extra_s: float) -> SpanTimes:
     """A span of k steps of `model` from ctx0_tokens (`span_times` of what the model fills)."""
-    return span_times(model.fill(ctx0_tokens, k, vec[float](capacity=k)), start_s, first_extra_s)
+    steps = vec[float]([0.0] * k)
+    model.fill(ctx0_tokens, k, steps)
+    return span_times(steps, start_s, first_extra_s)
 
 
 def span_times(steps: vec[float], start_s: float, first_extra_s: float) -> SpanTimes:
@@ -89,13 +91,13 @@ def span_times(steps: vec[float], start_s: float, first_extra_s: float) -> SpanT
     k: i64 = len(steps)
     if k > 0 and first_extra_s > 0.0:
         steps[0] += first_extra_s
-    bounds = append(vec[float](capacity=k + 1), start_s)  # (appended: no list of k + 1 floats first)
+    bounds = vec[float]([start_s] * (k + 1))
     b_s = start_s
     i: i64 = 0
     while i < k:
         b_s += steps[i]
-        bounds = append(bounds, b_s)
         i += 1
+        bounds[i] = b_s
     return SpanTimes(steps, bounds)
 
 
@@ -111,15 +113,14 @@ class StepModel:
     def time_s(self, ctx_tokens: int) -> float:
         raise NotImplementedError
 
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> vec[float]:
-        """`steps` with the times of `count` steps from ctx_tokens appended (the context growing
-        by n a step). Subclasses write this loop with their step inline (a call per step costs
-        more than the step)."""
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
+        """Write the times of `count` steps from ctx_tokens (the context growing by n a step) to
+        steps[0 .. count-1]. Subclasses write this loop with their step inline (a call per step
+        costs more than the step)."""
         n = self.n
-        for _ in range(count):
-            steps = append(steps, self.time_s(ctx_tokens))
+        for i in range(count):
+            steps[i] = self.time_s(ctx_tokens)
             ctx_tokens += n
-        return steps
 
 
 class LinearStep(StepModel):
@@ -134,12 +135,11 @@ class LinearStep(StepModel):
         return self.fixed_s + self.per_ctx_s * ctx_tokens
 
     # the loop over floats: contexts stay integers below 2**53, where float arithmetic is exact
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> vec[float]:
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
         fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
-        for _ in range(count):
-            steps = append(steps, fixed_s + per_ctx_s * ctx)
+        for i in range(count):
+            steps[i] = fixed_s + per_ctx_s * ctx
             ctx += dn
-        return steps
 
 
 class RooflineStep(StepModel):
@@ -170,23 +170,24 @@ class RooflineStep(StepModel):
         self.mbu = mbu
 
     def time_s(self, ctx_tokens: int) -> float:
-        return self.fill(ctx_tokens, 1, vec[float](capacity=1))[0]
+        step = vec[float]([0.0])
+        self.fill(ctx_tokens, 1, step)
+        return step[0]
 
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> vec[float]:
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
         # the terms in locals, the step inline: ~4x fewer instructions than a time_s call a step
         fpp, layers, tp, kvb = self.flops_per_pair, self.num_layers, self.tp, self.kv_bytes_per_token
         fps, hbm, mfu, mbu = self.flops_per_s, self.hbm_bytes_per_s, self.mfu, self.mbu
         head_s, tail0_s, tail_rest, fixed_s, comm_s = self.head_s, self.tail0_s, self.tail_rest, self.fixed_s, self.comm_s
         ctx, dn = float(ctx_tokens), float(self.n)  # (a float count stays exact below 2**53)
-        for _ in range(count):
+        for i in range(count):
             compute_s = fpp * ctx * layers / tp / fps / mfu  # cost._attention_op's order
             memory_s = kvb * (ctx + dn) / hbm / mbu
             busy = head_s + (compute_s if compute_s >= memory_s else memory_s) + tail0_s
             for t_s in tail_rest:
                 busy = busy + t_s
-            steps = append(steps, fixed_s + busy + comm_s)
+            steps[i] = fixed_s + busy + comm_s
             ctx += dn
-        return steps
 class TableStep(StepModel):
     """MeasuredModel.decode_time_s for one batch size n (its `decode_terms`): the context-free
     part plus layers x the generation table at the mean KV length, interpolated in log space
@@ -245,11 +246,10 @@ class OverheadStep(StepModel):
         return (self.scale * self.inner.time_s(ctx_tokens + self.offset_tokens) + self.overhead_s
                 + self.per_token_s * ctx_tokens)
 
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> vec[float]:
-        # the inner model's steps at the offset contexts
-        inner = self.inner.fill(ctx_tokens + self.offset_tokens, count, vec[float](capacity=count))
+    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
+        inner = vec[float]([0.0] * count)  # the inner model's steps at the offset contexts
+        self.inner.fill(ctx_tokens + self.offset_tokens, count, inner)
         scale, overhead_s, per_token_s, n = self.scale, self.overhead_s, self.per_token_s, self.n
         for i in range(count):
-            steps = append(steps, scale * inner[i] + overhead_s + per_token_s * ctx_tokens)
+            steps[i] = scale * inner[i] + overhead_s + per_token_s * ctx_tokens
             ctx_tokens += n
-        return steps
