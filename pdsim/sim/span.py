@@ -170,7 +170,8 @@ class BatchClock:
         if span is None or process is None:
             return
         now = now_s(self.events)
-        if span.truncate(now) and self.env.active_process is not process:
+        # (simpy's `_active_proc`: its `active_process` property would run an interpreted frame)
+        if span.truncate(now) and self.env._active_proc is not process:
             rearm(process, self.events, hop_delay(now, span.end_s)[0])
 
     def pending_pages(self) -> int:
