@@ -2,8 +2,8 @@
 
 A simpy `Process` resumes its generator in `Process._resume`, a Python method: each time an event
 it waits on fires, an interpreted frame runs its loop, looks up a dozen attributes by name and
-binds a new method object to register itself on the next event, ~3,000 instructions; the
-simulator's processes resume ~6 times per request. `start` makes a simpy Process as
+binds a new method object to register itself on the next event. The simulator's processes
+resume ~6 times per request; compiled, the loop costs ~1,700 instructions less a resume. `start` makes a simpy Process as
 `env.process` does, and gives it a `Resume` as its `_resume`: the same loop, compiled, reading a
 Tick's fields natively. Everything else stays simpy's: the process is a `simpy.Process` (an event
 others can wait on, with `target`, `is_alive`, `interrupt`), its first step is simpy's own
