@@ -21,8 +21,8 @@ costs a fraction of comparing two simpy tuples, which was ~13% of a request's in
 next event is the smaller key of the two heads, so events are processed in exactly the order of
 one simpy heap holding them all, ties included; a popped Tick's callbacks run as simpy's step
 runs an event's, and a process that yields a Tick (`Process._resume`, or its compiled copy in
-process.py) reads its `callbacks` and `_value` as it reads a Timeout's. Waits that combine events (`all_of`, `any_of`) keep simpy's
-own events.
+process.py) reads its `callbacks` and `_value` as it reads a Timeout's. Waits that combine events
+(`all_of`, `any_of`) keep simpy's own events.
 """
 
 from __future__ import annotations

@@ -3,16 +3,17 @@
 A simpy `Process` resumes its generator in `Process._resume`, a Python method: each time an event
 it waits on fires, an interpreted frame runs its loop, looks up a dozen attributes by name and
 binds a new method object to register itself on the next event. The simulator's processes
-resume ~6 times per request; compiled, the loop costs ~1,700 instructions less a resume. `start` makes a simpy Process as
-`env.process` does, and gives it a `Resume` as its `_resume`: the same loop, compiled, reading a
-Tick's fields natively. Everything else stays simpy's: the process is a `simpy.Process` (an event
-others can wait on, with `target`, `is_alive`, `interrupt`), its first step is simpy's own
-`Initialize`, and simpy's `Interruption` and `rearm` find the Resume where they look for
-`_resume`, on the waited event's callbacks (its first, the Initialize's, included).
+resume ~6 times per request; compiled, the loop costs ~1,700 instructions less a resume.
+`start` makes a simpy Process as `env.process` does, and gives it a `Resume` as its `_resume`: the
+same loop, compiled, reading a Tick's fields natively. Everything else stays simpy's: the process
+is a `simpy.Process` (an event others can wait on, with `target`, `is_alive`, `interrupt`), its
+first step is simpy's own `Initialize`, and simpy's `Interruption` and `rearm` find the Resume
+where they look for `_resume`, on the waited event's callbacks (its first, the Initialize's,
+included).
 
-The loop is simpy 4.1's `Process._resume`, step for step (simpy's tests of processes, run against
-it in tests/sim/test_process.py, pin that): send the event's value into the generator (throw a
-copy of a failed event's exception), register on the event it yields next, and when the
+The loop is simpy 4.1's `Process._resume`, step for step (tests/sim/test_process.py runs random
+worlds of processes started both ways and compares them): send the event's value into the generator
+(throw a copy of a failed event's exception), register on the event it yields next, and when the
 generator ends, succeed or fail the process with its return value or exception. One difference,
 invisible to the simulation: simpy cuts its own frame out of a failed process's traceback; the
 compiled loop adds no frame to cut.

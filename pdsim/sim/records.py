@@ -95,6 +95,11 @@ class SimRecorder:
         """The row's next integer column (INT_COLUMNS order, after its floats)."""
         self._ints = append(self._ints, value)
 
+    def drop_partial_row(self) -> None:
+        """Forget the numbers put since the last recorded row (a row that failed half-way)."""
+        self._floats = self._floats[:self._rows * _NUM_FLOATS]
+        self._ints = self._ints[:self._rows * len(INT_COLUMNS)]
+
     def end_row(self, rid: int, objects: list[Any]) -> None:
         """The row's OBJECT_COLUMNS, after its numbers: the row is recorded."""
         self._seen[rid] = 1

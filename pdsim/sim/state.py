@@ -202,8 +202,12 @@ def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, re
     if not sr.times.keys() <= _TIME_NAMES:
         raise KeyError(f"unknown trace fields {sorted(set(sr.times) - _TIME_NAMES)} in request {sr.rid}'s times")
     recorder.check_row(sr.rid, status)
-    _put_floats(recorder, sr)
-    _put_ints(recorder, sr, mode, status)
+    try:
+        _put_floats(recorder, sr)
+        _put_ints(recorder, sr, mode, status)
+    except BaseException:  # (a count outside int64, say: nothing of the row is kept)
+        recorder.drop_partial_row()
+        raise
     recorder.end_row(sr.rid, [mode, status, reason, sr.token_times])
 
 

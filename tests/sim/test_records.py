@@ -78,10 +78,15 @@ def test_record_row_records_the_row_the_trace_schema_describes() -> None:
     with pytest.raises(KeyError, match="lunch_s"):
         record_row(sim, sr, "disaggregated", "finished", "")
     del sr.times["lunch_s"]
+    sr.transfer_bytes, sr.times["first_token_s"] = 2**64, 9.0  # int64 cannot hold it; floats go first
+    with pytest.raises((OverflowError, ValueError)):  # (compiled, mypyc says ValueError)
+        record_row(sim, sr, "disaggregated", "finished", "")
+    sr.transfer_bytes, sr.times["first_token_s"] = 4096, 2.0
     with pytest.raises(ValueError, match="status 'lost'"):
         record_row(sim, sr, "disaggregated", "lost", "")
     record_row(sim, sr, "disaggregated", "finished", "")  # nothing of the refused rows was kept
-    assert len(sim) == 1 and sim.to_frame()["first_token_s"].tolist() == [2.0]
+    frame = sim.to_frame()
+    assert len(sim) == 1 and frame["first_token_s"].tolist() == [2.0] and frame["transfer_bytes"].tolist() == [4096]
 
 
 def test_a_request_not_placed_has_no_instances_to_reach() -> None:
