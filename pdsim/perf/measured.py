@@ -279,7 +279,7 @@ class MeasuredModel:
         return np.array([self.decode_time_s(num_seqs, c) for c in context_tokens.tolist()], dtype=np.float64)
 
     def decode_terms(self, num_seqs: int) -> tuple[float, int, Row] | None:
-        """decode_time_s(num_seqs, ctx) as data, for pdsim/sim/spantimes.TableStep to repeat
+        """decode_time_s(num_seqs, ctx) as data, for pdsim/sim/stepmodels.TableStep to repeat
         operation for operation: the context-free part, the layer count and the generation
         table's row at this batch size (LogGrid.second_row). None when the step is not that
         (no generation table, or tables scaled from another GPU: a ratio per context)."""

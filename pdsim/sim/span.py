@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import simpy
-from mypy_extensions import trait
+from librt.vecs import vec
+from mypy_extensions import i64, trait
 
 from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, Wait, now_s, timeout
 from pdsim.sim.pagegrowth import PageGrowth
@@ -87,7 +88,11 @@ class Span:
 
     def truncate(self, now_s: float) -> bool:
         """End at the first boundary at or after now_s; True if the end moved earlier."""
-        first = max(1, self.settled + 1, self.times.first_at_or_after(now_s))
+        first = self.times.first_at_or_after(now_s)  # (then at least 1 and settled + 1: no max())
+        if first <= self.settled:
+            first = self.settled + 1
+        if first < 1:
+            first = 1
         if first < self.end:
             self.end = first
             self.end_s = self.times.bound(first)
@@ -115,7 +120,7 @@ class BatchClock:
         if k <= 1:
             return 1, None, 1
         first_finish = k + 1
-        counts = [0] * (page + 1)
+        counts = vec[i64]([0] * (page + 1))  # (unboxed: PageGrowth keeps it, span.py reads it natively)
         for sr in running:  # one pass: the first finish and the KV lengths modulo the page
             left = sr.req.output_tokens - sr.generated
             if left < first_finish:

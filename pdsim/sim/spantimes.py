@@ -2,58 +2,108 @@
 
 A span of k iterations has step times `step_0 .. step_{k-1}` and boundaries `b_0 = start` ..
 `b_k`, `b_{i+1} = b_i + step_i` added one at a time, as simpy adds a timeout's delay to its
-clock. The instance sleeps until the span's end `b_k`, so every step is computed when the span
-is planned; `SpanTimes` keeps both series as unboxed float arrays (librt.vecs, mypyc's native
-arrays) and everything after reads them by index: a truncation or a router's view bisects the
-boundaries, a settle sums the steps it ran. (Walking the steps again on each read, as spans did
-before, computed every step of a span about three times.)
+clock. The instance sleeps until the span's end `b_k`, so the end is computed when the span is
+planned: its steps added one at a time, none stored (`StepModel.accumulate`, stepmodels.py).
+The rest is read later, and only up to where the span got: about half of all spans are
+truncated (a request joins), on average half-way, and a settle's busy time is its steps summed
+again from the model (`add_steps`), so a span that no one truncates or views stores nothing.
+Boundaries a truncation or a router's view bisects (and token times list) are computed when
+first read, for a prefix (at least FIRST_STEPS, then at least double), into an unboxed float
+array (librt.vecs) made for the whole span at the first read; no step is stored. The prefix's
+boundaries are the same float additions in the same order as the end's, so b_k read from a
+complete prefix is the end, bit for bit.
 
-A `StepModel` is a latency model's decode_time_s for one batch size n as a compiled function of
-the context, operation for operation (`LinearStep`, `RooflineStep`, `TableStep` for the measured
-model, `OverheadStep` around any of them; steptime.StepSeries builds them); `model_times` fills
-a span from one in one call (`StepModel.fill`, the linear and roofline steps inline in its loop).
-Models without one give their steps as an array (`span_times`).
+Models without a compiled step give a span's steps as an array (`span_times`: all computed).
 """
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_right
+from typing import Final
 
 from librt.vecs import vec
 from mypy_extensions import i64
 
+from pdsim.sim.stepmodels import StepModel
+
+FIRST_STEPS: Final = 32  # steps computed at a span's first read (then at least doubled)
+
 
 class SpanTimes:
-    """One span's k step times and k + 1 boundaries, read by index."""
+    """One span's k step times and k + 1 boundaries, read by index; `bound_values[:filled + 1]`
+    are computed (all of them, and every step, for a span given as an array)."""
 
-    def __init__(self, steps: vec[float], bounds: vec[float]) -> None:
-        self.k = int(len(steps))
-        self.steps = steps
+    def __init__(self, k: int, step0_s: float, end_s: float, steps: vec[float], bounds: vec[float],
+                 model: StepModel | None, ctx0_tokens: int) -> None:
+        self.k = k
+        self.step0_s = step0_s  # step_0 (read by every span: its busy time)
+        self.end_s = end_s  # b_k
+        self.steps = steps  # (a span given as an array; empty for a model's)
         self.bound_values = bounds
+        self.filled: i64 = len(bounds) - 1
+        self.model = model  # computes the rest (None: all given)
+        self.ctx0_tokens = ctx0_tokens
 
     def step(self, i: int) -> float:
         """step_i (0 <= i < k)."""
+        if i == 0:
+            return self.step0_s
+        model = self.model
+        if model is not None:
+            return model.accumulate(0.0, self.ctx0_tokens + model.n * i, 1)  # (0.0 + step is the step)
         return self.steps[i]
 
     def bound(self, j: int) -> float:
         """b_j (0 <= j <= k)."""
+        if j == self.k:
+            return self.end_s
+        if j > self.filled:
+            self._fill(j)
         return self.bound_values[j]
 
     def bounds(self, first: int, last: int) -> list[float]:
         """[b_first .. b_last] as Python floats."""
+        if last > self.filled:
+            self._fill(last)
         values = self.bound_values
         return [values[j] for j in range(first, last + 1)]
 
     def first_at_or_after(self, now_s: float) -> int:
         """The first j with b_j >= now_s (k + 1 if none): bisect_left over the boundaries."""
-        return int(self._bisect(now_s, 0, self.k + 1))
+        if self.end_s < now_s:
+            return self.k + 1
+        self._reach(now_s, self.k)  # (then b_filled >= now_s)
+        return int(self._bisect(now_s, 0, self.filled + 1))
 
     def last_before(self, now_s: float, j: int, last: int) -> int:
         """The last boundary before now_s, at most `last`, given that b_j (j < last) is."""
+        if j + 1 > self.filled:
+            self._fill(j + 1)
         if self.bound_values[j + 1] >= now_s:  # (the common case: none passed since)
             return j
-        return int(self._bisect(now_s, j + 2, last + 1)) - 1
+        self._reach(now_s, last)
+        return int(self._bisect(now_s, j + 2, min(last, self.filled) + 1)) - 1
+
+    def add_steps(self, total_s: float, first: int, stop: int) -> float:
+        """total_s + step_first + ... + step_{stop-1}, one addition at a time (a model's steps
+        computed again: no span stores them)."""
+        if first < stop and first == 0:
+            total_s += self.step0_s
+            first = 1
+        model = self.model
+        if model is not None:
+            return model.accumulate(total_s, self.ctx0_tokens + model.n * first, stop - first)
+        steps = self.steps
+        i: i64 = first
+        end: i64 = stop
+        while i < end:
+            total_s += steps[i]
+            i += 1
+        return total_s
+
+    def _reach(self, now_s: float, upto: int) -> None:
+        """Compute boundaries until one is at or after now_s, or b_upto is computed."""
+        while self.filled < upto and self.bound_values[self.filled] < now_s:
+            self._fill(self.filled + 1)
 
     def _bisect(self, now_s: float, lo: i64, hi: i64) -> i64:
         """bisect_left of now_s in b_lo .. b_{hi-1} (hi if every one is before now_s)."""
@@ -66,22 +116,42 @@ class SpanTimes:
                 hi = mid
         return lo
 
-    def add_steps(self, total_s: float, first: int, stop: int) -> float:
-        """total_s + step_first + ... + step_{stop-1}, one addition at a time."""
-        steps = self.steps
-        i: i64 = first
-        end: i64 = stop
-        while i < end:
-            total_s += steps[i]
-            i += 1
-        return total_s
+    def _fill(self, upto: i64) -> None:
+        """Compute the boundaries up to b_upto at least (to b_FIRST_STEPS, or double the
+        computed prefix, if further): the model's steps added on from the last computed one.
+        The first read makes the array for the whole span (zeroing it is cheap; copying a
+        prefix each time it grew was not)."""
+        done = self.filled
+        size = upto  # (comparisons, not max(): compiled, i64 throughout)
+        if size < 2 * done:
+            size = 2 * done
+        if size < FIRST_STEPS:
+            size = FIRST_STEPS
+        if size > self.k:
+            size = self.k
+        model = self.model
+        assert model is not None, "a span given as an array is computed already"
+        if done == 0:  # b_1 = b_0 + step_0 (its reload included), as the end was computed
+            bounds = vec[float]([0.0] * (self.k + 1))
+            bounds[0] = self.bound_values[0]
+            bounds[1] = bounds[0] + self.step0_s
+            self.bound_values = bounds
+            done = 1
+        model.add_up(self.bound_values, self.ctx0_tokens + model.n * done, done, size)
+        self.filled = size
 
 
 def model_times(model: StepModel, ctx0_tokens: int, k: int, start_s: float, first_extra_s: float) -> SpanTimes:
-    """A span of k steps of `model` from ctx0_tokens (`span_times` of what the model fills)."""
-    steps = vec[float]([0.0] * k)
-    model.fill(ctx0_tokens, k, steps)
-    return span_times(steps, start_s, first_extra_s)
+    """A span of k steps of `model` from ctx0_tokens, step_0 first_extra_s longer (a KV reload
+    before it; ignored unless positive), starting at start_s: its end computed now, its
+    boundaries when read."""
+    step0_s, end_s = 0.0, start_s
+    if k > 0:
+        step0_s = model.accumulate(0.0, ctx0_tokens, 1)  # (0.0 + step is the step)
+        if first_extra_s > 0.0:
+            step0_s += first_extra_s
+        end_s = model.accumulate(start_s + step0_s, ctx0_tokens + model.n, k - 1)
+    return SpanTimes(k, step0_s, end_s, vec[float](), vec[float]([start_s]), model, ctx0_tokens)
 
 
 def span_times(steps: vec[float], start_s: float, first_extra_s: float) -> SpanTimes:
@@ -98,158 +168,4 @@ def span_times(steps: vec[float], start_s: float, first_extra_s: float) -> SpanT
         b_s += steps[i]
         i += 1
         bounds[i] = b_s
-    return SpanTimes(steps, bounds)
-
-
-class StepModel:
-    """A decode iteration's time as a function of the batch's total context tokens, for one
-    batch size n: a latency model's decode_time_s(n, ctx) repeated operation for operation
-    (steptime.StepSeries builds one per model and n; tests/sim/test_skip_ahead.py holds each kind
-    to its model bit for bit)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def time_s(self, ctx_tokens: int) -> float:
-        raise NotImplementedError
-
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
-        """Write the times of `count` steps from ctx_tokens (the context growing by n a step) to
-        steps[0 .. count-1]. Subclasses write this loop with their step inline (a call per step
-        costs more than the step)."""
-        n = self.n
-        for i in range(count):
-            steps[i] = self.time_s(ctx_tokens)
-            ctx_tokens += n
-
-
-class LinearStep(StepModel):
-    """LinearModel: fixed_s + per_ctx_s * ctx (fixed_s = decode_base_s + decode_per_seq_s * n)."""
-
-    def __init__(self, n: int, fixed_s: float, per_ctx_s: float) -> None:
-        super().__init__(n)
-        self.fixed_s = fixed_s
-        self.per_ctx_s = per_ctx_s
-
-    def time_s(self, ctx_tokens: int) -> float:
-        return self.fixed_s + self.per_ctx_s * ctx_tokens
-
-    # the loop over floats: contexts stay integers below 2**53, where float arithmetic is exact
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
-        fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
-        for i in range(count):
-            steps[i] = fixed_s + per_ctx_s * ctx
-            ctx += dn
-
-
-class RooflineStep(StepModel):
-    """RooflineModel.decode_time_s for one batch size n as a function of the context, term by
-    term in the model's order (steptime.RooflineDecode builds it from the model's own terms;
-    the attention factors come from pdsim.perf.cost.attention_factors)."""
-
-    def __init__(
-        self, n: int, fixed_s: float, head_s: float, tail_s: tuple[float, ...], comm_s: float,
-        flops_per_pair: float, num_layers: float, tp: float, kv_bytes_per_token: float,
-        flops_per_s: float, hbm_bytes_per_s: float, mfu: float, mbu: float,
-    ) -> None:
-        super().__init__(n)
-        self.fixed_s = fixed_s  # overhead_s + overhead_per_seq_s * n
-        self.head_s = head_s  # the operators before attention, summed from 0 in order
-        # those after it, added one at a time (decode: the LM head alone); the first apart, as a
-        # float (0.0 when there is none: adding it to a positive time changes nothing)
-        self.tail0_s = tail_s[0] if tail_s else 0.0
-        self.tail_rest = tail_s[1:]
-        self.comm_s = comm_s
-        self.flops_per_pair = flops_per_pair
-        self.num_layers = num_layers
-        self.tp = tp
-        self.kv_bytes_per_token = kv_bytes_per_token
-        self.flops_per_s = flops_per_s
-        self.hbm_bytes_per_s = hbm_bytes_per_s
-        self.mfu = mfu
-        self.mbu = mbu
-
-    def time_s(self, ctx_tokens: int) -> float:
-        step = vec[float]([0.0])
-        self.fill(ctx_tokens, 1, step)
-        return step[0]
-
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
-        # the terms in locals, the step inline: ~4x fewer instructions than a time_s call a step
-        fpp, layers, tp, kvb = self.flops_per_pair, self.num_layers, self.tp, self.kv_bytes_per_token
-        fps, hbm, mfu, mbu = self.flops_per_s, self.hbm_bytes_per_s, self.mfu, self.mbu
-        head_s, tail0_s, tail_rest, fixed_s, comm_s = self.head_s, self.tail0_s, self.tail_rest, self.fixed_s, self.comm_s
-        ctx, dn = float(ctx_tokens), float(self.n)  # (a float count stays exact below 2**53)
-        for i in range(count):
-            compute_s = fpp * ctx * layers / tp / fps / mfu  # cost._attention_op's order
-            memory_s = kvb * (ctx + dn) / hbm / mbu
-            busy = head_s + (compute_s if compute_s >= memory_s else memory_s) + tail0_s
-            for t_s in tail_rest:
-                busy = busy + t_s
-            steps[i] = fixed_s + busy + comm_s
-            ctx += dn
-class TableStep(StepModel):
-    """MeasuredModel.decode_time_s for one batch size n (its `decode_terms`): the context-free
-    part plus layers x the generation table at the mean KV length, interpolated in log space
-    along the row kept for n, as pdsim.perf.optables.LogGrid.at_second does it. The segment of
-    the last lookup is kept (a span's contexts grow: most lookups stay in it)."""
-
-    def __init__(
-        self, n: int, fixed_s: float, layers: int, row: list[float], drow: list[float],
-        axis: list[float], width: list[float],
-    ) -> None:
-        super().__init__(n)
-        self.fixed_s = fixed_s
-        self.layers = float(layers)
-        self.n_seqs = float(n)
-        self.row = row
-        self.drow = drow
-        self.axis = axis
-        self.width = width
-        self.last = max(len(axis) - 2, 0)
-        # the kept segment j: log contexts in [lo, hi) take it (j = at_second's clamped bisect)
-        self.lo = self.hi = self.at = self.seg_width = self.seg_row = self.seg_drow = 0.0
-        self.seek(0)
-
-    def seek(self, j: int) -> None:
-        """Keep segment j: its bounds (open at the first and last), start, width and row terms."""
-        self.lo = -math.inf if j == 0 else self.axis[j]
-        self.hi = math.inf if j >= self.last else self.axis[j + 1]
-        self.at, self.seg_width = self.axis[j], self.width[j]
-        self.seg_row, self.seg_drow = self.row[j], self.drow[j]
-
-    def time_s(self, ctx_tokens: int) -> float:
-        per_seq = float(ctx_tokens) / self.n_seqs  # (exact for int / int below 2**53: numpy's too)
-        log_y = math.log(per_seq if per_seq >= 1.0 else 1.0)
-        if not self.lo <= log_y < self.hi:
-            self.seek(min(max(bisect_right(self.axis, log_y) - 1, 0), self.last))
-        v = (log_y - self.at) / self.seg_width
-        if v < 0.0:
-            v = 0.0
-        ms = math.exp(self.seg_row + v * self.seg_drow)
-        return self.fixed_s + self.layers * (ms / 1e3)
-
-
-class OverheadStep(StepModel):
-    """StepOverheadModel over another step model: scale * inner(ctx + offset * n) + overhead_s
-    + per_token_s * ctx (its decode_time_s's order)."""
-
-    def __init__(self, inner: StepModel, scale: float, overhead_s: float, per_token_s: float, offset: int) -> None:
-        super().__init__(inner.n)
-        self.inner = inner
-        self.scale = scale
-        self.overhead_s = overhead_s
-        self.per_token_s = per_token_s
-        self.offset_tokens = offset * inner.n
-
-    def time_s(self, ctx_tokens: int) -> float:
-        return (self.scale * self.inner.time_s(ctx_tokens + self.offset_tokens) + self.overhead_s
-                + self.per_token_s * ctx_tokens)
-
-    def fill(self, ctx_tokens: int, count: i64, steps: vec[float]) -> None:
-        inner = vec[float]([0.0] * count)  # the inner model's steps at the offset contexts
-        self.inner.fill(ctx_tokens + self.offset_tokens, count, inner)
-        scale, overhead_s, per_token_s, n = self.scale, self.overhead_s, self.per_token_s, self.n
-        for i in range(count):
-            steps[i] = scale * inner[i] + overhead_s + per_token_s * ctx_tokens
-            ctx_tokens += n
+    return SpanTimes(k, steps[0] if k > 0 else 0.0, bounds[k], steps, bounds, None, 0)

@@ -11,7 +11,7 @@ same floating-point operations, in the same order, as their `decode_time_s` (so 
 CPython 3.11; `sum` of floats is compensated from 3.12 on, which can move roofline's last bit).
 MeasuredModel's and FittedModel's own decode_series_s are their vector paths (bit-identical).
 Other models are called once per iteration. Spans (`StepSeries.span`) of the linear, roofline and
-measured models, also wrapped, compute their steps with a compiled `StepModel` (spantimes.py).
+measured models, also wrapped, compute their steps with a compiled `StepModel` (stepmodels.py).
 For every model in pdsim.perf a decode-only mixed
 step (`mixed_time_s((), n, ctx)`) is `decode_time_s(n, ctx)`, so colocated decode-only
 iterations use the same series. Both simulator paths (step by step and skip-ahead) take every
@@ -35,16 +35,8 @@ from pdsim.perf import (
     StepOverheadModel,
 )
 from pdsim.perf import cost as roofline_cost
-from pdsim.sim.spantimes import (
-    LinearStep,
-    OverheadStep,
-    RooflineStep,
-    SpanTimes,
-    StepModel,
-    TableStep,
-    model_times,
-    span_times,
-)
+from pdsim.sim.spantimes import SpanTimes, model_times, span_times
+from pdsim.sim.stepmodels import LinearStep, OverheadStep, RooflineStep, StepModel, TableStep
 
 VectorFn = Callable[[int, np.ndarray], np.ndarray]
 
@@ -169,7 +161,7 @@ class RooflineDecode:
         return parts
 
     def step_model(self, n: int) -> RooflineStep:
-        """decode_time_s(n, ctx) as a compiled function of ctx (spantimes.RooflineStep)."""
+        """decode_time_s(n, ctx) as a compiled function of ctx (stepmodels.RooflineStep)."""
         step = self._steps.get(n)
         if step is None:
             m = self.model

@@ -1,0 +1,201 @@
+"""Compiled decode step models: a latency model's decode_time_s for one batch size n as a
+function of the context, operation for operation.
+
+A span (span.py, spantimes.py) of k iterations of n requests reads `ctx0 + n * i` context tokens
+at iteration i. `LinearStep`, `RooflineStep`, `TableStep` (the measured model) and
+`OverheadStep` (around any of them) repeat their model's decode_time_s bit for bit
+(tests/sim/test_skip_ahead.py holds each to its model); steptime.StepSeries builds them. Each
+gives a span's steps two ways, with its step inline in the loop where that matters (a call per
+step costs more than a linear or roofline step): `accumulate` adds them, one at a time, to a
+running total (a span's end, computed when it is planned, and a settle's busy time: no array);
+`add_up` writes the boundaries they lead to (b_{i+1} = b_i + step_i) into an array.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from typing import Final
+
+from librt.vecs import vec
+from mypy_extensions import i64
+
+_NO_BOUNDS: Final = vec[float]()  # (RooflineStep._walk: sums only; never written)
+
+
+class StepModel:
+    """decode_time_s(n, ctx) for one batch size n (subclasses inline it in their loops)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def time_s(self, ctx_tokens: int) -> float:
+        raise NotImplementedError
+
+    def accumulate(self, total_s: float, ctx_tokens: int, count: i64) -> float:
+        """total_s plus the times of `count` steps from ctx_tokens, added one at a time."""
+        n, i = self.n, i64(0)
+        while i < count:
+            total_s += self.time_s(ctx_tokens)
+            ctx_tokens += n
+            i += 1
+        return total_s
+
+    def add_up(self, bounds: vec[float], ctx_tokens: int, start: i64, stop: i64) -> None:
+        """bounds[i + 1] = bounds[i] + step_i for i in start .. stop-1, in order; ctx_tokens is
+        the context of step `start` (it grows by n a step)."""
+        n, i, b_s = self.n, start, bounds[start]
+        while i < stop:
+            b_s += self.time_s(ctx_tokens)
+            ctx_tokens += n
+            i += 1
+            bounds[i] = b_s
+
+
+class LinearStep(StepModel):
+    """LinearModel: fixed_s + per_ctx_s * ctx (fixed_s = decode_base_s + decode_per_seq_s * n)."""
+
+    def __init__(self, n: int, fixed_s: float, per_ctx_s: float) -> None:
+        super().__init__(n)
+        self.fixed_s = fixed_s
+        self.per_ctx_s = per_ctx_s
+
+    def time_s(self, ctx_tokens: int) -> float:
+        return self.fixed_s + self.per_ctx_s * ctx_tokens
+
+    # the loops over floats: contexts stay integers below 2**53, where float arithmetic is exact
+    def accumulate(self, total_s: float, ctx_tokens: int, count: i64) -> float:
+        fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
+        i = i64(0)
+        while i < count:
+            total_s += fixed_s + per_ctx_s * ctx
+            ctx += dn
+            i += 1
+        return total_s
+
+    def add_up(self, bounds: vec[float], ctx_tokens: int, start: i64, stop: i64) -> None:
+        fixed_s, per_ctx_s, ctx, dn = self.fixed_s, self.per_ctx_s, float(ctx_tokens), float(self.n)
+        i, b_s = start, bounds[start]
+        while i < stop:
+            b_s += fixed_s + per_ctx_s * ctx
+            ctx += dn
+            i += 1
+            bounds[i] = b_s
+
+
+class RooflineStep(StepModel):
+    """RooflineModel.decode_time_s for one batch size n as a function of the context, term by
+    term in the model's order (steptime.RooflineDecode builds it from the model's own terms;
+    the attention factors come from pdsim.perf.cost.attention_factors)."""
+
+    def __init__(
+        self, n: int, fixed_s: float, head_s: float, tail_s: tuple[float, ...], comm_s: float,
+        flops_per_pair: float, num_layers: float, tp: float, kv_bytes_per_token: float,
+        flops_per_s: float, hbm_bytes_per_s: float, mfu: float, mbu: float,
+    ) -> None:
+        super().__init__(n)
+        self.fixed_s = fixed_s  # overhead_s + overhead_per_seq_s * n
+        self.head_s = head_s  # the operators before attention, summed from 0 in order
+        # those after it, added one at a time (decode: the LM head alone); the first apart, as a
+        # float (0.0 when there is none: adding it to a positive time changes nothing)
+        self.tail0_s = tail_s[0] if tail_s else 0.0
+        self.tail_rest = tail_s[1:]
+        self.comm_s = comm_s
+        self.flops_per_pair = flops_per_pair
+        self.num_layers = num_layers
+        self.tp = tp
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.flops_per_s = flops_per_s
+        self.hbm_bytes_per_s = hbm_bytes_per_s
+        self.mfu = mfu
+        self.mbu = mbu
+
+    def time_s(self, ctx_tokens: int) -> float:
+        return self._walk(ctx_tokens, 0, 1, _NO_BOUNDS, 0.0)  # (0.0 + step is the step)
+
+    def accumulate(self, total_s: float, ctx_tokens: int, count: i64) -> float:
+        return self._walk(ctx_tokens, 0, count, _NO_BOUNDS, total_s)
+
+    def add_up(self, bounds: vec[float], ctx_tokens: int, start: i64, stop: i64) -> None:
+        self._walk(ctx_tokens, start, stop, bounds, bounds[start])
+
+    def _walk(self, ctx_tokens: int, start: i64, stop: i64, bounds: vec[float], total_s: float) -> float:
+        """total_s plus steps start .. stop-1, added one at a time; each sum so far is also
+        written to bounds[i + 1] unless `bounds` is empty (_NO_BOUNDS)."""
+        # the terms in locals, the step inline: ~4x fewer instructions than a time_s call a step
+        fpp, layers, tp, kvb = self.flops_per_pair, self.num_layers, self.tp, self.kv_bytes_per_token
+        fps, hbm, mfu, mbu = self.flops_per_s, self.hbm_bytes_per_s, self.mfu, self.mbu
+        head_s, tail0_s, tail_rest, fixed_s, comm_s = self.head_s, self.tail0_s, self.tail_rest, self.fixed_s, self.comm_s
+        ctx, dn = float(ctx_tokens), float(self.n)  # (a float count stays exact below 2**53)
+        i, store = start, len(bounds) > 0
+        while i < stop:
+            compute_s = fpp * ctx * layers / tp / fps / mfu  # cost._attention_op's order
+            memory_s = kvb * (ctx + dn) / hbm / mbu
+            busy = head_s + (compute_s if compute_s >= memory_s else memory_s) + tail0_s
+            for t_s in tail_rest:
+                busy = busy + t_s
+            total_s += fixed_s + busy + comm_s
+            ctx += dn
+            i += 1
+            if store:
+                bounds[i] = total_s
+        return total_s
+
+
+class TableStep(StepModel):
+    """MeasuredModel.decode_time_s for one batch size n (its `decode_terms`): the context-free
+    part plus layers x the generation table at the mean KV length, interpolated in log space
+    along the row kept for n, as pdsim.perf.optables.LogGrid.at_second does it. The segment of
+    the last lookup is kept (a span's contexts grow: most lookups stay in it)."""
+
+    def __init__(
+        self, n: int, fixed_s: float, layers: int, row: list[float], drow: list[float],
+        axis: list[float], width: list[float],
+    ) -> None:
+        super().__init__(n)
+        self.fixed_s = fixed_s
+        self.layers = float(layers)
+        self.n_seqs = float(n)
+        self.row = row
+        self.drow = drow
+        self.axis = axis
+        self.width = width
+        self.last = max(len(axis) - 2, 0)
+        # the kept segment j: log contexts in [lo, hi) take it (j = at_second's clamped bisect)
+        self.lo = self.hi = self.at = self.seg_width = self.seg_row = self.seg_drow = 0.0
+        self.seek(0)
+
+    def seek(self, j: int) -> None:
+        """Keep segment j: its bounds (open at the first and last), start, width and row terms."""
+        self.lo = -math.inf if j == 0 else self.axis[j]
+        self.hi = math.inf if j >= self.last else self.axis[j + 1]
+        self.at, self.seg_width = self.axis[j], self.width[j]
+        self.seg_row, self.seg_drow = self.row[j], self.drow[j]
+
+    def time_s(self, ctx_tokens: int) -> float:
+        per_seq = float(ctx_tokens) / self.n_seqs  # (exact for int / int below 2**53: numpy's too)
+        log_y = math.log(per_seq if per_seq >= 1.0 else 1.0)
+        if not self.lo <= log_y < self.hi:
+            self.seek(min(max(bisect_right(self.axis, log_y) - 1, 0), self.last))
+        v = (log_y - self.at) / self.seg_width
+        if v < 0.0:
+            v = 0.0
+        ms = math.exp(self.seg_row + v * self.seg_drow)
+        return self.fixed_s + self.layers * (ms / 1e3)
+
+
+class OverheadStep(StepModel):
+    """StepOverheadModel over another step model: scale * inner(ctx + offset * n) + overhead_s
+    + per_token_s * ctx (its decode_time_s's order)."""
+
+    def __init__(self, inner: StepModel, scale: float, overhead_s: float, per_token_s: float, offset: int) -> None:
+        super().__init__(inner.n)
+        self.inner = inner
+        self.scale = scale
+        self.overhead_s = overhead_s
+        self.per_token_s = per_token_s
+        self.offset_tokens = offset * inner.n
+
+    def time_s(self, ctx_tokens: int) -> float:
+        return (self.scale * self.inner.time_s(ctx_tokens + self.offset_tokens) + self.overhead_s
+                + self.per_token_s * ctx_tokens)
