@@ -26,11 +26,8 @@ refers to them, read through a `DecodeAccess`. Pure: no simpy, no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import ClassVar, Final, Generic, TypeVar
-
-from mypy_extensions import mypyc_attr
 
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.memory import (
@@ -46,15 +43,19 @@ from pdsim.policy.views import RequestView, pages_for
 T = TypeVar("T")
 
 
-@mypyc_attr(native_class=False)
-@dataclass(frozen=True, slots=True)
-class DecodeAccess(Generic[T]):
+class DecodeAccess(Record, Generic[T]):
     """How the planner reads an executor's request: its view, its KV length, and whether it is
-    complete when it joins (one output token, or its first token ended it)."""
+    complete when it joins (one output token, or its first token ended it). A compiled Record,
+    not a frozen dataclass: the planner reads its fields a few times a step, and a Python
+    object's are looked up by name."""
 
-    view: Callable[[T], RequestView]
-    kv_tokens: Callable[[T], int]
-    done_at_join: Callable[[T], bool]
+    FIELDS: ClassVar[tuple[str, ...]] = ("view", "kv_tokens", "done_at_join")
+
+    def __init__(self, view: Callable[[T], RequestView], kv_tokens: Callable[[T], int],
+                 done_at_join: Callable[[T], bool]) -> None:
+        self.view: Final = view
+        self.kv_tokens: Final = kv_tokens
+        self.done_at_join: Final = done_at_join
 
 
 class DecodeStepPlan(Record, Generic[T]):
@@ -91,26 +92,28 @@ def _preallocate(
     limits: StepLimits, memory: Callable[[], DecodeMemoryView], retracted: Sequence[T],
     handshaken: Iterable[T], free_slots: int, access: DecodeAccess[T],
 ) -> tuple[tuple[T, ...], tuple[T, ...]]:
-    first = iter(handshaken)
-    head = next(first, None)
+    pending = iter(handshaken)
+    head: T | None = None
+    for item in pending:  # (the first, if any: compiled, `next(it, None)` is a generic call)
+        head = item
+        break
     if not retracted and head is None:
         return (), ()
-    by_id: dict[int, T] = {}
-
-    def views(items: Iterable[T]) -> Iterable[RequestView]:
-        for item in items:
-            v = access.view(item)
-            by_id[v.request_id] = item
-            yield v
-
-    rest = first if head is None else _chain_one(head, first)
-    plan = plan_preallocation(list(views(retracted)), views(rest), memory(), free_slots)
-    return tuple(by_id[i] for i in plan.resume_ids), tuple(by_id[i] for i in plan.admit_ids)
+    view = access.view
+    viewed: list[T] = []  # the handshaken requests viewed so far, in order
+    plan = plan_preallocation([view(r) for r in retracted], _views(head, pending, view, viewed), memory(), free_slots)
+    # (both are prefixes, in queue order: the scan stops at the first that does not fit)
+    return tuple(retracted[:len(plan.resume_ids)]), tuple(viewed[:len(plan.admit_ids)])
 
 
-def _chain_one(head: T, rest: Iterable[T]) -> Iterable[T]:
-    yield head
-    yield from rest
+def _views(head: T | None, rest: Iterator[T], view: Callable[[T], RequestView], viewed: list[T]) -> Iterator[RequestView]:
+    """The views of head and then of rest's items, consumed lazily; `viewed` gets each item."""
+    if head is not None:
+        viewed.append(head)
+        yield view(head)
+    for item in rest:
+        viewed.append(item)
+        yield view(item)
 
 
 def plan_decode_step(
@@ -140,7 +143,7 @@ def plan_decode_step(
     done: list[T] = []
     if waiting or resume:
         room = limits.max_running_requests - len(running)
-        for req in (*waiting, *resume):
+        for req in (waiting if not resume else (*waiting, *resume)):
             if len(join) >= room:
                 break
             if access.done_at_join(req):
@@ -148,7 +151,7 @@ def plan_decode_step(
                 free += pages_for(access.kv_tokens(req), page)
             else:
                 join.append(req)
-    batch = (*running, *join)
+    batch = (*running, *join) if join else tuple(running)
     growth = plan_page_growth(batch, free, page, access.kv_tokens, access.view)
     if growth.victims or growth.failed:
         out = {id(r) for r in (*growth.victims, *growth.failed)}

@@ -55,6 +55,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
         self.reload_s_per_token = reload_s_per_token
         self.max_running = self.limits.max_running_requests
         self.access = DecodeAccess(request_view, _kv_tokens, _done_at_join)
+        self.memory = self.memory_view  # (bound once: the planner's memory callable, every boundary)
         self.prealloc: dict[int, SimRequest] = {}
         self.retracted: dict[int, SimRequest] = {}
         self.transfer: dict[int, SimRequest] = {}
@@ -152,8 +153,9 @@ class DecodeInstance(InstanceBase, BatchOwner):
         if self.handoff_at_prefill_end:
             admit_handed_off(self)
         handshaken = (sr for sr in self.prealloc.values() if sr.handshaken) if self.prealloc else ()
+        retracted = list(self.retracted.values()) if self.retracted else []
         return plan_decode_step(
-            self.limits, self.memory_view, list(self.retracted.values()), handshaken, len(self.transfer),
+            self.limits, self.memory, retracted, handshaken, len(self.transfer),
             list(self.waiting.values()), list(self.running.values()), self.pool.free_pages, self.access,
         )
 

@@ -3,24 +3,26 @@
 Same contract and output as `pdsim.trace.TraceRecorder` (rows are dicts of the fields that
 differ from the schema's defaults; `to_frame` gives the schema's DataFrame sorted by
 request_id), but a row's numeric fields go into two flat unboxed arrays (librt vecs: its floats
-into one, its integers into the other, row after row, sized for the whole workload up front)
-instead of lists of Python objects, which keeps a 200k-request run's records in ~60 MB, and a
-request id is checked for duplicates against a bitmap of the workload's ids. The simulator
-writes its own rows value by value (`check_row`, `put_float`, `put_int`, `end_row`:
-pdsim.sim.state.record_row), with no list, tuple or Python number per value; a row given as a
+into one, its integers into the other, row after row, made for the whole workload up front and
+written by index; a float not written is NaN) instead of lists of Python objects, which keeps a
+200k-request run's records in ~60 MB, and a request id is checked for duplicates against a
+bitmap of the workload's ids. The simulator writes its own rows value by value (`check_row`,
+`put_float_at`, `put_int`, `end_row`: pdsim.sim.state.record_row), with no list, tuple or Python
+number per value, and only the times a request marked; a row given as a
 dict or as lists (`add`, `add_columns`) is converted by `struct` first, so a value its column
 cannot hold is refused before anything of the row is kept.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from librt.vecs import append, vec
+from librt.vecs import vec
 from mypy_extensions import i64
 
 from pdsim.trace import _DEFAULTS as TRACE_DEFAULTS
@@ -45,8 +47,10 @@ _NUM_FLOATS: Final = len(FLOAT_COLUMNS)
 class SimRecorder:
     def __init__(self, num_requests: int) -> None:
         self._seen = bytearray(num_requests)
-        self._floats = vec[float](capacity=num_requests * len(FLOAT_COLUMNS))  # FLOAT_COLUMNS of each row
-        self._ints = vec[i64](capacity=num_requests * len(INT_COLUMNS))  # INT_COLUMNS of each row
+        # FLOAT_COLUMNS of each row (NaN: not written), INT_COLUMNS of each row (_num_ints written)
+        self._floats = vec[float]([math.nan] * (num_requests * _NUM_FLOATS))
+        self._ints = vec[i64]([0] * (num_requests * len(INT_COLUMNS)))
+        self._num_ints: i64 = 0
         self._objects: dict[str, list[Any]] = {name: [] for name in OBJECT_COLUMNS}
         self._numeric_defaults = [(name, TRACE_DEFAULTS[name]) for name in _NUMERIC]
         self._object_defaults = [(name, TRACE_DEFAULTS[name]) for name in self._objects]
@@ -72,7 +76,7 @@ class SimRecorder:
         values = _ROW.unpack(_ROW.pack(*numbers))  # (before anything is kept: a bad value leaves no trace)
         for k in range(len(values)):
             if k < _NUM_FLOATS:
-                self.put_float(values[k])
+                self.put_float_at(k, values[k])
             else:
                 self.put_int(values[k])
         self.end_row(numbers[_RID], objects)
@@ -87,18 +91,21 @@ class SimRecorder:
         if status not in STATUSES:
             raise ValueError(f"request {rid}: status {status!r} not in {STATUSES}")
 
-    def put_float(self, value: float) -> None:
-        """The row's next float column (FLOAT_COLUMNS order; after check_row)."""
-        self._floats = append(self._floats, value)
+    def put_float_at(self, column: i64, value: float) -> None:
+        """The row's float in FLOAT_COLUMNS[column] (after check_row; one not put is NaN)."""
+        self._floats[self._rows * _NUM_FLOATS + column] = value
 
     def put_int(self, value: i64) -> None:
         """The row's next integer column (INT_COLUMNS order, after its floats)."""
-        self._ints = append(self._ints, value)
+        self._ints[self._num_ints] = value
+        self._num_ints += 1
 
     def drop_partial_row(self) -> None:
         """Forget the numbers put since the last recorded row (a row that failed half-way)."""
-        self._floats = self._floats[:self._rows * _NUM_FLOATS]
-        self._ints = self._ints[:self._rows * len(INT_COLUMNS)]
+        base: i64 = self._rows * _NUM_FLOATS
+        for k in range(_NUM_FLOATS):
+            self._floats[base + k] = math.nan
+        self._num_ints = self._rows * len(INT_COLUMNS)
 
     def end_row(self, rid: int, objects: list[Any]) -> None:
         """The row's OBJECT_COLUMNS, after its numbers: the row is recorded."""
@@ -114,8 +121,8 @@ class SimRecorder:
     def to_frame(self) -> pd.DataFrame:
         # views over the arrays, not copies: a 200k-request run's rows are ~60 MB, and each
         # column below is copied once more (peak RSS, docs/PERFORMANCE.md)
-        floats = _rows(self._floats, np.float64, len(FLOAT_COLUMNS))
-        ints = _rows(self._ints, np.int64, len(INT_COLUMNS))
+        floats = _rows(self._floats, np.float64, len(FLOAT_COLUMNS), self._rows)
+        ints = _rows(self._ints, np.int64, len(INT_COLUMNS), self._rows)
         columns: dict[str, Any] = {}
         schema = arrow_schema()
         for f in FIELDS:
@@ -129,9 +136,9 @@ class SimRecorder:
         return table.to_pandas().sort_values("request_id", kind="stable").reset_index(drop=True)
 
 
-def _rows(values: Any, dtype: Any, width: int) -> Any:
-    """The rows of a flat column-per-position array, as a (rows, width) view."""
-    flat = np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype)
+def _rows(values: Any, dtype: Any, width: int, rows: int) -> Any:
+    """The first `rows` rows of a flat column-per-position array, as a (rows, width) view."""
+    flat = np.frombuffer(values, dtype=dtype, count=rows * width) if rows else np.zeros(0, dtype)
     return flat.reshape(-1, width)
 
 

@@ -7,7 +7,6 @@ A retry starts a new attempt on the same object: `reset_attempt` clears the per-
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -189,6 +188,7 @@ _OBJECT_ORDER: Final = ("mode", "status", "failure_reason", "token_times_s")
 # the float columns read from a request's marked times (the other two come from the request)
 _TIME_COLUMNS: Final = FLOAT_COLUMNS[2:]  # (after arrival_s and kv_load_s: checked below)
 _TIME_NAMES: Final = frozenset(_TIME_COLUMNS)
+_TIME_INDEX: Final = {name: 2 + k for k, name in enumerate(_TIME_COLUMNS)}  # its FLOAT_COLUMNS index
 if FLOAT_COLUMNS[:2] != ("arrival_s", "kv_load_s") or INT_COLUMNS != _INT_ORDER or OBJECT_COLUMNS != _OBJECT_ORDER:
     raise ImportError(f"pdsim.sim.state: the trace schema's columns {FLOAT_COLUMNS} / {INT_COLUMNS} / "
                       f"{OBJECT_COLUMNS} moved")
@@ -197,13 +197,12 @@ if FLOAT_COLUMNS[:2] != ("arrival_s", "kv_load_s") or INT_COLUMNS != _INT_ORDER 
 def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, reason: str) -> None:
     """Record the trace row of a request that reached a terminal status (see pdsim.trace),
     value by value into the recorder's columns: no dict, list or Python number per value. Times
-    not marked are NaN; a time name that is not a trace field is refused, before anything of the
+    not marked are NaN; a time name that is not a trace field is refused, and nothing of the
     row is kept."""
-    if not sr.times.keys() <= _TIME_NAMES:
-        raise KeyError(f"unknown trace fields {sorted(set(sr.times) - _TIME_NAMES)} in request {sr.rid}'s times")
     recorder.check_row(sr.rid, status)
     try:
-        _put_floats(recorder, sr)
+        if _put_floats(recorder, sr) != len(sr.times):  # (a marked time that is not a column)
+            raise KeyError(f"unknown trace fields {sorted(set(sr.times) - _TIME_NAMES)} in request {sr.rid}'s times")
         _put_ints(recorder, sr, mode, status)
     except BaseException:  # (a count outside int64, say: nothing of the row is kept)
         recorder.drop_partial_row()
@@ -211,14 +210,18 @@ def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, re
     recorder.end_row(sr.rid, [mode, status, reason, sr.token_times])
 
 
-def _put_floats(recorder: SimRecorder, sr: SimRequest) -> None:
-    """The row's FLOAT_COLUMNS: the arrival, the KV load time, the marked times (NaN: unmarked)."""
-    times = sr.times
-    recorder.put_float(sr.req.arrival_s)
-    recorder.put_float(sr.kv_load_s)
-    for name in _TIME_COLUMNS:
-        t = times.get(name)
-        recorder.put_float(math.nan if t is None else t)
+def _put_floats(recorder: SimRecorder, sr: SimRequest) -> int:
+    """The row's FLOAT_COLUMNS: the arrival, the KV load time and the marked times (the rest
+    stay NaN); returns how many marked times are columns."""
+    recorder.put_float_at(0, sr.req.arrival_s)
+    recorder.put_float_at(1, sr.kv_load_s)
+    columns = 0
+    for name, t in sr.times.items():
+        column = _TIME_INDEX.get(name, -1)
+        if column >= 0:
+            recorder.put_float_at(column, t)
+            columns += 1
+    return columns
 
 
 def _put_ints(recorder: SimRecorder, sr: SimRequest, mode: str, status: str) -> None:

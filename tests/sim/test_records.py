@@ -79,14 +79,17 @@ def test_record_row_records_the_row_the_trace_schema_describes() -> None:
         record_row(sim, sr, "disaggregated", "finished", "")
     del sr.times["lunch_s"]
     sr.transfer_bytes, sr.times["first_token_s"] = 2**64, 9.0  # int64 cannot hold it; floats go first
+    sr.times["prealloc_enter_s"] = 1.8  # (a time the recorded row does not have: NaN there)
     with pytest.raises((OverflowError, ValueError)):  # (compiled, mypyc says ValueError)
         record_row(sim, sr, "disaggregated", "finished", "")
     sr.transfer_bytes, sr.times["first_token_s"] = 4096, 2.0
+    del sr.times["prealloc_enter_s"]
     with pytest.raises(ValueError, match="status 'lost'"):
         record_row(sim, sr, "disaggregated", "lost", "")
     record_row(sim, sr, "disaggregated", "finished", "")  # nothing of the refused rows was kept
     frame = sim.to_frame()
     assert len(sim) == 1 and frame["first_token_s"].tolist() == [2.0] and frame["transfer_bytes"].tolist() == [4096]
+    assert frame["prealloc_enter_s"].isna().all()
 
 
 def test_a_request_not_placed_has_no_instances_to_reach() -> None:
