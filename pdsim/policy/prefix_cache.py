@@ -113,8 +113,9 @@ class PrefixCache:
     def match(self, hash_ids: Sequence[int], max_blocks: int) -> list[BlockNode]:
         """The longest cached path for the first `max_blocks` hashes (nothing is locked)."""
         node, path = ROOT, []
-        for i in range(min(max_blocks, len(hash_ids))):
-            child = self._find(node, hash_ids[i])
+        ids: tuple[int, ...] = tuple(hash_ids)  # (typed: compiled, a tuple's items are read natively)
+        for i in range(min(max_blocks, len(ids))):
+            child = self._find(node, ids[i])
             if child == _DEAD:
                 break
             node = child
@@ -164,7 +165,8 @@ class PrefixCache:
         """New blocks for `hashes` (at least one), each the child of the one before, the first
         one `parent`'s; numbered in that order, in freed slots first (last freed first). Returns
         the last block."""
-        free, n = self._free, len(hashes)
+        chain: tuple[int, ...] = tuple(hashes)  # (typed: compiled, a tuple's items are read natively)
+        free, n = self._free, len(chain)
         slots = free[:-n - 1:-1]
         del free[len(free) - len(slots):]
         if len(slots) < n:
@@ -181,7 +183,7 @@ class PrefixCache:
         key_of, parent_of, next_of, found = self._key, self._parent, self._next, self._found
         created, children, last_s = self._created, self._children, self._last_s
         number, above = self._next_created, slots[0]
-        head = hashes[0]
+        head = chain[0]
         if self._child.setdefault(head, above) != above:  # another parent's child has this hash
             self._other[(parent, head)] = above
             found[above] = _IN_OTHER
@@ -190,7 +192,7 @@ class PrefixCache:
         key_of[above], parent_of[above] = head, parent
         for i in range(1, n):  # (an index loop: compiled, no object per step)
             slot = slots[i]
-            key_of[slot] = hashes[i]
+            key_of[slot] = chain[i]
             parent_of[slot] = above
             next_of[above] = slot
             found[slot] = _IN_CHAIN
