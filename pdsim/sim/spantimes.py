@@ -13,7 +13,9 @@ array (librt.vecs) made for the whole span at the first read; no step is stored.
 boundaries are the same float additions in the same order as the end's, so b_k read from a
 complete prefix is the end, bit for bit.
 
-Models without a compiled step give a span's steps as an array (`span_times`: all computed).
+This is for the linear and roofline steps, cheap to compute again (`StepModel.recompute`). The
+measured table's steps (a log and an exp each) and models without a compiled step give a span's
+steps as an array when it is planned (`span_times`: all computed, none twice).
 """
 
 from __future__ import annotations

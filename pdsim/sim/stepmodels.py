@@ -28,6 +28,19 @@ class StepModel:
 
     def __init__(self, n: int) -> None:
         self.n = n
+        # a step cheap enough to compute again where a span is read (linear, roofline), rather
+        # than all of a span's steps kept when it is planned (the measured table's log and exp)
+        self.recompute = False
+
+    def steps(self, ctx_tokens: int, count: i64) -> vec[float]:
+        """The times of `count` steps from ctx_tokens, in an array."""
+        out = vec[float]([0.0] * count)
+        n, i = self.n, i64(0)
+        while i < count:
+            out[i] = self.time_s(ctx_tokens)
+            ctx_tokens += n
+            i += 1
+        return out
 
     def time_s(self, ctx_tokens: int) -> float:
         raise NotImplementedError
@@ -57,6 +70,7 @@ class LinearStep(StepModel):
 
     def __init__(self, n: int, fixed_s: float, per_ctx_s: float) -> None:
         super().__init__(n)
+        self.recompute = True
         self.fixed_s = fixed_s
         self.per_ctx_s = per_ctx_s
 
@@ -94,6 +108,7 @@ class RooflineStep(StepModel):
         flops_per_s: float, hbm_bytes_per_s: float, mfu: float, mbu: float,
     ) -> None:
         super().__init__(n)
+        self.recompute = True
         self.fixed_s = fixed_s  # overhead_s + overhead_per_seq_s * n
         self.head_s = head_s  # the operators before attention, summed from 0 in order
         # those after it, added one at a time (decode: the LM head alone); the first apart, as a

@@ -64,7 +64,9 @@ class StepSeries:
         are bit-identical to the model's decode_time_s and to simpy's clock either way."""
         model = self.step_model(n) if n > 0 else None
         if model is not None:
-            return model_times(model, ctx0, k, start_s, first_extra_s)
+            if model.recompute:  # (the end now, the rest when read: spantimes.py)
+                return model_times(model, ctx0, k, start_s, first_extra_s)
+            return span_times(model.steps(ctx0, k), start_s, first_extra_s)
         return span_times(vec[float](self.steps(n, ctx0, k).tolist()), start_s, first_extra_s)
 
     def step_model(self, n: int) -> StepModel | None:
