@@ -1,14 +1,14 @@
 """Skip-ahead: a running decode batch advances several iterations with one simpy event.
 
-A `Span` is k >= 1 iterations of a batch whose membership cannot change before its last
-boundary: no request finishes, no page growth runs short (retraction), no pre-allocation becomes
-possible, the waiting queue cannot join. Its boundaries `b_1 .. b_k` (float additions in
-simpy's order) are read by index from its `SpanTimes` (spantimes.py: the end computed when the
-span is planned, the boundaries before it when first read) and the instance sleeps on one
-timeout until `b_end` (= b_k; simpy's clock lands on it exactly, see hop_delay). The boundaries in between are
-*virtual*: the tokens they produce and the KV pages they grow (evicting prefix-cache blocks where
-the pool is full) are applied lazily (`settle`) when the span ends or when something must see the
-exact state earlier (a request aborted, a crash, a cache-aware router reading the prefix cache).
+A `Span` is k >= 1 iterations of a batch whose membership cannot change before its last boundary:
+no request finishes, no page growth runs short (retraction), no pre-allocation becomes possible,
+the waiting queue cannot join. Its boundaries `b_1 .. b_k` (float additions in simpy's order) are
+read by index from its `SpanTimes` (spantimes.py: the end computed when the span is planned, the
+boundaries before it when first read) and the instance sleeps on one timeout until `b_end` (= b_k;
+simpy's clock lands on it exactly, see hop_delay). The boundaries in between are *virtual*: the
+tokens they produce and the KV pages they grow (evicting prefix-cache blocks where the pool is
+full) are applied lazily (`settle`) when the span ends or when something must see the exact state
+earlier (a request aborted, a crash, a cache-aware router reading the prefix cache).
 
 Anything that changes what the next boundary would do (a new request handshaken, KV arrived, a
 reload done, a request released) calls `notify`; during a span that *truncates* it: the end

@@ -51,7 +51,7 @@ class SpanTimes:
             return self.step0_s
         model = self.model
         if model is not None:
-            return model.accumulate(0.0, self.ctx0_tokens + model.n * i, 1)  # (0.0 + step is the step)
+            return model.time_s(self.ctx0_tokens + model.n * i)
         return self.steps[i]
 
     def bound(self, j: int) -> float:
@@ -149,7 +149,7 @@ def model_times(model: StepModel, ctx0_tokens: int, k: int, start_s: float, firs
     boundaries when read."""
     step0_s, end_s = 0.0, start_s
     if k > 0:
-        step0_s = model.accumulate(0.0, ctx0_tokens, 1)  # (0.0 + step is the step)
+        step0_s = model.time_s(ctx0_tokens)
         if first_extra_s > 0.0:
             step0_s += first_extra_s
         end_s = model.accumulate(start_s + step0_s, ctx0_tokens + model.n, k - 1)
