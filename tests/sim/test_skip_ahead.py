@@ -196,11 +196,18 @@ def _assert_walks(times: SpanTimes, start_s: float, ref: list[float]) -> None:
         assert times.add_steps(0.5, first, k) == total and type(times.add_steps(0.5, first, k)) is float
 
 
-@pytest.mark.parametrize("model_name,tp", [("llama3_8b", 1), ("llama3_70b", 8), ("deepseek_v3", 8), ("qwen3_30b_a3b", 2)])
-def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp: int) -> None:
-    # the span computes each step from the model's terms (RooflineStep, compiled); the array
-    # path (RooflineDecode, numpy) is what the span used before: the same bits, every step
-    model = RooflineModel(load_model(model_name), load_hardware("h100"), tp=tp, overhead_per_seq_s=1e-5)
+@pytest.mark.parametrize("model_name,tp,mfu,mbu", [
+    ("llama3_8b", 1, 0.5, 0.7), ("llama3_70b", 8, 0.5, 0.7), ("deepseek_v3", 8, 0.45, 0.5),
+    ("qwen3_30b_a3b", 2, 0.5, 0.7),
+    ("llama3_8b", 3, 0.37, 0.25),  # every divisor of the compute term divided, mbu a power of two
+    ("llama3_70b", 4, 0.25, 0.125),  # every divisor but the hardware's a power of two
+])
+def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp: int, mfu: float, mbu: float) -> None:
+    # the span computes each step from the model's terms (RooflineStep, compiled, its divisions
+    # by powers of two made one multiplication); the array path (RooflineDecode, numpy) is what
+    # the span used before: the same bits, every step
+    model = RooflineModel(load_model(model_name), load_hardware("h100"), tp=tp, mfu=mfu, mbu=mbu,
+                          overhead_per_seq_s=1e-5)
     series = StepSeries(model)
     for n, ctx0, extra_s in ((1, 17, 0.0), (7, 12345, 0.0123), (64, 64 * 3000 + 5, 0.0), (300, 300 * 900, 0.0)):
         times = series.span(n, ctx0, 400, 1.5, extra_s)
