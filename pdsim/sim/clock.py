@@ -32,7 +32,7 @@ from typing import Any, Final, TypeAlias
 
 import simpy
 from mypy_extensions import i64, mypyc_attr
-from simpy.core import Environment, SimTime
+from simpy.core import EmptySchedule, Environment, SimTime, StopSimulation
 
 NORMAL: Final = 1  # simpy.events.NORMAL: the priority of timeouts and succeeded events
 
@@ -172,6 +172,26 @@ class EventQueue:
         if self.simpy_heap:
             self.clock_s = float(self.simpy_heap[0][0])  # what simpy's step sets env._now to
         Environment.step(self.env)
+
+    def run_until(self, until: simpy.Event) -> None:
+        """simpy's `Environment.run(until=event)` with its loop compiled: a native `step` call
+        an event, where simpy's interpreted loop looks `self.step` up each time (~1% of a
+        run). The same steps, ended the same way: `until`'s StopSimulation callback, or simpy's
+        RuntimeError when no event is left and `until` never fired."""
+        event: Any = until  # (simpy types `callbacks` as a list; None once processed)
+        callbacks = event.callbacks
+        if callbacks is None:  # (processed already)
+            return
+        callbacks.append(StopSimulation.callback)
+        try:
+            while True:
+                self.step()
+        except StopSimulation:
+            return
+        except EmptySchedule:
+            raise RuntimeError(
+                f'No scheduled events left but "until" event was not triggered: {until}'
+            ) from None
 
 
 def _before(tick: Tick, entry: tuple[Any, ...]) -> bool:

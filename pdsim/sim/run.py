@@ -116,7 +116,7 @@ def _run(sim: Simulation) -> None:
         return
     until = env.any_of([sim.done, env.timeout(limit_s)]) if limit_s > 0 else sim.done
     try:
-        env.run(until=until)
+        env.events.run_until(until)  # (env.run(until=until), its loop compiled)
     except RuntimeError as exc:
         if "until" not in str(exc):
             raise
@@ -138,7 +138,7 @@ def _abort_unfinished(sim: Simulation, reason: str) -> None:
 
 def _stuck_message(sim: Simulation) -> str:
     stuck = list(sim.active.values())[:5]
-    where = [f"request {sr.rid} (poll {sr.poll.name}, times {sorted(sr.times)})" for sr in stuck]
+    where = [f"request {sr.rid} (poll {sr.poll.name}, times {sorted(sr.marked_times())})" for sr in stuck]
     return (
         f"simulation stuck at t={now_s(sim.events):.6f} s: {len(sim.active)} of {len(sim.workload)} requests "
         f"never reached a terminal status, e.g. {'; '.join(where)}"

@@ -151,6 +151,56 @@ def test_run_until_a_simpy_event_stops_between_ticks_and_resumes() -> None:
     assert log == [1.0, 2.0, 3.0]
 
 
+def _until_world(env: SimEnvironment, log: list[tuple[str, float]]) -> simpy.Event:
+    """Ticks, simpy timeouts and a process, and a simpy event that a Tick succeeds at t=2."""
+    done = env.event()
+
+    def note(name: str) -> Callable[[Any], object]:
+        return lambda _e: log.append((name, now_s(env.events)))
+
+    def process() -> Generator[Any, Any, None]:
+        yield timeout(env.events, 1.5)
+        note("process")(None)
+        yield env.timeout(1.0)
+        note("process, after the stop")(None)
+
+    for delay_s in (1.0, 2.0, 3.0):
+        Tick(note(f"tick {delay_s}")).at(env.events, delay_s)
+    env.timeout(2.0).callbacks.append(note("simpy 2.0"))
+    Tick(lambda _e: done.succeed("stopped")).at(env.events, 2.0)
+    env.process(process())
+    return done
+
+
+def test_run_until_is_simpys_run_until_an_event() -> None:
+    # the compiled loop takes the same steps and stops on the same event as simpy's run
+    runs = []
+    for compiled in (False, True):
+        env, log = SimEnvironment(), []
+        done = _until_world(env, log)
+        if compiled:
+            env.events.run_until(done)
+        else:
+            env.run(until=done)
+        runs.append((log, now_s(env.events), env.peek()))
+    assert runs[0] == runs[1]
+    assert runs[1][0] == [("tick 1.0", 1.0), ("process", 1.5), ("tick 2.0", 2.0), ("simpy 2.0", 2.0)]
+    assert runs[1][1] == 2.0  # (stopped at the succeeded event; the rest still queued, the same in both)
+
+
+def test_run_until_an_event_that_never_fires_is_simpys_error() -> None:
+    env = SimEnvironment()
+    timeout(env.events, 1.0)
+    never = env.event()
+    with pytest.raises(RuntimeError, match='No scheduled events left but "until" event was not triggered'):
+        env.events.run_until(never)
+    assert now_s(env.events) == 1.0
+    processed = env.timeout(0.5)
+    env.run()
+    env.events.run_until(processed)  # (processed already: returns at once, as simpy's run)
+    assert now_s(env.events) == 1.5
+
+
 def test_peek_and_step_see_both_queues_and_an_empty_one_is_simpys() -> None:
     env = SimEnvironment()
     assert env.peek() == float("inf")
