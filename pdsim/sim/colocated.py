@@ -73,7 +73,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.chunked = None
         if self.running.pop(sr.rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        if "prefill_end_s" not in sr.times:
+        if not sr.has_time("prefill_end_s"):
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
         self.kv.release(sr, now_s(self.events))
@@ -214,13 +214,14 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
 
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
         sr.kv_tokens = sr.prefilled
-        if "prefill_end_s" not in sr.times:
-            sr.times["prefill_end_s"] = sr.times["running_enter_s"] = now
+        if not sr.has_time("prefill_end_s"):
+            sr.set_time("prefill_end_s", now)
+            sr.set_time("running_enter_s", now)
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
             sr.generated = tokens_after_prefill(self.cfg.cluster)
             if sr.generated:
-                sr.times["first_token_s"] = now
+                sr.set_time("first_token_s", now)
                 if sr.token_times is not None:
                     sr.token_times.append(now)
         if sr.generated >= sr.req.output_tokens:
@@ -232,7 +233,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def _finish(self, sr: SimRequest) -> None:
         if self.running.pop(sr.rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        sr.times["last_token_s"] = now_s(self.events)
+        sr.set_time("last_token_s", now_s(self.events))
         self.kv.release(sr, now_s(self.events))
         self.hooks.finish(sr)
 

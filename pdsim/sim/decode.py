@@ -126,7 +126,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
             queue.pop(rid, None)
         if self.running.pop(rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        if "running_enter_s" not in sr.times:
+        if not sr.has_time("running_enter_s"):
             self.queued_requests -= 1
             self.queued_tokens -= sr.req.input_tokens
         self.pool.free(rid)
@@ -217,7 +217,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
             self.finish_request(sr)
 
     def finish_request(self, sr: SimRequest) -> None:
-        sr.times["last_token_s"] = now_s(self.events)
+        sr.set_time("last_token_s", now_s(self.events))
         self.pool.free(sr.rid)
         sr.d_pages = 0
         self.hooks.finish(sr)

@@ -96,13 +96,13 @@ def allocate_now(inst: DecodeInstance, sr: SimRequest) -> None:
 def deliver_first_token(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
     """Joining the running batch delivers the first token (made by prefill) - once; a prefill
     that made none (cluster.prefill_emits_token=false) delivers it at the first iteration."""
-    if "running_enter_s" in sr.times:
+    if sr.has_time("running_enter_s"):
         return
-    sr.times["running_enter_s"] = now
+    sr.set_time("running_enter_s", now)
     inst.queued_requests -= 1
     inst.queued_tokens -= sr.req.input_tokens
     if sr.generated > 0:
-        sr.times["first_token_s"] = now
+        sr.set_time("first_token_s", now)
         if sr.token_times is not None:
             sr.token_times.append(now)
 

@@ -150,7 +150,7 @@ class Simulation(SimHooks):
 
     def finish(self, sr: SimRequest) -> None:
         sr.done = True
-        sr.times["finish_s"] = now_s(self.events)
+        sr.set_time("finish_s", now_s(self.events))
         self._record(sr, STATUS_FINISHED, "")
         self._terminal(sr)
 
@@ -172,14 +172,14 @@ class Simulation(SimHooks):
             self.router.dispatch(sr)
             return
         sr.done = True
-        sr.times["finish_s"] = now_s(self.events)
+        sr.set_time("finish_s", now_s(self.events))
         self._record(sr, STATUS_FAILED, reason)
         self._terminal(sr)
 
     def reject(self, sr: SimRequest, reason: str) -> None:
         """Record `sr` as rejected by admission (it never reached an instance)."""
         sr.done = True
-        sr.times["finish_s"] = now_s(self.events)
+        sr.set_time("finish_s", now_s(self.events))
         self._record(sr, STATUS_REJECTED, reason)
         self._terminal(sr)
 
@@ -223,11 +223,11 @@ class Simulation(SimHooks):
     def transfer_ready(self, sr: SimRequest) -> None:
         """Conclude the transfer once the last chunk was sent, every flow arrived and (with
         layer-wise overlap) the last forward has ended."""
-        if sr.last_sent and sr.flows_pending == 0 and "prefill_end_s" in sr.times and not sr.done:
+        if sr.last_sent and sr.flows_pending == 0 and sr.has_time("prefill_end_s") and not sr.done:
             self.transfer_done(sr, not sr.fail_transfer)
 
     def transfer_done(self, sr: SimRequest, success: bool) -> None:
-        sr.times["transfer_end_s"] = now_s(self.events)
+        sr.set_time("transfer_end_s", now_s(self.events))
         prefill, decode = sr.prefill_side(), sr.decode_side()
         if not success:
             self.abort(sr, f"transfer_failed: {prefill.name} -> {decode.name}", True)

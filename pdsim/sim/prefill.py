@@ -97,7 +97,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         self.inflight.pop(rid, None)
         if self.chunked is sr:
             self.chunked = None
-        if "prefill_end_s" not in sr.times:
+        if not sr.has_time("prefill_end_s"):
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
         self.kv.release(sr, now_s(self.events))

@@ -95,6 +95,13 @@ class SimRecorder:
         """The row's float in FLOAT_COLUMNS[column] (after check_row; one not put is NaN)."""
         self._floats[self._rows * _NUM_FLOATS + column] = value
 
+    def put_floats_at(self, first: i64, values: vec[float]) -> None:
+        """The row's floats in FLOAT_COLUMNS[first:first + len(values)], NaN included."""
+        floats, base, k, n = self._floats, self._rows * _NUM_FLOATS + first, i64(0), len(values)
+        while k < n:
+            floats[base + k] = values[k]
+            k += 1
+
     def put_int(self, value: i64) -> None:
         """The row's next integer column (INT_COLUMNS order, after its floats)."""
         self._ints[self._num_ints] = value

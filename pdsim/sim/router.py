@@ -69,7 +69,7 @@ class Router:
         decode_inst = self.decode[decision.decode_id] if self.decode else None
         sr.prefill, sr.decode = prefill_inst, decode_inst
         sr.bootstrap_room = decision.bootstrap_room
-        sr.times["route_s"] = now_s(self.events)
+        sr.set_time("route_s", now_s(self.events))
         self.dispatched += 1
         prefill_inst.dispatch(sr)
         if decode_inst is not None:

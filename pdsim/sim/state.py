@@ -1,15 +1,18 @@
 """Per-request simulation state and the hooks instances call back into the engine.
 
 One `SimRequest` per request carries both halves of its life (prefill side and decode side, or
-the colocated instance), its KVPoll state and the trace timestamps (keyed by trace field name).
+the colocated instance), its KVPoll state and the trace timestamps: one unboxed float per trace
+time column, NaN until marked (`mark`, `set_time`, `has_time` take the trace field's name).
 A retry starts a new attempt on the same object: `reset_attempt` clears the per-attempt state.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
+from librt.vecs import vec
 from mypy_extensions import trait
 
 from pdsim.policy.kvpoll import KVPoll
@@ -57,7 +60,7 @@ class InstanceSide:
 @dataclass(init=False, slots=True, eq=False)
 class SimRequest:
     req: Request
-    times: dict[str, float]
+    times: vec[float]  # TIME_COLUMNS' values (NaN: not marked), read by record_row as they are
     attempt: int
     bootstrap_room: int
     prefill: InstanceSide | None  # PrefillInstance | ColocatedInstance (set by the router)
@@ -97,7 +100,7 @@ class SimRequest:
         compiled __init__, ~13x cheaper than the generated one run as Python)."""
         self.req = req
         self.rid = req.request_id
-        self.times = {}
+        self.times = _NO_TIMES[:]  # (a copy)
         self.attempt = 0
         self.bootstrap_room = -1
         self.done = False
@@ -119,13 +122,25 @@ class SimRequest:
 
     def mark(self, name: str, t: float) -> None:
         """Set a trace time once (first occurrence wins)."""
-        self.times.setdefault(name, t)
+        column = _time_column(name, self.rid)
+        if math.isnan(self.times[column]):
+            self.times[column] = t
+
+    def set_time(self, name: str, t: float) -> None:
+        """Set a trace time (over an earlier one)."""
+        self.times[_time_column(name, self.rid)] = t
+
+    def has_time(self, name: str) -> bool:
+        return not math.isnan(self.times[_time_column(name, self.rid)])
+
+    def marked_times(self) -> list[str]:
+        """The names of the times marked so far, in column order."""
+        return [name for k, name in enumerate(TIME_COLUMNS) if not math.isnan(self.times[k])]
 
     def reset_attempt(self) -> None:
         """Forget per-attempt state before the router re-dispatches a failed request."""
         self.attempt += 1
-        keep = ("arrival_s",)
-        self.times = {k: v for k, v in self.times.items() if k in keep}
+        self.times = _NO_TIMES[:]
         self._clear_attempt(self.req.input_tokens)
         if self.token_times is not None:
             self.token_times = []
@@ -186,9 +201,9 @@ _INT_ORDER: Final = (
 )
 _OBJECT_ORDER: Final = ("mode", "status", "failure_reason", "token_times_s")
 # the float columns read from a request's marked times (the other two come from the request)
-_TIME_COLUMNS: Final = FLOAT_COLUMNS[2:]  # (after arrival_s and kv_load_s: checked below)
-_TIME_NAMES: Final = frozenset(_TIME_COLUMNS)
-_TIME_INDEX: Final = {name: 2 + k for k, name in enumerate(_TIME_COLUMNS)}  # its FLOAT_COLUMNS index
+TIME_COLUMNS: Final = FLOAT_COLUMNS[2:]  # (after arrival_s and kv_load_s: checked below)
+_TIME_INDEX: Final = {name: k for k, name in enumerate(TIME_COLUMNS)}  # a time's SimRequest.times index
+_NO_TIMES: Final = vec[float]([math.nan] * len(TIME_COLUMNS))  # (copied: a request's times to start)
 if FLOAT_COLUMNS[:2] != ("arrival_s", "kv_load_s") or INT_COLUMNS != _INT_ORDER or OBJECT_COLUMNS != _OBJECT_ORDER:
     raise ImportError(f"pdsim.sim.state: the trace schema's columns {FLOAT_COLUMNS} / {INT_COLUMNS} / "
                       f"{OBJECT_COLUMNS} moved")
@@ -197,12 +212,13 @@ if FLOAT_COLUMNS[:2] != ("arrival_s", "kv_load_s") or INT_COLUMNS != _INT_ORDER 
 def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, reason: str) -> None:
     """Record the trace row of a request that reached a terminal status (see pdsim.trace),
     value by value into the recorder's columns: no dict, list or Python number per value. Times
-    not marked are NaN; a time name that is not a trace field is refused, and nothing of the
-    row is kept."""
+    not marked are NaN. A value a column cannot hold is refused, and nothing of the row is
+    kept."""
     recorder.check_row(sr.rid, status)
     try:
-        if _put_floats(recorder, sr) != len(sr.times):  # (a marked time that is not a column)
-            raise KeyError(f"unknown trace fields {sorted(set(sr.times) - _TIME_NAMES)} in request {sr.rid}'s times")
+        recorder.put_float_at(0, sr.req.arrival_s)
+        recorder.put_float_at(1, sr.kv_load_s)
+        recorder.put_floats_at(2, sr.times)
         _put_ints(recorder, sr, mode, status)
     except BaseException:  # (a count outside int64, say: nothing of the row is kept)
         recorder.drop_partial_row()
@@ -210,18 +226,12 @@ def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, re
     recorder.end_row(sr.rid, [mode, status, reason, sr.token_times])
 
 
-def _put_floats(recorder: SimRecorder, sr: SimRequest) -> int:
-    """The row's FLOAT_COLUMNS: the arrival, the KV load time and the marked times (the rest
-    stay NaN); returns how many marked times are columns."""
-    recorder.put_float_at(0, sr.req.arrival_s)
-    recorder.put_float_at(1, sr.kv_load_s)
-    columns = 0
-    for name, t in sr.times.items():
-        column = _TIME_INDEX.get(name, -1)
-        if column >= 0:
-            recorder.put_float_at(column, t)
-            columns += 1
-    return columns
+def _time_column(name: str, rid: int) -> int:
+    """The SimRequest.times index of trace time `name` (a KeyError naming it if none)."""
+    column = _TIME_INDEX.get(name, -1)
+    if column < 0:
+        raise KeyError(f"request {rid}: {name!r} is not a trace time (pdsim.trace: {', '.join(TIME_COLUMNS)})")
+    return column
 
 
 def _put_ints(recorder: SimRecorder, sr: SimRequest, mode: str, status: str) -> None:
