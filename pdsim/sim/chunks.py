@@ -13,7 +13,7 @@ from mypy_extensions import trait
 from pdsim.policy import PrefillChunk
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.sim.prompt_kv import PromptKV
-from pdsim.sim.state import SimRequest
+from pdsim.sim.state import PREFILL_START_S, SimRequest
 
 Planned = list[tuple[SimRequest, int, PrefillChunk]]  # (request, its attempt, its chunk) per chunk started
 
@@ -51,7 +51,7 @@ def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: di
             break
         if sr.rid in inst.waiting:
             del inst.waiting[sr.rid]
-            sr.mark("prefill_start_s", now)
+            sr.mark(PREFILL_START_S, now)
             inst.kv.commit_load(sr)
         planned.append((sr, sr.attempt, chunk))
     return planned

@@ -35,7 +35,14 @@ from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.process import start
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.span import BatchClock, BatchOwner, Span
-from pdsim.sim.state import SimRequest
+from pdsim.sim.state import (
+    FIRST_TOKEN_S,
+    LAST_TOKEN_S,
+    PREFILL_END_S,
+    PREFILL_WAITING_ENTER_S,
+    RUNNING_ENTER_S,
+    SimRequest,
+)
 
 
 class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
@@ -58,7 +65,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.batch_clock.process = start(self.env, self.run())
 
     def _receive(self, sr: SimRequest) -> None:
-        sr.mark("prefill_waiting_enter_s", now_s(self.events))
+        sr.mark(PREFILL_WAITING_ENTER_S, now_s(self.events))
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.kv.pool.capacity_tokens:
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}")
@@ -73,7 +80,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.chunked = None
         if self.running.pop(sr.rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        if not sr.has_time("prefill_end_s"):
+        if not sr.has_time(PREFILL_END_S):
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
         self.kv.release(sr, now_s(self.events))
@@ -195,7 +202,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
                 continue
             sr.kv_tokens += 1
             sr.generated += 1
-            sr.mark("first_token_s", now)
+            sr.mark(FIRST_TOKEN_S, now)
             self.ctx_tokens += 1
             if sr.token_times is not None:
                 sr.token_times.append(now)
@@ -214,14 +221,14 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
 
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
         sr.kv_tokens = sr.prefilled
-        if not sr.has_time("prefill_end_s"):
-            sr.set_time("prefill_end_s", now)
-            sr.set_time("running_enter_s", now)
+        if not sr.has_time(PREFILL_END_S):
+            sr.set_time(PREFILL_END_S, now)
+            sr.set_time(RUNNING_ENTER_S, now)
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
             sr.generated = tokens_after_prefill(self.cfg.cluster)
             if sr.generated:
-                sr.set_time("first_token_s", now)
+                sr.set_time(FIRST_TOKEN_S, now)
                 if sr.token_times is not None:
                     sr.token_times.append(now)
         if sr.generated >= sr.req.output_tokens:
@@ -233,7 +240,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def _finish(self, sr: SimRequest) -> None:
         if self.running.pop(sr.rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        sr.set_time("last_token_s", now_s(self.events))
+        sr.set_time(LAST_TOKEN_S, now_s(self.events))
         self.kv.release(sr, now_s(self.events))
         self.hooks.finish(sr)
 

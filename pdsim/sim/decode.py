@@ -40,7 +40,14 @@ from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.process import start
 from pdsim.sim.span import BatchClock, BatchOwner, Span
-from pdsim.sim.state import SimRequest
+from pdsim.sim.state import (
+    DECODE_WAITING_ENTER_S,
+    LAST_TOKEN_S,
+    PREALLOC_ENTER_S,
+    RUNNING_ENTER_S,
+    TRANSFER_QUEUE_LEAVE_S,
+    SimRequest,
+)
 
 
 class DecodeInstance(InstanceBase, BatchOwner):
@@ -75,7 +82,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
 
     def _receive(self, sr: SimRequest) -> None:
         now = now_s(self.events)
-        sr.mark("prealloc_enter_s", now)
+        sr.mark(PREALLOC_ENTER_S, now)
         need = sr.req.input_tokens + sr.req.output_tokens
         if need > self.pool.capacity_tokens:
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.pool.capacity_tokens}")
@@ -100,16 +107,16 @@ class DecodeInstance(InstanceBase, BatchOwner):
         (prefill_end hand-off: the request first goes through pre-allocation, already handshaken.)"""
         now = now_s(self.events)
         if self.transfer.pop(sr.rid, None) is None:
-            sr.mark("prealloc_enter_s", now)
+            sr.mark(PREALLOC_ENTER_S, now)
             sr.handshaken = True
             self.prealloc[sr.rid] = sr
             self.notify()
             return
-        sr.mark("transfer_queue_leave_s", now)
+        sr.mark(TRANSFER_QUEUE_LEAVE_S, now)
         self.prebuilt(sr)
 
     def prebuilt(self, sr: SimRequest) -> None:
-        sr.mark("decode_waiting_enter_s", now_s(self.events))
+        sr.mark(DECODE_WAITING_ENTER_S, now_s(self.events))
         self.remaining_output_tokens -= remaining_tokens(sr)
         sr.generated = tokens_after_prefill(self.cfg.cluster)
         self.remaining_output_tokens += remaining_tokens(sr)
@@ -126,7 +133,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
             queue.pop(rid, None)
         if self.running.pop(rid, None) is not None:
             self.ctx_tokens -= sr.kv_tokens
-        if not sr.has_time("running_enter_s"):
+        if not sr.has_time(RUNNING_ENTER_S):
             self.queued_requests -= 1
             self.queued_tokens -= sr.req.input_tokens
         self.pool.free(rid)
@@ -217,7 +224,7 @@ class DecodeInstance(InstanceBase, BatchOwner):
             self.finish_request(sr)
 
     def finish_request(self, sr: SimRequest) -> None:
-        sr.set_time("last_token_s", now_s(self.events))
+        sr.set_time(LAST_TOKEN_S, now_s(self.events))
         self.pool.free(sr.rid)
         sr.d_pages = 0
         self.hooks.finish(sr)

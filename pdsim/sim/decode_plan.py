@@ -21,7 +21,13 @@ from pdsim.policy import (
 from pdsim.policy.memory import need_now_tokens
 from pdsim.sim.clock import now_s
 from pdsim.sim.pagegrowth import PageGrowth
-from pdsim.sim.state import SimRequest
+from pdsim.sim.state import (
+    FIRST_TOKEN_S,
+    PREALLOC_LEAVE_S,
+    RUNNING_ENTER_S,
+    TRANSFER_QUEUE_ENTER_S,
+    SimRequest,
+)
 
 if TYPE_CHECKING:
     from pdsim.sim.decode import DecodeInstance
@@ -75,13 +81,13 @@ def apply_plan(inst: DecodeInstance, plan: DecodeStepPlan[SimRequest]) -> float:
 def _admit(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
     """A pre-allocated request: its transfer may start (or, prefill_end hand-off, it joins next)."""
     allocate_now(inst, sr)
-    sr.mark("prealloc_leave_s", now)
+    sr.mark(PREALLOC_LEAVE_S, now)
     inst.remaining_output_tokens += remaining_tokens(sr)
     if inst.handoff_at_prefill_end:  # the KV is already here: join next
         inst.prebuilt(sr)
         inst.hooks.after(0.0, inst.notify)
         return
-    sr.mark("transfer_queue_enter_s", now)
+    sr.mark(TRANSFER_QUEUE_ENTER_S, now)
     inst.transfer[sr.rid] = sr
     inst.hooks.after(inst.control_plane_latency_s, sr.prefill_side().on_transfer_info, sr, sr.attempt)
 
@@ -96,13 +102,13 @@ def allocate_now(inst: DecodeInstance, sr: SimRequest) -> None:
 def deliver_first_token(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
     """Joining the running batch delivers the first token (made by prefill) - once; a prefill
     that made none (cluster.prefill_emits_token=false) delivers it at the first iteration."""
-    if sr.has_time("running_enter_s"):
+    if sr.has_time(RUNNING_ENTER_S):
         return
-    sr.set_time("running_enter_s", now)
+    sr.set_time(RUNNING_ENTER_S, now)
     inst.queued_requests -= 1
     inst.queued_tokens -= sr.req.input_tokens
     if sr.generated > 0:
-        sr.set_time("first_token_s", now)
+        sr.set_time(FIRST_TOKEN_S, now)
         if sr.token_times is not None:
             sr.token_times.append(now)
 
@@ -130,7 +136,7 @@ def admit_handed_off(inst: DecodeInstance) -> None:
     for rid in plan_preallocation(retracted, arrived, inst.memory_view(), free_slots).admit_ids:
         sr = inst.prealloc.pop(rid)
         allocate_now(inst, sr)
-        sr.mark("prealloc_leave_s", now_s(inst.events))
+        sr.mark(PREALLOC_LEAVE_S, now_s(inst.events))
         inst.remaining_output_tokens += remaining_tokens(sr)
         inst.prebuilt(sr)
 

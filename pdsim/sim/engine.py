@@ -33,7 +33,15 @@ from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals
 from pdsim.sim.scaling import SCALING_OFF, Rebalancer, validate_scaling
-from pdsim.sim.state import SimHooks, SimRequest, record_row
+from pdsim.sim.state import (
+    FINISH_S,
+    PREFILL_END_S,
+    TRANSFER_END_S,
+    TRANSFER_START_S,
+    SimHooks,
+    SimRequest,
+    record_row,
+)
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import TransferService, wire_bytes_per_token
@@ -150,7 +158,7 @@ class Simulation(SimHooks):
 
     def finish(self, sr: SimRequest) -> None:
         sr.done = True
-        sr.set_time("finish_s", now_s(self.events))
+        sr.set_time(FINISH_S, now_s(self.events))
         self._record(sr, STATUS_FINISHED, "")
         self._terminal(sr)
 
@@ -172,14 +180,14 @@ class Simulation(SimHooks):
             self.router.dispatch(sr)
             return
         sr.done = True
-        sr.set_time("finish_s", now_s(self.events))
+        sr.set_time(FINISH_S, now_s(self.events))
         self._record(sr, STATUS_FAILED, reason)
         self._terminal(sr)
 
     def reject(self, sr: SimRequest, reason: str) -> None:
         """Record `sr` as rejected by admission (it never reached an instance)."""
         sr.done = True
-        sr.set_time("finish_s", now_s(self.events))
+        sr.set_time(FINISH_S, now_s(self.events))
         self._record(sr, STATUS_REJECTED, reason)
         self._terminal(sr)
 
@@ -192,7 +200,7 @@ class Simulation(SimHooks):
         if pages == 0 and not is_last:
             return
         if self.instant_kv:
-            sr.mark("transfer_start_s", now_s(self.events))
+            sr.mark(TRANSFER_START_S, now_s(self.events))
             sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
             sr.pages_sent += pages
             if is_last:
@@ -202,7 +210,7 @@ class Simulation(SimHooks):
         if not decode.alive:
             self.abort(sr, f"transfer_failed: {decode.name} is down (write to a dead peer)", True)
             return
-        sr.mark("transfer_start_s", now_s(self.events))
+        sr.mark(TRANSFER_START_S, now_s(self.events))
         sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
         sr.flows_pending += 1
         attempt = sr.attempt
@@ -223,11 +231,11 @@ class Simulation(SimHooks):
     def transfer_ready(self, sr: SimRequest) -> None:
         """Conclude the transfer once the last chunk was sent, every flow arrived and (with
         layer-wise overlap) the last forward has ended."""
-        if sr.last_sent and sr.flows_pending == 0 and sr.has_time("prefill_end_s") and not sr.done:
+        if sr.last_sent and sr.flows_pending == 0 and sr.has_time(PREFILL_END_S) and not sr.done:
             self.transfer_done(sr, not sr.fail_transfer)
 
     def transfer_done(self, sr: SimRequest, success: bool) -> None:
-        sr.set_time("transfer_end_s", now_s(self.events))
+        sr.set_time(TRANSFER_END_S, now_s(self.events))
         prefill, decode = sr.prefill_side(), sr.decode_side()
         if not success:
             self.abort(sr, f"transfer_failed: {prefill.name} -> {decode.name}", True)

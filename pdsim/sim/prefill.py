@@ -29,7 +29,15 @@ from pdsim.sim.kv_tiers import InstanceTiers
 from pdsim.sim.prefilltime import prefill_timer
 from pdsim.sim.process import start
 from pdsim.sim.prompt_kv import PromptKV
-from pdsim.sim.state import SimRequest
+from pdsim.sim.state import (
+    BOOTSTRAP_ENTER_S,
+    BOOTSTRAP_LEAVE_S,
+    INFLIGHT_ENTER_S,
+    INFLIGHT_LEAVE_S,
+    PREFILL_END_S,
+    PREFILL_WAITING_ENTER_S,
+    SimRequest,
+)
 from pdsim.sim.transfer import chunk_pages_to_send
 
 
@@ -50,7 +58,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
 
     # -- messages -------------------------------------------------------------------------
     def _receive(self, sr: SimRequest) -> None:
-        sr.mark("bootstrap_enter_s", now_s(self.events))
+        sr.mark(BOOTSTRAP_ENTER_S, now_s(self.events))
         if sr.prompt_tokens > self.kv.pool.capacity_tokens:
             self.hooks.abort(
                 sr, f"input_tokens {sr.prompt_tokens} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}"
@@ -85,7 +93,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
     def on_transfer_success(self, sr: SimRequest) -> None:
         """Inflight poll returned Success: release the KV (blocks stay cached)."""
         self.inflight.pop(sr.rid, None)
-        sr.mark("inflight_leave_s", now_s(self.events))
+        sr.mark(INFLIGHT_LEAVE_S, now_s(self.events))
         self.kv.release(sr, now_s(self.events))
         self.notify()
 
@@ -97,7 +105,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         self.inflight.pop(rid, None)
         if self.chunked is sr:
             self.chunked = None
-        if not sr.has_time("prefill_end_s"):
+        if not sr.has_time(PREFILL_END_S):
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt_tokens
         self.kv.release(sr, now_s(self.events))
@@ -153,8 +161,8 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         for sr in self.ready:  # entries of an earlier attempt have p_ready reset: skipped
             if sr.p_ready and self.bootstrap.get(sr.rid) is sr:
                 del self.bootstrap[sr.rid]
-                sr.mark("bootstrap_leave_s", now)
-                sr.mark("prefill_waiting_enter_s", now)
+                sr.mark(BOOTSTRAP_LEAVE_S, now)
+                sr.mark(PREFILL_WAITING_ENTER_S, now)
                 self.waiting[sr.rid] = sr
         self.ready.clear()
 
@@ -197,8 +205,8 @@ class PrefillInstance(InstanceBase, ChunkOwner):
             sr.prefilled += chunk.new_tokens
             pages = chunk_pages_to_send(sr.prefilled, sr.prompt_tokens, sr.pages_sent, page, chunk.is_last)
             if chunk.is_last:
-                sr.mark("prefill_end_s", now)
-                sr.mark("inflight_enter_s", now)
+                sr.mark(PREFILL_END_S, now)
+                sr.mark(INFLIGHT_ENTER_S, now)
                 self.queued_requests -= 1
                 self.queued_tokens -= sr.prompt_tokens
                 self.inflight[sr.rid] = sr

@@ -23,7 +23,7 @@ from pdsim.policy import InstanceView, RequestView, SloPredictor
 from pdsim.policy.router import REJECTED, RouterPolicy
 from pdsim.sim.clock import SimEnvironment, Wait, now_s, timeout
 from pdsim.sim.instance import InstanceBase
-from pdsim.sim.state import SimHooks, SimRequest
+from pdsim.sim.state import ROUTE_S, SimHooks, SimRequest
 
 
 class Router:
@@ -69,7 +69,7 @@ class Router:
         decode_inst = self.decode[decision.decode_id] if self.decode else None
         sr.prefill, sr.decode = prefill_inst, decode_inst
         sr.bootstrap_room = decision.bootstrap_room
-        sr.set_time("route_s", now_s(self.events))
+        sr.set_time(ROUTE_S, now_s(self.events))
         self.dispatched += 1
         prefill_inst.dispatch(sr)
         if decode_inst is not None:

@@ -36,7 +36,7 @@ from mypy_extensions import i64, trait
 from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, Wait, now_s, timeout
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import SpanTimes
-from pdsim.sim.state import InstanceSide, SimRequest
+from pdsim.sim.state import FIRST_TOKEN_S, InstanceSide, SimRequest
 from pdsim.sim.steptime import StepSeries
 
 MAX_SPAN_ITERATIONS: Final = 1024  # longer runs are split into several spans (bounds the work per span)
@@ -203,7 +203,7 @@ class BatchClock:
             grow = (kv + d) // page - kv // page
             sr.kv_tokens = kv + d
             if sr.generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", span.times.bound(first))
+                sr.mark(FIRST_TOKEN_S, span.times.bound(first))
             sr.generated += d
             if grow:
                 owner.add_pages(sr, grow)
@@ -233,7 +233,7 @@ class BatchClock:
             sr.kv_tokens = kv + d + 1
             generated = sr.generated
             if generated == 0:  # a prefill that made no token: the first comes from decode
-                sr.mark("first_token_s", span.times.bound(first))
+                sr.mark(FIRST_TOKEN_S, span.times.bound(first))
             generated += d + 1
             sr.generated = generated
             if grow:

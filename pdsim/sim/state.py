@@ -120,18 +120,18 @@ class SimRequest:
             raise RuntimeError(f"request {self.rid} (attempt {self.attempt}) has no decode instance")
         return self.decode
 
-    def mark(self, name: str, t: float) -> None:
-        """Set a trace time once (first occurrence wins)."""
-        column = _time_column(name, self.rid)
-        if math.isnan(self.times[column]):
-            self.times[column] = t
+    def mark(self, time: int, t: float) -> None:
+        """Set trace time `time` (a TIME_COLUMNS index: ROUTE_S .. FINISH_S) once (first
+        occurrence wins)."""
+        if math.isnan(self.times[time]):
+            self.times[time] = t
 
-    def set_time(self, name: str, t: float) -> None:
-        """Set a trace time (over an earlier one)."""
-        self.times[_time_column(name, self.rid)] = t
+    def set_time(self, time: int, t: float) -> None:
+        """Set trace time `time` (over an earlier one)."""
+        self.times[time] = t
 
-    def has_time(self, name: str) -> bool:
-        return not math.isnan(self.times[_time_column(name, self.rid)])
+    def has_time(self, time: int) -> bool:
+        return not math.isnan(self.times[time])
 
     def marked_times(self) -> list[str]:
         """The names of the times marked so far, in column order."""
@@ -202,7 +202,28 @@ _INT_ORDER: Final = (
 _OBJECT_ORDER: Final = ("mode", "status", "failure_reason", "token_times_s")
 # the float columns read from a request's marked times (the other two come from the request)
 TIME_COLUMNS: Final = FLOAT_COLUMNS[2:]  # (after arrival_s and kv_load_s: checked below)
-_TIME_INDEX: Final = {name: k for k, name in enumerate(TIME_COLUMNS)}  # a time's SimRequest.times index
+# SimRequest.times' indices, a constant per trace time, named after it in capitals (compiled, a
+# literal: no lookup by name; tests/sim/test_records.py holds them to TIME_COLUMNS)
+ROUTE_S: Final = 0
+BOOTSTRAP_ENTER_S: Final = 1
+BOOTSTRAP_LEAVE_S: Final = 2
+PREFILL_WAITING_ENTER_S: Final = 3
+PREFILL_START_S: Final = 4
+PREFILL_END_S: Final = 5
+INFLIGHT_ENTER_S: Final = 6
+INFLIGHT_LEAVE_S: Final = 7
+PREALLOC_ENTER_S: Final = 8
+PREALLOC_LEAVE_S: Final = 9
+TRANSFER_QUEUE_ENTER_S: Final = 10
+TRANSFER_QUEUE_LEAVE_S: Final = 11
+TRANSFER_START_S: Final = 12
+TRANSFER_END_S: Final = 13
+DECODE_WAITING_ENTER_S: Final = 14
+RUNNING_ENTER_S: Final = 15
+FIRST_TOKEN_S: Final = 16
+LAST_TOKEN_S: Final = 17
+FINISH_S: Final = 18
+_TIME_INDEX: Final = {name: k for k, name in enumerate(TIME_COLUMNS)}
 _NO_TIMES: Final = vec[float]([math.nan] * len(TIME_COLUMNS))  # (copied: a request's times to start)
 if FLOAT_COLUMNS[:2] != ("arrival_s", "kv_load_s") or INT_COLUMNS != _INT_ORDER or OBJECT_COLUMNS != _OBJECT_ORDER:
     raise ImportError(f"pdsim.sim.state: the trace schema's columns {FLOAT_COLUMNS} / {INT_COLUMNS} / "
@@ -226,11 +247,11 @@ def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, re
     recorder.end_row(sr.rid, [mode, status, reason, sr.token_times])
 
 
-def _time_column(name: str, rid: int) -> int:
+def time_column(name: str) -> int:
     """The SimRequest.times index of trace time `name` (a KeyError naming it if none)."""
     column = _TIME_INDEX.get(name, -1)
     if column < 0:
-        raise KeyError(f"request {rid}: {name!r} is not a trace time (pdsim.trace: {', '.join(TIME_COLUMNS)})")
+        raise KeyError(f"{name!r} is not a trace time (pdsim.trace: {', '.join(TIME_COLUMNS)})")
     return column
 
 

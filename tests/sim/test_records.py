@@ -9,9 +9,19 @@ import pandas as pd
 import pytest
 from simkit import make_config, make_requests
 
+from pdsim.sim import state
 from pdsim.sim.engine import Simulation
 from pdsim.sim.records import SimRecorder
-from pdsim.sim.state import TIME_COLUMNS, SimRequest, record_row
+from pdsim.sim.state import (
+    FINISH_S,
+    FIRST_TOKEN_S,
+    PREALLOC_ENTER_S,
+    ROUTE_S,
+    TIME_COLUMNS,
+    SimRequest,
+    record_row,
+    time_column,
+)
 from pdsim.trace import TraceRecorder
 from pdsim.workload.request import Request
 
@@ -57,7 +67,7 @@ def test_record_row_records_the_row_the_trace_schema_describes() -> None:
     req = Request(4, 1.5, 100, 8, (1, 2), 16, 7)
     sr = SimRequest(req, prompt_tokens=100, token_times=[2.0, 2.5])
     for name, t_s in dict(route_s=1.5, prefill_end_s=1.75, first_token_s=2.0, finish_s=2.5).items():
-        sr.mark(name, t_s)
+        sr.mark(time_column(name), t_s)
     sim_run = Simulation(make_config(cluster=dict(prefill=4, decode=2)), make_requests([(0.0, 8, 2)]))
     sr.prefill, sr.decode = sim_run.prefill[3], sim_run.decode[1]
     sr.cached_tokens, sr.loaded_tokens, sr.kv_load_s, sr.load_skipped_tokens = 64, (16, 0, 32), 0.25, 5
@@ -77,13 +87,13 @@ def test_record_row_records_the_row_the_trace_schema_describes() -> None:
     assert sim.to_frame()["output_tokens"].tolist() == [8]  # the request's, not the tokens generated
     sim = SimRecorder(5)
     sr.transfer_bytes = 2**64  # int64 cannot hold it; floats go first
-    sr.set_time("first_token_s", 9.0)
-    sr.mark("prealloc_enter_s", 1.8)  # (a time the recorded row does not have: NaN there)
+    sr.set_time(FIRST_TOKEN_S, 9.0)
+    sr.mark(PREALLOC_ENTER_S, 1.8)  # (a time the recorded row does not have: NaN there)
     with pytest.raises((OverflowError, ValueError)):  # (compiled, mypyc says ValueError)
         record_row(sim, sr, "disaggregated", "finished", "")
     sr.transfer_bytes = 4096
-    sr.set_time("first_token_s", 2.0)
-    sr.times[TIME_COLUMNS.index("prealloc_enter_s")] = math.nan
+    sr.set_time(FIRST_TOKEN_S, 2.0)
+    sr.times[PREALLOC_ENTER_S] = math.nan
     with pytest.raises(ValueError, match="status 'lost'"):
         record_row(sim, sr, "disaggregated", "lost", "")
     record_row(sim, sr, "disaggregated", "finished", "")  # nothing of the refused rows was kept
@@ -93,17 +103,19 @@ def test_record_row_records_the_row_the_trace_schema_describes() -> None:
 
 
 def test_trace_times_are_marked_once_set_over_and_named() -> None:
+    for k, name in enumerate(TIME_COLUMNS):  # each constant is its column's index, named after it
+        assert getattr(state, name.upper()) == k == time_column(name)
     sr = SimRequest(Request(3, 0.0, 10, 2, (), 16, 0))
-    assert not sr.has_time("route_s") and sr.marked_times() == []
-    sr.mark("route_s", 1.25)
-    sr.mark("route_s", 2.0)  # (first occurrence wins)
-    sr.set_time("finish_s", 3.0)
-    sr.set_time("finish_s", 3.5)  # (set over)
-    assert sr.has_time("route_s") and sr.marked_times() == ["route_s", "finish_s"]
-    assert [sr.times[TIME_COLUMNS.index(n)] for n in ("route_s", "finish_s")] == [1.25, 3.5]
-    for bad in (lambda: sr.mark("lunch_s", 3.0), lambda: sr.set_time("arrival_s", 0.0), lambda: sr.has_time("")):
-        with pytest.raises(KeyError, match=r"request 3: '(lunch_s|arrival_s|)' is not a trace time \(pdsim.trace: route_s"):
-            bad()
+    assert not sr.has_time(ROUTE_S) and sr.marked_times() == []
+    sr.mark(ROUTE_S, 1.25)
+    sr.mark(ROUTE_S, 2.0)  # (first occurrence wins)
+    sr.set_time(FINISH_S, 3.0)
+    sr.set_time(FINISH_S, 3.5)  # (set over)
+    assert sr.has_time(ROUTE_S) and sr.marked_times() == ["route_s", "finish_s"]
+    assert [sr.times[ROUTE_S], sr.times[FINISH_S]] == [1.25, 3.5]
+    for bad in ("lunch_s", "arrival_s", ""):
+        with pytest.raises(KeyError, match=rf"'{bad}' is not a trace time \(pdsim.trace: route_s"):
+            time_column(bad)
     sr.reset_attempt()
     assert sr.marked_times() == [] and sr.attempt == 1
 

@@ -23,7 +23,7 @@ MODELS = {
     "overhead_roofline": StepOverheadModel(ROOFLINE, 0.001, 0.0023, decode_scale=1.37, per_context_token_s=1e-7,
                                            decode_context_offset_tokens=3),
 }
-SIZES = (1, 2, FIRST_STEPS - 1, FIRST_STEPS, FIRST_STEPS + 1, 2 * FIRST_STEPS + 1, 300, 1024)
+SIZES = (1, 2, FIRST_STEPS - 1, FIRST_STEPS, FIRST_STEPS + 1, 2 * FIRST_STEPS + 1, 300, 1024, 1025, 1500)  # (> 1024: no slice of zeros)
 
 
 def _reference(model: object, n: int, ctx0: int, k: int, start_s: float, extra_s: float) -> tuple[list[float], list[float]]:
