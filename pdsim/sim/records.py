@@ -7,8 +7,8 @@ into one, its integers into the other, row after row, made for the whole workloa
 written by index; a float not written is NaN) instead of lists of Python objects, which keeps a
 200k-request run's records in ~60 MB, and a request id is checked for duplicates against a
 bitmap of the workload's ids. The simulator writes its own rows value by value (`check_row`,
-`put_float_at`, `put_int`, `end_row`: pdsim.sim.state.record_row), with no list, tuple or Python
-number per value, and only the times a request marked; a row given as a
+`put_float_at`, `put_floats_at` for a request's times array, `put_int`, `end_row`:
+pdsim.sim.state.record_row), with no list, tuple or Python number per value; a row given as a
 dict or as lists (`add`, `add_columns`) is converted by `struct` first, so a value its column
 cannot hold is refused before anything of the row is kept.
 """

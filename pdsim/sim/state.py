@@ -2,7 +2,8 @@
 
 One `SimRequest` per request carries both halves of its life (prefill side and decode side, or
 the colocated instance), its KVPoll state and the trace timestamps: one unboxed float per trace
-time column, NaN until marked (`mark`, `set_time`, `has_time` take the trace field's name).
+time column, NaN until marked (`mark`, `set_time`, `has_time` take the column's constant,
+ROUTE_S .. FINISH_S; `time_column` maps a trace field's name to it).
 A retry starts a new attempt on the same object: `reset_attempt` clears the per-attempt state.
 """
 
