@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Generator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import simpy
 from librt.vecs import vec
@@ -35,11 +35,9 @@ from mypy_extensions import i64, trait
 
 from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, Wait, now_s, timeout
 from pdsim.sim.pagegrowth import PageGrowth
-from pdsim.sim.spantimes import SpanTimes
+from pdsim.sim.spantimes import MAX_SPAN_ITERATIONS, SpanTimes
 from pdsim.sim.state import FIRST_TOKEN_S, InstanceSide, SimRequest
 from pdsim.sim.steptime import StepSeries
-
-MAX_SPAN_ITERATIONS: Final = 1024  # longer runs are split into several spans (bounds the work per span)
 
 
 def hop_delay(now_s: float, target_s: float) -> tuple[float, bool]:

@@ -28,9 +28,11 @@ from mypy_extensions import i64
 from pdsim.sim.stepmodels import StepModel
 
 FIRST_STEPS: Final = 32  # steps computed at a span's first read (then at least doubled)
-# a span's boundary array, sliced (a copy) from zeros: ~10x cheaper than one made from a list of
-# floats (span.MAX_SPAN_ITERATIONS bounds every span of the simulator's; a longer one gets a list)
-_ZEROS: Final = vec[float]([0.0] * 1025)
+MAX_SPAN_ITERATIONS: Final = 1024  # longer runs are split into several spans (bounds the work per span)
+# a span's boundary array, sliced (a copy) from zeros: half the instructions of one made from a
+# list of floats (a longer span, which the simulator never plans but a StepSeries.span caller may,
+# still gets a list)
+_ZEROS: Final = vec[float]([0.0] * (MAX_SPAN_ITERATIONS + 1))
 
 
 class SpanTimes:

@@ -56,7 +56,7 @@ class Workload:
     def __iter__(self) -> Iterator[Request]:
         # a chunk at a time (Python numbers are ~4x the memory of the arrays: a chunk's worth is
         # held, not the whole workload's), each request built at C level, with no Python frame
-        # (a Request(...) call runs the NamedTuple's Python __new__, ~3x the cost of the rest)
+        # (a Request(...) call runs the NamedTuple's __new__, a Python function, per request)
         chunks = range(0, len(self), ITER_CHUNK_REQUESTS)
         return chain.from_iterable(map(self._chunk, chunks))
 
