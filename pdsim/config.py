@@ -304,11 +304,33 @@ class PlanConfig:
 
     gpus: int = 16  # GPU budget (of hardware.name)
     tp_options: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    num_requests: int = 300  # requests per simulated probe (0 = the scenario's own count)
+    # requests per simulated probe; 0 = sized per fleet and rate: arrivals spanning 20 lone-request
+    # latencies (pdsim.search.planner.MIN_LIFETIMES), within [min_requests, max_requests]
+    num_requests: int = 0
+    min_requests: int = 100
+    max_requests: int = 4000
     verify_top: int = 3  # candidates per mode re-checked with a full-fleet goodput search
     helper_instances: int = 4  # other-role instances (at the largest TP) when measuring one role
     colocated: bool = True  # also plan the best colocated fleet and report the gain
     min_rate_rps: float = 0.05  # below this a fleet counts as having no goodput (keeps probes short)
+
+
+@dataclass
+class FrontierConfig:
+    """`pdsim frontier`: output tokens/s per GPU against tokens/s per user, per deployment
+    (pdsim.search.frontier; closed-loop points sized to reach steady state)."""
+
+    gpus: int = 16  # GPU budget (of hardware.name); every deployment uses all of it
+    tp_options: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    modes: list[str] = field(default_factory=lambda: ["colocated", "disaggregated"])
+    deployments: list[str] = field(default_factory=list)  # labels to draw ([] = every one enumerated)
+    deployment: str = ""  # this job's label (set per hydra job by `pdsim frontier`)
+    rounds: int = 3  # requests per point = concurrency x (1 warm-up round + rounds)
+    min_counted_requests: int = 32  # at low concurrency, at least this many beyond the warm-up
+    max_concurrency: int = 4096  # ladder: 1 client per batch instance, doubled up to this
+    min_gain: float = 0.03  # stop doubling when tokens/s/GPU grows less than this (saturated)
+    min_tokens_per_s_per_user: float = 5.0  # stop doubling below this per-user speed
+    target_tokens_per_s_per_user: float = 50.0  # the interactivity target marked on the chart
 
 
 @dataclass
@@ -324,6 +346,7 @@ class Config:
     faults: FaultConfig = field(default_factory=FaultConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
+    frontier: FrontierConfig = field(default_factory=FrontierConfig)
     seed: int = 0
     data_dir: str = ""  # where relative trace/calibration paths resolve; "" = auto (../shared/data)
     progress: bool = True
