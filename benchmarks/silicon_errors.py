@@ -1,0 +1,90 @@
+"""Error tables of TTFT/TPOT predictions against measured silicon rows, and the outlier flag.
+
+Absolute percentage error = |predicted - measured| / measured. A table row (a group of silicon
+rows) gives: rows, coverage (share of them the predictor answered), and for TTFT and TPOT the
+median and mean APE and the shares within 10% and 20%, over the rows it answered. Groups:
+everything, then (system, mode, backend, model).
+
+Outliers are flagged, never dropped: a measurement is `suspect` when it is more than
+SUSPECT_RATIO times the same metric of the same configuration (model, system, backend, version,
+quantization, parallelism, isl, osl) at the next higher concurrency that was measured - more
+load cannot make a closed loop faster, so such a row (e.g. a TPOT of hundreds of ms beside
+10-30 ms) is more likely a broken run than a property of the engine. Tables are given over all
+rows; the overall line is repeated without the suspect rows.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+SUSPECT_RATIO = 1.5
+SERIES_KEYS = ("model_path", "system", "backend", "backend_version", "mode", "precision", "gemm_quant_mode",
+               "moe_quant_mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+               "moe_ep_size", "prefill_tp_size", "prefill_num_workers", "prefill_attention_dp_size",
+               "prefill_moe_ep_size", "decode_tp_size", "decode_num_workers", "decode_attention_dp_size",
+               "decode_moe_ep_size")
+GROUP_KEYS = ("system", "mode", "backend", "model")
+
+
+def suspect_rows(rows: pd.DataFrame) -> pd.Series:
+    """Per row: '' or why its measurement looks wrong (see the module docstring)."""
+    keys = [k for k in SERIES_KEYS if k in rows.columns]
+    out = pd.Series("", index=rows.index, dtype=object)
+    frame = rows.assign(_c=rows["concurrency"]).fillna({k: "" for k in keys})
+    for _, series in frame.groupby(keys, sort=False, dropna=False):
+        series = series[series["_c"] > 0].sort_values("_c")
+        for metric in ("silicon_ttft_ms", "silicon_tpot_ms"):
+            values, conc = series[metric].to_numpy(), series["_c"].to_numpy()
+            for i in range(len(series) - 1):
+                higher = values[i + 1:][conc[i + 1:] > conc[i]]
+                if len(higher) and values[i] > SUSPECT_RATIO * higher[0]:
+                    name = metric.removeprefix("silicon_").removesuffix("_ms").upper()
+                    out[series.index[i]] += f"{name} {values[i]:.0f} ms > {SUSPECT_RATIO}x at higher concurrency; "
+    return out.str.rstrip("; ")
+
+
+def ape(predicted: pd.Series, measured: pd.Series) -> pd.Series:
+    return (predicted - measured).abs() / measured
+
+
+def _metric_cells(err: pd.Series) -> list[str]:
+    if err.empty:
+        return ["-", "-", "-", "-"]
+    return [f"{100 * err.median():.1f}", f"{100 * err.mean():.1f}",
+            f"{100 * (err <= 0.1).mean():.0f}", f"{100 * (err <= 0.2).mean():.0f}"]
+
+
+def error_row(group: pd.DataFrame, prefix: str) -> list[str]:
+    """[rows, coverage %, TTFT medAPE, meanAPE, <=10%, <=20%, TPOT ...] for one predictor."""
+    ok = group[group[f"{prefix}_ok"]]
+    ttft = ape(ok[f"{prefix}_ttft_ms"], ok["silicon_ttft_ms"])
+    tpot = ape(ok[f"{prefix}_tpot_ms"], ok["silicon_tpot_ms"])
+    coverage = f"{len(ok)} ({100 * len(ok) / len(group):.0f}%)" if len(group) else "0"
+    return [coverage, *_metric_cells(ttft), *_metric_cells(tpot)]
+
+
+HEADER = ["group", "rows", "predictor", "covered", "TTFT medAPE%", "TTFT meanAPE%", "TTFT <=10%",
+          "TTFT <=20%", "TPOT medAPE%", "TPOT meanAPE%", "TPOT <=10%", "TPOT <=20%"]
+
+
+def error_table(rows: pd.DataFrame, predictors: dict[str, str], by_group: bool = True) -> list[list[str]]:
+    """Table rows for `rows` (one line per predictor per group); predictors: label -> column prefix."""
+    groups: list[tuple[str, pd.DataFrame]] = [("all", rows)]
+    clean = rows[rows["suspect"] == ""]
+    if len(clean) < len(rows):
+        groups.append((f"all without {len(rows) - len(clean)} suspect", clean))
+    if by_group:
+        groups += [(" / ".join(str(k) for k in key), part)
+                   for key, part in rows.groupby(list(GROUP_KEYS), sort=True)]
+    table = []
+    for label, part in groups:
+        for i, (name, prefix) in enumerate(predictors.items()):
+            table.append([label if i == 0 else "", str(len(part)) if i == 0 else "", name,
+                          *error_row(part, prefix)])
+    return table
+
+
+def markdown(table: list[list[str]], header: list[str] = HEADER) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in table]
+    return "\n".join(lines)

@@ -1,0 +1,262 @@
+"""A measured silicon row (silicon_dev.csv's columns) -> the pdsim run it describes, or why none.
+
+The mapping is a set of small tables, one per axis, so that the precision issue (39: quant
+modes, Blackwell/NVL72 hardware, TRT-LLM tables) and the MoE issue (40: expert parallelism,
+attention DP) extend it by adding entries or by dropping a check, not by rewriting it:
+
+- MODELS: the row's `model_path` -> a catalog model (scenarios/model/<name>.yaml);
+- SYSTEMS: the row's `system` -> a catalog hardware entry (scenarios/hardware/<name>.yaml);
+- ENGINES: the row's `backend` -> a perf preset (scenarios/perf/<name>.yaml) and the operator
+  table sets it needs (pdsim/perf/data/aic/<system>_<engine>_<version>, found at run time);
+- SUPPORTED_QUANT: the GEMM / MoE quant modes the measured perf model has tables for;
+- parallelism: TP per side is modelled; PP, attention DP and MoE EP are not yet.
+
+Every gap is collected (not only the first), so `reason` lists all that a row would need.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# model_path -> catalog model. Instruct / quantized checkpoints share their base model's
+# architecture (config.json); their quantization comes from the row's quant modes.
+MODELS: dict[str, str] = {
+    "Qwen/Qwen3-32B": "qwen3_32b",
+    "nvidia/Qwen3-32B-NVFP4": "qwen3_32b",
+    "meta-llama/Llama-3.1-70B": "llama3_70b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama3_8b",
+    "deepseek-ai/DeepSeek-V3": "deepseek_v3",
+    "deepseek-ai/DeepSeek-R1": "deepseek_v3",  # same architecture as V3 (config.json)
+}
+# silicon system -> catalog hardware (the operator tables of that GPU: hardware.op_tables)
+SYSTEMS: dict[str, str] = {"h100_sxm": "h100", "b200_sxm": "b200", "h200_sxm": "h200"}
+# backend -> (perf preset, the engine name of its operator tables)
+ENGINES: dict[str, tuple[str, str]] = {"sglang": ("measured", "sglang"), "vllm": ("measured_vllm", "vllm")}
+# quant modes the measured perf model composes ("" = the checkpoint's own dtype, bf16 here)
+SUPPORTED_QUANT = {"", "bf16"}
+ISSUE_PRECISION, ISSUE_MOE = "issue 39", "issue 40"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One engine shape: tensor parallel size and the parallelism pdsim does not model yet."""
+
+    tp: int
+    pp: int = 1
+    attention_dp: int = 1
+    moe_tp: int = 1
+    moe_ep: int = 1
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    """The fields of one measured row that decide its pdsim run (and the measured latencies)."""
+
+    id: str
+    model_path: str
+    system: str
+    backend: str
+    backend_version: str
+    mode: str  # agg | disagg
+    isl_tokens: int
+    osl_tokens: int
+    concurrency: int  # closed-loop clients (0 = the row does not say)
+    precision: str
+    gemm_quant: str
+    moe_quant: str
+    agg: Side | None
+    prefill: Side | None
+    decode: Side | None
+    measured_ttft_ms: float
+    measured_tpot_ms: float
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """The pdsim run of a row: hydra overrides over config.yaml, or the features it lacks."""
+
+    row: SiliconRow
+    overrides: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    note: str = ""  # e.g. which table version stands in for the row's engine version
+
+    @property
+    def supported(self) -> bool:
+        return not self.missing
+
+
+@dataclass
+class Catalog:
+    """What pdsim has: catalog models (with their dtype and MoE-ness) and operator table sets."""
+
+    models: dict[str, tuple[str, bool]]  # name -> (dtype, is_moe)
+    hardware: set[str]
+    table_sets: list[str]  # "<system>_<engine>_<version>"
+    hardware_tables: dict[str, str] = field(default_factory=dict)  # hardware -> op_tables system
+
+
+def _int(value: str) -> int:
+    return int(float(value)) if value.strip() else 0
+
+
+def _side(raw: dict[str, str], prefix: str) -> Side | None:
+    tp = _int(raw.get(f"{prefix}tp_size", ""))
+    if tp <= 0:
+        return None
+    get = lambda name: _int(raw.get(f"{prefix}{name}", "")) or 1  # noqa: E731
+    workers = _int(raw.get(f"{prefix}num_workers", "")) if prefix else 1
+    return Side(tp, get("pp_size"), get("attention_dp_size"), get("moe_tp_size"), get("moe_ep_size"), workers)
+
+
+def concurrency_of(raw: dict[str, str]) -> int:
+    """Client concurrency: `silicon_concurrency=` in silicon_data_source, else batch_size (agg)."""
+    found = re.search(r"silicon_concurrency=(\d+)", raw.get("silicon_data_source", ""))
+    if found:
+        return int(found.group(1))
+    return _int(raw.get("batch_size", "")) if raw.get("mode") == "agg" else 0
+
+
+def parse_row(raw: dict[str, str]) -> SiliconRow:
+    """One CSV row (silicon_dev.csv's header) as a SiliconRow; ValueError names the bad field."""
+    try:
+        return SiliconRow(
+            id=raw["id"], model_path=raw["model_path"], system=raw["system"], backend=raw["backend"],
+            backend_version=raw.get("backend_version", ""), mode=raw["mode"],
+            isl_tokens=_int(raw["isl"]), osl_tokens=_int(raw["osl"]), concurrency=concurrency_of(raw),
+            precision=raw.get("precision", ""), gemm_quant=raw.get("gemm_quant_mode", ""),
+            moe_quant=raw.get("moe_quant_mode", ""),
+            agg=_side(raw, "") if raw["mode"] == "agg" else None,
+            prefill=_side(raw, "prefill_"), decode=_side(raw, "decode_"),
+            measured_ttft_ms=float(raw.get("silicon_ttft_ms") or "nan"),
+            measured_tpot_ms=float(raw.get("silicon_tpot_ms") or "nan"),
+        )
+    except KeyError as exc:
+        raise ValueError(f"row {raw.get('id', '?')}: missing column {exc.args[0]}") from None
+    except ValueError as exc:
+        raise ValueError(f"row {raw.get('id', '?')}: {exc}") from None
+
+
+# models of the dev split pdsim's catalog lacks, and why (the MoE issue adds them)
+MOE_MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3.5-397B-A17B", "openai/gpt-oss-120b",
+              "moonshotai/Kimi-K2.5", "Qwen/Qwen3-235B-A22B-FP8", "zhipuai/GLM-5",
+              "nvidia/DeepSeek-R1-NVFP4", "nvidia/DeepSeek-V3.1-NVFP4")
+MIN_REQUESTS, REQUESTS_PER_CLIENT = 60, 6  # closed-loop run size (docs/SILICON.md: convergence)
+SCENARIO = "bench_random"
+
+
+def load_catalog() -> Catalog:
+    """pdsim's catalog models, hardware and operator table sets, read from this checkout."""
+    from pdsim.perf import catalog, spec
+    from pdsim.perf.optables import table_sets
+
+    models = {}
+    for name in catalog.catalog_names("model"):
+        m = catalog.load_model(name)
+        models[name] = (m.dtype, spec.is_moe(m))
+    hardware = set(catalog.catalog_names("hardware"))
+    tables = {name: catalog.load_hardware(name).op_tables for name in hardware}
+    return Catalog(models, hardware, table_sets(), tables)
+
+
+def requests_for(concurrency: int) -> int:
+    """Requests a closed loop of `concurrency` clients sends: warm-up (C) plus a steady state."""
+    return max(MIN_REQUESTS, REQUESTS_PER_CLIENT * concurrency)
+
+
+def _model_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, list[str]]:
+    name = MODELS.get(row.model_path)
+    if name is None or name not in cat.models:
+        tag = f" (MoE, {ISSUE_MOE})" if row.model_path in MOE_MODELS else ""
+        return None, [f"model {row.model_path} not in catalog{tag}"]
+    dtype, moe = cat.models[name]
+    gaps = []
+    quant = {"gemm_quant_mode": row.gemm_quant}
+    if moe:
+        quant["moe_quant_mode"] = row.moe_quant
+    for field_name, mode in quant.items():
+        if mode not in SUPPORTED_QUANT:
+            gaps.append(f"{field_name} {mode} not modelled ({ISSUE_PRECISION})")
+    if not row.gemm_quant and row.precision not in SUPPORTED_QUANT:
+        gaps.append(f"precision {row.precision} not modelled ({ISSUE_PRECISION})")
+    if not row.gemm_quant and not row.precision and dtype != "bf16":
+        gaps.append(f"checkpoint dtype {dtype} of {name} not modelled ({ISSUE_PRECISION})")
+    return name, gaps
+
+
+def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[str]]:
+    """(catalog hardware, perf preset, gaps)."""
+    hardware = SYSTEMS.get(row.system)
+    gaps = [] if hardware in cat.hardware else [f"hardware {row.system} not in catalog ({ISSUE_PRECISION})"]
+    if row.backend not in ENGINES:
+        return hardware, "", [*gaps, f"backend {row.backend} not modelled (no operator tables, {ISSUE_PRECISION})"]
+    preset, engine = ENGINES[row.backend]
+    system = cat.hardware_tables.get(hardware or "", "")
+    if hardware in cat.hardware and not any(s.startswith(f"{system}_{engine}_") for s in cat.table_sets):
+        gaps.append(f"no {engine} operator tables for {row.system} ({ISSUE_PRECISION})")
+    return hardware, preset, gaps
+
+
+def _side_gaps(side: Side, label: str, moe: bool) -> list[str]:
+    where = f"{label} " if label else ""
+    gaps = []
+    if side.pp > 1:
+        gaps.append(f"{where}pipeline parallelism (pp_size={side.pp}) not modelled")
+    if side.attention_dp > 1:
+        gaps.append(f"{where}attention DP (attention_dp_size={side.attention_dp}) not modelled ({ISSUE_MOE})")
+    if side.moe_ep > 1:
+        gaps.append(f"{where}MoE expert parallelism (moe_ep_size={side.moe_ep}) not modelled ({ISSUE_MOE})")
+    elif moe and side.moe_tp != side.tp:
+        gaps.append(f"{where}MoE TP {side.moe_tp} != TP {side.tp} not modelled ({ISSUE_MOE})")
+    return gaps
+
+
+def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
+    """(cluster overrides, gaps) for the row's deployment."""
+    c = row.concurrency
+    running = f"cluster.max_running_requests={max(256, c)}"
+    if row.mode == "agg":
+        if row.agg is None:
+            return [], ["agg row without tp_size"]
+        return (["cluster.mode=colocated", "cluster.colocated=1", f"cluster.colocated_tp={row.agg.tp}", running],
+                _side_gaps(row.agg, "", moe))
+    if row.mode != "disagg":
+        return [], [f"mode {row.mode} unknown (agg | disagg)"]
+    p, d = row.prefill, row.decode
+    if p is None or d is None or p.workers <= 0 or d.workers <= 0:
+        return [], ["disagg row without worker counts"]
+    overrides = ["cluster.mode=disaggregated", f"cluster.prefill={p.workers}", f"cluster.decode={d.workers}",
+                 f"cluster.prefill_tp={p.tp}", f"cluster.decode_tp={d.tp}", running]
+    return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
+
+
+def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
+    """The row's pdsim run (hydra overrides), or every feature it lacks."""
+    model, gaps = _model_gaps(row, cat)
+    hardware, preset, engine_gaps = _engine_gaps(row, cat)
+    moe = model is not None and cat.models[model][1]
+    cluster, shape_gaps = _shape(row, moe)
+    gaps += engine_gaps + shape_gaps
+    if row.concurrency <= 0:
+        gaps.append("row without client concurrency")
+    if row.isl_tokens <= 0 or row.osl_tokens <= 0:
+        gaps.append(f"isl/osl {row.isl_tokens}/{row.osl_tokens} not positive")
+    if gaps:
+        return RowPlan(row, missing=tuple(gaps))
+    overrides = (
+        f"scenario={SCENARIO}", f"model={model}", f"hardware={hardware}", f"perf={preset}",
+        f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
+        f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",
+        "cluster.prefix_cache=false", "progress=false", *cluster,
+    )
+    return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
+
+
+def _version_note(row: SiliconRow, cat: Catalog, hardware: str) -> str:
+    """Which operator tables stand in for the row's engine version (the newest set pdsim has)."""
+    from pdsim.perf.optables import resolve_set
+
+    engine = ENGINES[row.backend][1]
+    used = resolve_set(cat.hardware_tables.get(hardware, ""), engine, "")
+    return f"{row.backend} {row.backend_version or '(unstated)'} row on {used} tables"
