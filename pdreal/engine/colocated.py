@@ -57,7 +57,7 @@ from pdreal.engine.common import (
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
-from pdreal.model.sampling import sample
+from pdreal.model.sampling import sample, token_logprobs
 from pdreal.transfer.common import Clock
 from pdsim.policy import (
     GrowthPlan,
@@ -297,11 +297,14 @@ class ColocatedEngine(GuardedStep):
         rows += [(len(plan) + j, s) for j, s in enumerate(decodes)]
         picked = logits if len(rows) == logits.shape[0] else logits[[i for i, _ in rows]]
         tokens = sample(picked, [s.req.sampling for _, s in rows], [len(s.output_ids) for _, s in rows]) if rows else []
+        params = [s.req.sampling for _, s in rows]
+        logprobs = token_logprobs(picked, tokens, params) if any(p.logprobs >= 0 for p in params) else []
         token_of = {id(s): t for (_, s), t in zip(rows, tokens, strict=True)}
+        logprob_of = {id(s): lp for (_, s), lp in zip(rows, logprobs, strict=True)}
         now = self.clock()
         for state in decodes:
             state.kv_tokens += 1
-            self._append_token(state, token_of[id(state)], now)
+            self._append_token(state, token_of[id(state)], now, logprob_of.get(id(state)))
             if self._done(state):
                 self.running.remove(state)
                 self._finish(state, STATUS_FINISHED, "")
@@ -315,16 +318,17 @@ class ColocatedEngine(GuardedStep):
             state.kv_tokens = state.prefilled_tokens
             if id(state) in token_of:
                 state.times.update(prefill_end_s=now, first_token_s=now, running_enter_s=now)
-                self._append_token(state, token_of[id(state)], now)
+                self._append_token(state, token_of[id(state)], now, logprob_of.get(id(state)))
             if self._done(state):
                 self._finish(state, STATUS_FINISHED, "")
             else:
                 self.running.append(state)
 
-    def _append_token(self, state: ColocatedState, token: int, now: float) -> None:
+    def _append_token(self, state: ColocatedState, token: int, now: float, logprob: Any = None) -> None:
         state.output_ids.append(token)
         state.token_times_s.append(now)
-        self._outputs.append(RequestOutput(state.req.request_id, (token,)))
+        self._outputs.append(RequestOutput(state.req.request_id, (token,),
+                                           logprobs=(logprob,) if logprob is not None else ()))
 
     def _done(self, state: ColocatedState) -> bool:
         return stop_reached(state.output_ids, state.req.sampling, self.eos_ids)

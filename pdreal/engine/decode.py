@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -44,7 +45,7 @@ from pdreal.engine.common import (
 )
 from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
-from pdreal.model.sampling import sample
+from pdreal.model.sampling import sample, token_logprobs
 from pdreal.transfer.base import KVManager, KVPoll, KVReceiver
 from pdreal.transfer.common import Clock
 from pdsim.policy import (
@@ -275,19 +276,22 @@ class DecodeEngine(GuardedStep):
         self.retracted.append(state)
 
     def _postprocess(self, batch: list[DecodeState], logits: torch.Tensor) -> None:
-        tokens = sample(logits, [s.req.sampling for s in batch], [len(s.output_ids) for s in batch])
+        params = [s.req.sampling for s in batch]
+        tokens = sample(logits, params, [len(s.output_ids) for s in batch])
+        logprobs = token_logprobs(logits, tokens, params)
         now = self.clock()
-        for state, token in zip(batch, tokens, strict=True):
+        for state, token, logprob in zip(batch, tokens, logprobs, strict=True):
             state.kv_tokens += 1
-            self._append_token(state, token, now)
+            self._append_token(state, token, now, logprob)
             if self._done(state):
                 self.running.remove(state)
 
-    def _append_token(self, state: DecodeState, token: int, now: float) -> None:
+    def _append_token(self, state: DecodeState, token: int, now: float, logprob: Any = None) -> None:
         """A decoded token: out at once; the request finishes when it stops."""
         state.output_ids.append(token)
         state.token_times_s.append(now)
-        self._outputs.append(RequestOutput(state.req.request_id, (token,)))
+        self._outputs.append(RequestOutput(state.req.request_id, (token,),
+                                           logprobs=(logprob,) if logprob is not None else ()))
         if self._done(state):
             self._finish(state, STATUS_FINISHED, "")
 

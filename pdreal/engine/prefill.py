@@ -49,7 +49,7 @@ from pdreal.engine.common import (
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
-from pdreal.model.sampling import sample
+from pdreal.model.sampling import sample, token_logprobs
 from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
 from pdreal.transfer.common import Clock
 from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
@@ -68,6 +68,7 @@ class PrefillState:
     prefilled_tokens: int = 0
     sent_pages: int = 0
     first_token: int = -1
+    first_logprob: Any = None  # [logprob, top] of the first token, when asked
     times: dict[str, float] = field(default_factory=dict)
     done: bool = False  # finished (any status): a failed step must not finish it twice
     block_hashes: tuple[int, ...] = ()  # no prefix cache: published as stored (kv_events), removed on release
@@ -233,16 +234,18 @@ class PrefillEngine(GuardedStep):
                            cached_tokens=cached)
 
     def _postprocess(self, plan: list[tuple[PrefillState, PrefillChunk, SeqChunk]], logits: Any) -> None:
-        firsts = sample(logits, [s.req.sampling for s, _, _ in plan], [0] * len(plan))
+        params = [s.req.sampling for s, _, _ in plan]
+        firsts = sample(logits, params, [0] * len(plan))
+        logprobs = token_logprobs(logits, firsts, params)
         now = self.clock()
-        for (state, chunk, _), token in zip(plan, firsts, strict=True):
+        for (state, chunk, _), token, logprob in zip(plan, firsts, logprobs, strict=True):
             state.prefilled_tokens += chunk.new_tokens
             if not chunk.is_last:
                 full = state.prefilled_tokens // self.config.page_size_tokens
                 self._send(state, state.pages[state.sent_pages:full], None)
                 self.chunked = state
                 continue
-            state.first_token = token
+            state.first_token, state.first_logprob = token, logprob
             state.times.update(prefill_end_s=now, inflight_enter_s=now)
             if self.kv_events is not None and self.cache is None:
                 state.block_hashes = self.kv_events.stored(state.req.input_ids)
@@ -290,7 +293,8 @@ class PrefillEngine(GuardedStep):
                         arrival_s=req.arrival_s, status=status, failure_reason=reason, finish_s=now,
                         cached_prefix_tokens=state.cached_tokens, **state.times)
         tokens = (state.first_token,) if state.first_token >= 0 else ()
-        self._outputs.append(RequestOutput(req.request_id, tokens, True, status, reason, row))
+        logprobs = (state.first_logprob,) if tokens and state.first_logprob is not None else ()
+        self._outputs.append(RequestOutput(req.request_id, tokens, True, status, reason, row, logprobs))
 
     def abort(self, request_id: int, reason: str) -> bool:
         """Fail a request wherever it is (client gone); False if it is not here."""

@@ -74,6 +74,8 @@ class RequestOutput:
     status: str = ""  # '' while running, else finished | failed | rejected
     failure_reason: str = ""
     row: dict[str, Any] | None = None
+    logprobs: tuple[Any, ...] = ()  # per token of token_ids, when asked: [logprob, [[id, logprob], ...]]
+    prompt_logprobs: tuple[Any, ...] = ()  # per prompt token, when asked (the first is None)
 
 
 @dataclass(frozen=True, slots=True)

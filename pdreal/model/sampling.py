@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch only where tokens are drawn: the HTTP and router processes check params
     import torch
@@ -25,6 +25,9 @@ class SamplingParams:
     seed: int = 0
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    # -1: no logprobs; k >= 0: each output token's logprob and the k most likely tokens' (MAX_TOP_LOGPROBS)
+    logprobs: int = -1
+    prompt_logprobs: bool = False  # each prompt token's logprob (the first has none); skips the prefix cache
 
     def __post_init__(self) -> None:
         """Every value a client can send is checked here, so no request reaches an engine with a
@@ -39,12 +42,17 @@ class SamplingParams:
             raise ValueError(f"field 'seed' must be an integer in [0, 2**63), got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"field 'ignore_eos' must be true or false, got {self.ignore_eos!r}")
+        if not _is_int(self.logprobs) or not -1 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"field 'logprobs' must be an integer in [-1, {MAX_TOP_LOGPROBS}], got {self.logprobs!r}")
+        if not isinstance(self.prompt_logprobs, bool):
+            raise ValueError(f"field 'prompt_logprobs' must be true or false, got {self.prompt_logprobs!r}")
         bad = next((t for t in self.stop_token_ids if not _is_int(t) or t < 0), None)
         if bad is not None:
             raise ValueError(f"field 'stop_token_ids': {bad!r} is not a token id (an integer >= 0)")
 
 
 MAX_TEMPERATURE = 100.0
+MAX_TOP_LOGPROBS = 20  # OpenAI chat's top_logprobs limit
 SEED_LIMIT = 1 << 63
 GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (logits / t would overflow)
 
@@ -92,3 +100,45 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], token_indices: li
     if all(p.temperature < GREEDY_BELOW for p in params):
         return torch.argmax(logits, dim=-1).tolist()
     return [sample_one(row, p, k) for row, p, k in zip(logits, params, token_indices, strict=True)]
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], params: list[SamplingParams]) -> list[list[Any] | None]:
+    """Per row asking for them (params.logprobs >= 0): [logprob of the chosen token, [[token id,
+    logprob], ...] of the params.logprobs most likely]; None for the other rows. Logprobs are the
+    model's log-softmax of the raw logits: before temperature and top-p (what vLLM returns by
+    default), so they do not depend on the sampling settings."""
+    import torch
+
+    out: list[list[Any] | None] = [None] * len(tokens)
+    rows = [i for i, p in enumerate(params) if p.logprobs >= 0]
+    if not rows:
+        return out
+    logp = torch.log_softmax(logits[rows].float(), dim=-1)
+    top_k = max(params[i].logprobs for i in rows)
+    top_values, top_ids = torch.topk(logp, top_k, dim=-1) if top_k else (None, None)
+    for j, i in enumerate(rows):
+        k = params[i].logprobs
+        top = [[int(t), float(v)] for t, v in zip(top_ids[j, :k].tolist(), top_values[j, :k].tolist(),
+                                                  strict=True)] if k else []
+        out[i] = [float(logp[j, tokens[i]]), top]
+    return out
+
+
+def prompt_token_logprobs(logits: torch.Tensor, prompt_ids: tuple[int, ...] | list[int], start: int,
+                          top_k: int) -> list[list[Any] | None]:
+    """Logprobs of prompt tokens start+1 .. start+len(logits) from the logits at positions
+    start .. (each position predicts the next token); position 0 of the prompt has none."""
+    import torch
+
+    targets = list(prompt_ids[start + 1:start + 1 + logits.shape[0]])
+    if not targets:
+        return []
+    logp = torch.log_softmax(logits[:len(targets)].float(), dim=-1)
+    chosen = logp.gather(1, torch.tensor(targets, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
+    if top_k:
+        values, ids = torch.topk(logp, top_k, dim=-1)
+        tops = [[[int(t), float(v)] for t, v in zip(r_ids, r_vals, strict=True)]
+                for r_ids, r_vals in zip(ids.tolist(), values.tolist(), strict=True)]
+    else:
+        tops = [[] for _ in targets]
+    return [[float(c), top] for c, top in zip(chosen, tops, strict=True)]

@@ -24,7 +24,7 @@ import json
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,12 +34,11 @@ from aiohttp import web
 
 from pdreal.kv_events import CacheSummary
 from pdreal.serving.auth import read_token
+from pdreal.serving.call import ApiCall
 from pdreal.serving.config import ServeConfig
 from pdreal.serving.kv_feed import KVEventFollower, advertised_endpoints
 from pdreal.serving.metrics import CONTENT_TYPE
 from pdreal.serving.requests import (
-    ApiRequest,
-    Detokenizer,
     Parser,
     TextCodec,
     parse_body,
@@ -48,11 +47,10 @@ from pdreal.serving.requests import (
     parse_generate,
 )
 from pdreal.serving.responses import ResponseFormat, error_body
-from pdreal.serving.router import FinalEvent, Router
+from pdreal.serving.router import Router
 from pdreal.serving.timebase import clock_id, now_s
 from pdreal.serving.upstream import Upstream
 from pdreal.serving.wire import json_safe
-from pdsim.trace import STATUS_FINISHED, STATUS_REJECTED
 
 log = logging.getLogger(__name__)
 STARTUP_WAIT_S = 120.0
@@ -72,9 +70,10 @@ class RouterServer:
         self.context_length = 0  # the model's (from the instances' facts); 0 = unknown
         self.model_names = {model_name}
         self.parsers = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="router-parse")
+        self.created = int(datetime.now(UTC).timestamp())  # the served model's `created` (router start)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[openai_errors])
         app.router.add_post("/v1/completions", lambda r: self._api(r, "completion", parse_completion))
         app.router.add_post("/v1/chat/completions", lambda r: self._api(r, "chat", parse_chat))
         app.router.add_post("/generate", lambda r: self._api(r, "generate", parse_generate))
@@ -82,6 +81,7 @@ class RouterServer:
         app.router.add_get("/stats", self.stats)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model}", self.model)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -142,10 +142,10 @@ class RouterServer:
             if not blocks:
                 await asyncio.sleep(self.router.cfg.node.stats_interval_s)
 
-    def _capacity_error(self, req: ApiRequest) -> str:
-        prompt, total = len(req.input_ids), len(req.input_ids) + req.sampling.max_new_tokens
+    def _capacity_error(self, input_ids: tuple[int, ...], max_new_tokens: int) -> str:
+        prompt, total = len(input_ids), len(input_ids) + max_new_tokens
         if self.context_length and total > self.context_length:
-            return (f"prompt ({prompt} tokens) + max_tokens ({req.sampling.max_new_tokens}) = {total} tokens exceeds "
+            return (f"prompt ({prompt} tokens) + max_tokens ({max_new_tokens}) = {total} tokens exceeds "
                     f"the model's context length ({self.context_length} tokens)")
         prefill = max((u.kv_total_tokens for u in self.router.prefill if u.healthy), default=0)
         decode = max((u.kv_total_tokens for u in self.router.decode if u.healthy), default=0)
@@ -179,77 +179,14 @@ class RouterServer:
         if req.model and req.model not in self.model_names:
             message = f"model {req.model!r} does not exist here; this router serves {sorted(self.model_names)}"
             return web.json_response(error_body(message, "invalid_request_error", "model_not_found"), status=404)
-        problem = self._capacity_error(req)
+        problem = next((p for p in (self._capacity_error(ids, req.sampling.max_new_tokens) for ids in req.prompts) if p),
+                       "")
         if problem:
             return web.json_response(error_body(problem, "invalid_request_error"), status=400)
-        rid = req.request_id if req.request_id is not None else self.router.new_request_id()
         fmt = ResponseFormat(kind, f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
-                             int(datetime.now(UTC).timestamp()), req.model or self.model_name, len(req.input_ids))
-        return await self._serve(request, req, rid, fmt)
-
-    async def _serve(self, request: web.Request, req: ApiRequest, rid: int, fmt: ResponseFormat) -> web.StreamResponse:
-        stop, detok, text = asyncio.Event(), Detokenizer(self.codec), ""
-        response: web.StreamResponse | None = None
-        if req.stream:
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-            await response.prepare(request)
-        events = self.router.generate(req.input_ids, req.sampling, rid, stop)
-        final: FinalEvent | None = None
-        used_tokens = -1  # tokens up to the one that completed a stop string (usage counts those)
-        try:
-            async for event in events:
-                if isinstance(event, FinalEvent):
-                    final = event
-                    break
-                delta = self._visible_delta(detok, event.token_ids, req.stop, stop, len(text))
-                text += delta
-                if stop.is_set() and used_tokens < 0:
-                    used_tokens = len(detok.ids)
-                if response is not None and (delta or fmt.kind == "generate"):
-                    await response.write(fmt.sse(fmt.chunk(delta, event.token_ids)))
-        except (ConnectionError, asyncio.CancelledError) as exc:  # the client went away
-            log.info("client of request %d went away (%s)", rid, type(exc).__name__)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return response
-        finally:
-            await events.aclose()
-        assert final is not None
-        if used_tokens >= 0:
-            final = replace(final, output_ids=final.output_ids[:used_tokens])
-        reason = self._finish_reason(final, req, stop.is_set())
-        if response is None:
-            status = 200 if final.status == STATUS_FINISHED else 429 if final.status == STATUS_REJECTED else 500
-            status = 503 if final.unavailable else status
-            headers = {"Retry-After": "1"} if status == 503 else None
-            return web.json_response(fmt.body(text, final, reason), status=status, dumps=_dumps, headers=headers)
-        try:
-            for payload in fmt.final_chunks(final, reason):
-                await response.write(fmt.sse(payload))
-            await response.write(b"data: [DONE]\n\n")
-        except ConnectionError:
-            log.info("client of request %d went away before the last chunk", rid)
-        return response
-
-    @staticmethod
-    def _visible_delta(detok: Detokenizer, ids: tuple[int, ...], stops: tuple[str, ...], stop: asyncio.Event,
-                       shown: int) -> str:
-        """New text to show; on a stop string, the text before it (and `stop` is set)."""
-        if stop.is_set():
-            return ""
-        delta = detok.add(ids)
-        cut = _stop_cut(detok.emitted, stops)
-        if cut < 0:
-            return delta
-        stop.set()
-        return detok.emitted[:cut][shown:]
-
-    def _finish_reason(self, final: FinalEvent, req: ApiRequest, stopped: bool) -> str:
-        if final.status != STATUS_FINISHED:
-            return "error"
-        last = final.output_ids[-1] if final.output_ids else -1
-        hit_eos = not req.sampling.ignore_eos and (last in self.eos_ids or last in req.sampling.stop_token_ids)
-        return "stop" if stopped or hit_eos else "length"
+                             int(datetime.now(UTC).timestamp()), req.model or self.model_name,
+                             sum(len(p) for p in req.prompts), req.include_usage)
+        return await ApiCall(self.router, self.codec, req, fmt, self.eos_ids).serve(request)
 
     async def metrics(self, request: web.Request) -> web.Response:
         if self.kv_follower is not None:
@@ -274,15 +211,35 @@ class RouterServer:
         return web.json_response({"status": "ok" if ok else "unhealthy", "clock_id": clock_id(), "now_s": now_s()},
                                  status=200 if ok else 503)
 
+    def _model_object(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.created, "owned_by": "pdreal"}
+
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model",
-                                                              "owned_by": "pdreal"}]})
+        return web.json_response({"object": "list", "data": [self._model_object(self.model_name)]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name not in self.model_names:
+            message = f"model {name!r} does not exist here; this router serves {sorted(self.model_names)}"
+            return web.json_response(error_body(message, "invalid_request_error", "model_not_found"), status=404)
+        return web.json_response(self._model_object(name))
 
 
-def _stop_cut(text: str, stops: tuple[str, ...]) -> int:
-    """Index where the earliest stop string starts in `text`, or -1."""
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(found) if found else -1
+@web.middleware
+async def openai_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """404 / 405 (and other HTTP errors aiohttp raises) as OpenAI error JSON, not plain text."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        message = (f"{request.method} {request.path}: {exc.reason}"
+                   + (f" (allowed: {', '.join(sorted(exc.allowed_methods))})" if isinstance(exc, web.HTTPMethodNotAllowed)
+                      else ""))
+        return web.json_response(error_body(message, "invalid_request_error", codes.get(exc.status)),
+                                 status=exc.status, headers={k: v for k, v in exc.headers.items()
+                                                             if k.lower() == "allow"})
 
 
 def _dumps(data: Any) -> str:

@@ -125,6 +125,9 @@ class InstanceServer:
             req, bootstrap = request_from_json(await request.json(), self.vocab_size)
         except ValueError as exc:  # malformed JSON is a ValueError too
             return web.json_response({"error": f"{self.role} /generate: {exc}"}, status=400)
+        if self.scheduler.error:  # dead or restarting: 503 tells the router to look elsewhere
+            return web.json_response({"error": f"{self.role} scheduler unavailable: {self.scheduler.error}"},
+                                     status=503, headers={"Retry-After": "1"})
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         if self.role == "decode":

@@ -8,7 +8,7 @@ binds; the scheduler connects:
                                   ("stopped", invariant error or "")
 
 A request crosses as a flat list (its SamplingParams as a dict), an output as
-[request_id, token_ids, finished, status, reason, row]; a `batch` carries one loop iteration's
+[request_id, token_ids, finished, status, reason, row, logprobs, prompt_logprobs]; a `batch` carries one loop iteration's
 outputs with the stats snapshot and the step records that /stats, /metrics and /steps serve.
 msgpack keeps floats (NaN too) and refuses anything it cannot encode, so a bad value fails loudly.
 """
@@ -53,12 +53,13 @@ def decode_request(data: list[Any]) -> EngineRequest:
 
 
 def encode_output(out: RequestOutput) -> list[Any]:
-    return [out.request_id, list(out.token_ids), out.finished, out.status, out.failure_reason, out.row]
+    return [out.request_id, list(out.token_ids), out.finished, out.status, out.failure_reason, out.row,
+            list(out.logprobs), list(out.prompt_logprobs)]
 
 
 def decode_output(data: list[Any]) -> RequestOutput:
-    rid, ids, finished, status, reason, row = data
-    return RequestOutput(rid, tuple(ids), finished, status, reason, row)
+    rid, ids, finished, status, reason, row, logprobs, prompt_logprobs = data
+    return RequestOutput(rid, tuple(ids), finished, status, reason, row, tuple(logprobs), tuple(prompt_logprobs))
 
 
 def encode_stats(stats: EngineStats) -> list[Any]:

@@ -23,6 +23,7 @@ from pdreal.serving.native_log import filtered_stderr
 
 log = logging.getLogger(__name__)
 READY_PREFIX = "PDREAL_READY "
+SHUTDOWN_DRAIN_S = 1.0  # on SIGTERM, in-flight handlers get this long before they are cancelled
 
 
 def engine_config(cfg: ServeConfig, role: str) -> Any:
@@ -110,7 +111,10 @@ def build_instance(cfg: ServeConfig, role: str) -> Any:
 
 async def run_app(app: web.Application, cfg: ServeConfig, role: str) -> None:
     """Listen, announce readiness on stdout, run until SIGTERM/SIGINT, then clean up."""
-    runner = web.AppRunner(app, handle_signals=False)
+    # handler_cancellation: a client that closes its connection cancels its handler (streamed or
+    # not), which aborts its request; shutdown_timeout: how long in-flight handlers may drain
+    runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True,
+                           shutdown_timeout=SHUTDOWN_DRAIN_S)
     await runner.setup()
     site = web.TCPSite(runner, cfg.node.host, cfg.node.port)
     await site.start()

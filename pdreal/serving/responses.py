@@ -1,7 +1,9 @@
 """Response bodies and SSE chunks of the router's three APIs (completion, chat, generate).
 
-Streams are Server-Sent Events: `data: {json}` per chunk, a last chunk with `finish_reason` and
-`usage` (or an `error` object when the request failed), then `data: [DONE]`. /generate chunks
+Streams are Server-Sent Events: `data: {json}` per chunk, each choice's last chunk with its
+`finish_reason` (an `error` object instead when a choice failed), a usage-only chunk (`choices`
+empty) when the client asked with stream_options.include_usage, then `data: [DONE]`. Usage has
+`prompt_tokens_details.cached_tokens`: prompt tokens the prefix cache served. /generate chunks
 carry `text`, `output_ids` and `meta_info`; its last chunk's meta_info has the trace row.
 """
 
@@ -19,7 +21,7 @@ from pdsim.trace import STATUS_FINISHED
 KINDS = ("completion", "chat", "generate")
 
 
-def error_body(message: str, kind: str, code: int | None = None) -> dict[str, Any]:
+def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code}}
 
 
@@ -29,7 +31,8 @@ class ResponseFormat:
     id: str
     created: int
     model: str
-    prompt_tokens: int
+    prompt_tokens: int  # over every prompt of the call
+    include_usage: bool = False  # streams: `usage: null` on every chunk, then a usage-only chunk
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -39,56 +42,58 @@ class ResponseFormat:
     def sse(payload: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps(json_safe(payload), allow_nan=False).encode() + b"\n\n"
 
-    def _envelope(self, choice: dict[str, Any]) -> dict[str, Any]:
+    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         obj = {"completion": "text_completion", "chat": "chat.completion.chunk"}[self.kind]
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
+        out = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
+        if self.include_usage:
+            out["usage"] = None
+        return out
 
-    def chunk(self, delta: str, token_ids: tuple[int, ...]) -> dict[str, Any]:
+    def chunk(self, index: int, delta: str, token_ids: tuple[int, ...], logprobs: dict[str, Any] | None,
+              finish_reason: str | None = None) -> dict[str, Any]:
+        """A streamed piece of choice `index` (with `finish_reason`: its last one)."""
         if self.kind == "generate":
             return {"text": delta, "output_ids": list(token_ids), "meta_info": {"id": self.id}}
         if self.kind == "chat":
-            return self._envelope({"index": 0, "delta": {"role": "assistant", "content": delta}, "finish_reason": None})
-        return self._envelope({"index": 0, "text": delta, "logprobs": None, "finish_reason": None})
+            content = {"role": "assistant", "content": delta} if delta or finish_reason is None else {}
+            choice = {"index": index, "delta": content, "logprobs": logprobs, "finish_reason": finish_reason}
+        else:
+            choice = {"index": index, "text": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        return self._envelope([choice])
 
-    def usage(self, final: FinalEvent) -> dict[str, int]:
-        completion = len(final.output_ids)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
-                "total_tokens": self.prompt_tokens + completion}
+    def usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
+        """The last chunk of a stream that asked for stream_options.include_usage."""
+        return {**self._envelope([]), "usage": usage}
 
-    def meta(self, final: FinalEvent, reason: str) -> dict[str, Any]:
+    def usage(self, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": self.prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+    def meta(self, final: FinalEvent, reason: str, completion_tokens: int) -> dict[str, Any]:
         return {"id": self.id, "status": final.status, "failure_reason": final.failure_reason,
                 "finish_reason": reason, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": len(final.output_ids), "trace": final.row, "clock_id": clock_id(),
-                "now_s": now_s()}
+                "completion_tokens": completion_tokens, "cached_tokens": final.row.get("cached_prefix_tokens", 0),
+                "trace": final.row, "clock_id": clock_id(), "now_s": now_s()}
 
-    def final_chunks(self, final: FinalEvent, reason: str) -> list[dict[str, Any]]:
-        if self.kind == "generate":
-            last = {"text": "", "output_ids": [], "meta_info": self.meta(final, reason)}
-            if final.status != STATUS_FINISHED:
-                last.update(error_body(final.failure_reason, final.status))
-            return [last]
+    def generate_last(self, final: FinalEvent, reason: str, output_ids: tuple[int, ...],
+                      text: str | None = None) -> dict[str, Any]:
+        """/generate's last chunk (text None) or body: meta_info with the trace row, or an error."""
+        out: dict[str, Any] = {"text": text if text is not None else "",
+                               "output_ids": list(output_ids) if text is not None else [],
+                               "meta_info": self.meta(final, reason, len(output_ids))}
         if final.status != STATUS_FINISHED:
-            return [error_body(final.failure_reason, final.status)]
-        if self.kind == "chat":
-            last = self._envelope({"index": 0, "delta": {}, "finish_reason": reason})
-        else:
-            last = self._envelope({"index": 0, "text": "", "logprobs": None, "finish_reason": reason})
-        return [{**last, "usage": self.usage(final)}]
+            out.update(error_body(final.failure_reason, final.status))
+        return json_safe(out)
 
-    def body(self, text: str, final: FinalEvent, reason: str) -> dict[str, Any]:
-        """The non-streaming response (an error object when the request did not finish)."""
-        if self.kind == "generate":
-            out = {"text": text, "output_ids": list(final.output_ids), "meta_info": self.meta(final, reason)}
-            if final.status != STATUS_FINISHED:
-                out.update(error_body(final.failure_reason, final.status))
-            return json_safe(out)
-        if final.status != STATUS_FINISHED:
-            return error_body(final.failure_reason, final.status)
+    def choice(self, index: int, text: str, logprobs: dict[str, Any] | None, reason: str) -> dict[str, Any]:
         if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-            obj = "text_completion"
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice],
-                "usage": self.usage(final)}
+            return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
+                    "finish_reason": reason}
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
+
+    def body(self, choices: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
+        """The non-streaming response of a call whose choices all finished."""
+        obj = "chat.completion" if self.kind == "chat" else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices,
+                "usage": usage}

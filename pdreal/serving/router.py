@@ -25,6 +25,7 @@ pdsim), and its tokens stream back exactly as a decode half's; the instance's ro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator
@@ -55,6 +56,8 @@ STOPPED = "stopped by a stop string"
 class TokenEvent:
     token_ids: tuple[int, ...]
     time_s: float
+    # per token when asked (SamplingParams.logprobs >= 0): [logprob, [[token id, logprob], ...]]
+    logprobs: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class FinalEvent:
     failure_reason: str
     output_ids: tuple[int, ...]
     row: dict[str, Any]
-    unavailable: bool = False  # not dispatched: no healthy instance (HTTP 503)
+    unavailable: bool = False  # no healthy instance, or the chosen one could not take it (HTTP 503)
+    side: str = ""  # where a failure arose: router | client | prefill | decode | colocated
+    prompt_logprobs: tuple[Any, ...] = ()  # per prompt token when asked (the first is None)
 
 
 NO_PREFILL_HALF = {"finished": True, "status": STATUS_FINISHED, "failure_reason": "", "row": {}}
@@ -97,6 +102,10 @@ class _Flight:
     decode_line: dict[str, Any] | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     first_failure: str = ""
+    failure_side: str = ""  # the role of the instance whose half failed first (or client | router)
+    unavailable: bool = False  # a half was refused because its instance's scheduler is down
+    prefilled: asyncio.Event = field(default_factory=asyncio.Event)  # the prefill half has ended
+    sampling_logprobs: int = -1  # SamplingParams.logprobs of the request
     token_times_s: list[float] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
     pumps: list[_Pump] = field(default_factory=list)
@@ -107,9 +116,12 @@ class _Flight:
             if pump.upstream is upstream:
                 pump.cut(reason)
 
-    def note(self, line: dict[str, Any]) -> None:
+    def note(self, line: dict[str, Any], upstream: Upstream) -> None:
         if line["status"] != STATUS_FINISHED and not self.first_failure:
-            self.first_failure = line["failure_reason"]
+            self.first_failure, self.failure_side = line["failure_reason"], upstream.role
+            if line.get("unavailable"):  # its scheduler is down: no longer routed to, told now
+                upstream.mark_unhealthy(f"refused a request: {line['failure_reason']}")
+                self.unavailable = not self.output_ids
 
 
 def _unwatch_when_done(flight: _Flight) -> None:
@@ -177,8 +189,11 @@ class Router:
         return pair, decision.bootstrap_room, "", ""
 
     async def generate(self, input_ids: tuple[int, ...], sampling: SamplingParams, request_id: int,
-                       stop: asyncio.Event | None = None) -> AsyncIterator[TokenEvent | FinalEvent]:
-        """Serve one request; setting `stop` (a stop string matched) ends it as finished early."""
+                       stop: asyncio.Event | None = None,
+                       prefilled: asyncio.Event | None = None) -> AsyncIterator[TokenEvent | FinalEvent]:
+        """Serve one request; setting `stop` (a stop string matched) ends it as finished early;
+        `prefilled` is set once its prefill half has ended (its prompt is then in the prefix cache;
+        colocated: once it ends), or it could not be dispatched."""
         arrival = now_s()
         base = {"request_id": request_id, "input_tokens": len(input_ids), "output_tokens": sampling.max_new_tokens,
                 "mode": "colocated" if self.colocated else "disaggregated", "arrival_s": arrival}
@@ -187,11 +202,14 @@ class Router:
                                                         arrival_s=arrival, hash_ids=hashes), arrival)
         if pair is None:
             row = {**base, "status": status, "failure_reason": reason, "finish_s": now_s()}
-            self.metrics.observe(row, 0)
-            yield FinalEvent(status, reason, (), row, unavailable=status != STATUS_REJECTED)
+            self.metrics.observe(row, 0, "router")
+            if prefilled is not None:
+                prefilled.set()
+            yield FinalEvent(status, reason, (), row, unavailable=status != STATUS_REJECTED, side="router")
             return
         flight = _Flight(pair[0], pair[1], engine_id=room, stop=stop or asyncio.Event(),
-                         prefill_line=dict(NO_PREFILL_HALF) if self.colocated else None)
+                         prefill_line=dict(NO_PREFILL_HALF) if self.colocated else None,
+                         prefilled=prefilled or asyncio.Event(), sampling_logprobs=sampling.logprobs)
         req = EngineRequest(room, input_ids, sampling, bootstrap_room=room, arrival_s=arrival)
         payload = request_to_json(req, "" if self.colocated else flight.prefill.url.removeprefix("http://"))
         flight.prefill.queued[room] = flight.decode.queued[room] = len(input_ids)
@@ -216,6 +234,7 @@ class Router:
             self.metrics.inflight -= 1
             for upstream in (flight.prefill, flight.decode):
                 upstream.queued.pop(room, None)
+            flight.prefilled.set()
             if not ended:
                 self._client_gone(flight, base, prefill_task)
             _unwatch_when_done(flight)
@@ -240,14 +259,15 @@ class Router:
             for upstream in {id(u): u for u in (flight.prefill, flight.decode)}.values():
                 self._spawn(post_abort(self.session, upstream, flight.engine_id, CLIENT_GONE))
         row = {**base, "status": STATUS_FAILED, "failure_reason": CLIENT_GONE, "finish_s": now_s()}
-        self.metrics.observe(row, len(flight.output_ids))
+        self.metrics.observe(row, len(flight.output_ids), "client")
 
     async def _prefill_half(self, flight: _Flight, queue: asyncio.Queue[dict[str, Any]]) -> None:
         while not (line := await queue.get()).get("finished"):
             continue
         flight.prefill_line = line
         flight.prefill.queued.pop(flight.engine_id, None)
-        flight.note(line)
+        flight.prefilled.set()
+        flight.note(line, flight.prefill)
         if line["status"] != STATUS_FINISHED and flight.decode_line is None:
             why = f"prefill half {line['status']}: {line['failure_reason']}"
             self._spawn(post_abort(self.session, flight.decode, flight.engine_id, why))
@@ -260,7 +280,10 @@ class Router:
                 flight.decode.queued.pop(flight.engine_id, None)
                 flight.output_ids.extend(line["token_ids"])
                 flight.token_times_s.extend([t] * len(line["token_ids"]))
-                yield TokenEvent(tuple(line["token_ids"]), t)
+                logprobs = tuple(line.get("logprobs") or ())
+                if not logprobs and flight.sampling_logprobs >= 0:  # the first token: made by prefill
+                    logprobs = await self._first_logprobs(flight, len(line["token_ids"]))
+                yield TokenEvent(tuple(line["token_ids"]), t, logprobs)
                 if flight.stop.is_set() and not flight.first_failure:
                     flight.first_failure = STOPPED
                     self._spawn(post_abort(self.session, flight.decode, flight.engine_id, STOPPED))
@@ -268,11 +291,20 @@ class Router:
             if flight.first_failure == STOPPED:
                 line = {**line, "status": STATUS_FINISHED, "failure_reason": ""}
             flight.decode_line = line
-            flight.note(line)
+            flight.note(line, flight.decode)
             if line["status"] != STATUS_FINISHED and flight.prefill_line is None:
                 why = f"decode half {line['status']}: {line['failure_reason']}"
                 self._spawn(post_abort(self.session, flight.prefill, flight.engine_id, why))
             return
+
+    async def _first_logprobs(self, flight: _Flight, count: int) -> tuple[Any, ...]:
+        """The first token's logprobs, which the prefill half reports (its final line), not the
+        decode half: wait for that line (it ends as the KV arrives), at most the row's grace."""
+        if not self.colocated:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(flight.prefilled.wait(), self.prefill_row_grace_s)
+        found = tuple((flight.prefill_line or {}).get("logprobs") or ())
+        return found[:count] if len(found) >= count else (None,) * count
 
     async def _await_prefill(self, flight: _Flight, task: asyncio.Task[None]) -> None:
         """The prefill half normally reports before the first token. After a finished decode half
@@ -295,7 +327,7 @@ class Router:
             line = failed_line(f"{flight.prefill.name}: prefill half unfinished {self.prefill_row_grace_s:g} s "
                                "after decode")
             flight.prefill_line = line
-            flight.note(line)
+            flight.note(line, flight.prefill)
             return
         if decode_ok and flight.prefill_line["status"] != STATUS_FINISHED:  # the KV did arrive
             log.info("room %d finished although its prefill half reports %s", flight.engine_id,
@@ -321,5 +353,9 @@ class Router:
         else:  # as in pdsim: only a finished request has a last token (token_times_s keeps them)
             row["failure_reason"] = flight.first_failure or row["failure_reason"]
             row["last_token_s"] = math.nan
-        self.metrics.observe(row, len(flight.output_ids))
-        return FinalEvent(row["status"], row["failure_reason"], tuple(flight.output_ids), row)
+        side = "" if row["status"] == STATUS_FINISHED else flight.failure_side or flight.decode.role
+        self.metrics.observe(row, len(flight.output_ids), side)
+        prompt_logprobs = tuple((flight.prefill_line or {}).get("prompt_logprobs") or
+                                (flight.decode_line or {}).get("prompt_logprobs") or ())
+        return FinalEvent(row["status"], row["failure_reason"], tuple(flight.output_ids), row,
+                          unavailable=flight.unavailable, side=side, prompt_logprobs=prompt_logprobs)

@@ -13,12 +13,7 @@ from typing import Any
 from pdreal.serving.metrics import TPOT_BUCKETS_S, TTFT_BUCKETS_S, MetricsRegistry
 from pdsim.trace import STATUS_FINISHED
 
-
-def _failure_side(reason: str) -> str:
-    for side in ("prefill", "decode", "colocated", "bootstrap", "heartbeat", "client"):
-        if side in reason:
-            return side
-    return "router"
+FAILURE_SIDES = ("router", "client", "prefill", "decode", "colocated")
 
 
 class RouterMetrics:
@@ -26,7 +21,7 @@ class RouterMetrics:
         reg = self.registry = MetricsRegistry()
         self.requests = reg.counter("pdreal_router_requests_total", "requests ended, by status")
         self.failures = reg.counter("pdreal_router_failures_total",
-                                    "failed or rejected requests, by status and the side named in the reason")
+                                    "failed or rejected requests, by status and the side the failure arose on")
         self.tokens = reg.counter("pdreal_router_output_tokens_total", "output tokens streamed to clients")
         self.ttft = reg.histogram("pdreal_ttft_seconds", "time to first token at the router", TTFT_BUCKETS_S)
         self.tpot = reg.histogram("pdreal_tpot_seconds", "time per output token after the first", TPOT_BUCKETS_S)
@@ -45,12 +40,17 @@ class RouterMetrics:
         self.kv_partial = reg.gauge("pdreal_router_kv_summary_partial", "1 when events were lost to a full buffer")
         self.inflight = 0
 
-    def observe(self, row: dict[str, Any], num_tokens: int) -> None:
+    def observe(self, row: dict[str, Any], num_tokens: int, side: str = "") -> None:
+        """One ended request; `side` (FAILURE_SIDES) is where a failure arose: the router itself
+        (admission, no healthy instance), the client (gone), or the role of the instance whose
+        half failed first."""
         status = row["status"]
         self.requests.inc(status=status)
         self.tokens.inc(num_tokens)
         if status != STATUS_FINISHED:
-            self.failures.inc(status=status, side=_failure_side(row.get("failure_reason", "")))
+            if side not in FAILURE_SIDES:
+                raise ValueError(f"failure side {side!r} unknown (one of {FAILURE_SIDES})")
+            self.failures.inc(status=status, side=side)
             return
         first, last = row.get("first_token_s", math.nan), row.get("last_token_s", math.nan)
         self.ttft.observe(first - row["arrival_s"])

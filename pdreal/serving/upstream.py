@@ -79,6 +79,11 @@ class Upstream:
             log.info("%s healthy", self.name)
         self.healthy = True
 
+    def mark_unhealthy(self, why: str) -> None:
+        """Told by a refused request (the instance's scheduler is down) before any poll saw it."""
+        if self.healthy:
+            self._mark_unhealthy(why)
+
     def _mark_unhealthy(self, why: str) -> None:
         """No longer routed to; every in-flight request using it is failed now (watchers)."""
         self.healthy = False
@@ -119,7 +124,8 @@ async def stream_half(session: aiohttp.ClientSession, upstream: Upstream, payloa
                                 headers=control_headers(upstream.token)) as resp:
             if resp.status != 200:
                 text = await resp.text()
-                yield _failed(upstream, f"HTTP {resp.status}: {text[:300]}")
+                line = _failed(upstream, f"HTTP {resp.status}: {text[:300]}")
+                yield {**line, "unavailable": True} if resp.status == 503 else line
                 return
             async for raw in resp.content:
                 if raw.strip():

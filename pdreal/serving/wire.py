@@ -92,11 +92,14 @@ def request_from_json(body: Any, vocab_size: int) -> tuple[EngineRequest, str]:
 
 
 def output_line(out: RequestOutput) -> bytes:
-    if not out.finished:
-        return (json.dumps({"token_ids": list(out.token_ids)}) + "\n").encode()
-    final = {"finished": True, "status": out.status, "failure_reason": out.failure_reason,
-             "token_ids": list(out.token_ids), "row": out.row or {}}
-    return (json.dumps(final) + "\n").encode()
+    line: dict[str, Any] = {"token_ids": list(out.token_ids)}
+    if out.logprobs:
+        line["logprobs"] = list(out.logprobs)
+    if out.prompt_logprobs:
+        line["prompt_logprobs"] = list(out.prompt_logprobs)
+    if out.finished:
+        line.update(finished=True, status=out.status, failure_reason=out.failure_reason, row=out.row or {})
+    return (json.dumps(line) + "\n").encode()
 
 
 def failed_line(status: str, reason: str, row: dict[str, Any] | None = None) -> bytes:

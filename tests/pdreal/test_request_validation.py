@@ -31,14 +31,25 @@ class CharTokenizer:
     def encode_batch(self, texts: list[str]) -> list[object]:
         return [type("Encoding", (), {"ids": [ord(c) % 100 for c in t]})() for t in texts]
 
+    def token_to_id(self, token: str) -> int | None:
+        return {"<|im_start|>": 1, "<|im_end|>": 2}.get(token)
+
 
 @pytest.mark.parametrize(("parse", "body", "needle"), [
     (parse_completion, {"prompt": [1], "seed": -1, "temperature": 0.7}, "field 'seed' must be an integer in [0, 2**63), got -1"),
     (parse_completion, {"prompt": [1], "temperature": float("nan")}, "field 'temperature' must be a number in [0, 100], got nan"),
     (parse_completion, {"prompt": [1], "top_p": 0}, "field 'top_p' must be a number in (0, 1], got 0.0"),
     (parse_completion, {"prompt": [1], "max_tokens": 0}, "field 'max_tokens' must be >= 1, got 0"),
-    (parse_completion, {"prompt": [1], "logprobs": 3}, "field 'logprobs' is not supported by this server, got 3"),
-    (parse_completion, {"prompt": [1], "echo": True}, "field 'echo' is not supported"),
+    (parse_completion, {"prompt": [1], "logprobs": 6}, "field 'logprobs' must be an integer in [0, 5]"),
+    (parse_completion, {"prompt": [1], "echo": 1}, "field 'echo' must be true or false, got 1"),
+    (parse_completion, {"prompt": [1], "n": 0}, "field 'n' must be >= 1"),
+    (parse_completion, {"prompt": [[1], []]}, "prompt[1] must be a non-empty list of token ids"),
+    (parse_completion, {"prompt": [1], "stream_options": {"include_usage": True}},
+     "field 'stream_options' is only allowed with stream: true"),
+    (parse_chat, {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2},
+     "field 'top_logprobs' (2) needs 'logprobs': true"),
+    (parse_chat, {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21},
+     "field 'top_logprobs' must be an integer in [0, 20]"),
     (parse_completion, {"prompt": [1], "suffix": "x"}, "field 'suffix' is not supported"),
     (parse_chat, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
      "field 'tools' is not supported"),
@@ -78,7 +89,7 @@ def test_openai_inputs_that_are_valid() -> None:
     parts = {"messages": [{"role": "developer", "content": "ab"},
                           {"role": "user", "content": [{"type": "text", "text": "c"}, {"type": "text", "text": "d"}]}],
              "logprobs": False, "echo": False, "presence_penalty": 0.0, "response_format": {"type": "text"},
-             "tool_choice": "none", "stream_options": {"include_usage": True}, "user": "u1"}
+             "tool_choice": "none", "stream": False, "user": "u1"}
     as_text = {"messages": [{"role": "system", "content": "ab"}, {"role": "user", "content": "cd"}]}
     assert parse_chat(parts, codec).input_ids == parse_chat(as_text, codec).input_ids
 

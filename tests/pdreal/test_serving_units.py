@@ -101,7 +101,7 @@ def test_request_parsing_names_bad_fields() -> None:
     codec = TextCodec(None, vocab_size=100)
     req = parse_completion({"prompt": [1, 2, 3], "max_tokens": 5, "temperature": 0, "stop": "x"}, codec)
     assert req.input_ids == (1, 2, 3) and req.sampling.max_new_tokens == 5 and req.stop == ("x",)
-    for body, needle in [({"prompt": "text"}, "no tokenizer"), ({"prompt": [1], "n": 2}, "'n' must be 1"),
+    for body, needle in [({"prompt": "text"}, "no tokenizer"), ({"prompt": [1], "n": 200}, "'n' must be >= 1 with n x prompts <= 128, got n=200"),
                          ({"prompt": [1], "temperature": "hot"}, "'temperature' must be a number"),
                          ({"prompt": [100]}, "token id 100")]:
         with pytest.raises(ValueError, match=needle):
