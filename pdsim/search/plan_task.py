@@ -59,8 +59,8 @@ def plan_to_dict(result: Plan) -> dict[str, Any]:
 def format_plan(result: Plan, cfg: Config) -> str:
     lines = [f"pdsim plan: scenario={cfg.scenario.name} model={cfg.model.name} hardware={cfg.hardware.name} "
              f"perf={cfg.perf.kind} budget {result.gpus} GPUs, SLO TTFT<={cfg.slo.ttft_s}s TPOT<={cfg.slo.tpot_s}s "
-             f"({100 * cfg.slo.attainment_target:.0f}%), {cfg.plan.num_requests or cfg.scenario.num_requests} "
-             "requests per probe", "", "one instance per role (goodput, req/s):",
+             f"({100 * cfg.slo.attainment_target:.0f}%), {probe_text(cfg)}", "",
+             "one instance per role (goodput, req/s):",
              f"{'role':<10}{'TP':>4}{'goodput':>10}{'per GPU':>10}"]
     small = set(result.small_probes)
     for r in result.roles:
@@ -88,10 +88,18 @@ def format_plan(result: Plan, cfg: Config) -> str:
         lines.append(f"best disaggregated: {disagg.label}, {disagg.goodput_rps:.4g} req/s; best colocated: "
                      f"{coloc.label}, {coloc.goodput_rps:.4g} req/s; disaggregation gain x{result.gain:.2f}")
     if small:
-        lines.append(f"* WARNING: {cfg.plan.num_requests or cfg.scenario.num_requests} requests per probe span fewer "
-                     f"than {MIN_LIFETIMES:g} lone-request latencies at these goodputs: the fleet never reaches "
-                     "steady state and the number is too high; raise plan.num_requests")
+        fix = ("raise plan.num_requests (or set 0 to size probes per fleet)" if cfg.plan.num_requests
+               else "raise plan.max_requests")
+        lines.append(f"* WARNING: these probes' arrivals span fewer than {MIN_LIFETIMES:g} lone-request latencies at "
+                     f"the goodput: the fleet never reaches steady state and the number is too high; {fix}")
     return "\n".join(lines)
+
+
+def probe_text(cfg: Config) -> str:
+    if cfg.plan.num_requests > 0:
+        return f"{cfg.plan.num_requests} requests per probe"
+    return (f"probes sized per fleet and rate ({MIN_LIFETIMES:g} lone-request latencies of arrivals, "
+            f"{cfg.plan.min_requests}-{cfg.plan.max_requests} requests)")
 
 
 @hydra.main(config_path=str(SCENARIOS_DIR), config_name="config", version_base="1.3")

@@ -14,9 +14,13 @@ DistServe-style placement search, with the simulator as the goodput oracle:
 3. The `verify_top` best estimates of each mode are re-measured with a full-fleet goodput search;
    the recommendation is the best verified fleet of either mode (ties: fewer GPUs, then
    disaggregated), and the gain is the best disaggregated goodput over the best colocated one.
-4. Small probes: a goodput measured with fewer arrivals than `MIN_LIFETIMES` unloaded request
-   lifetimes (num_requests / goodput < MIN_LIFETIMES x the lone-request latency) never loads the
-   fleet to steady state; it is flagged (`Plan.small_probes`) and the output warns.
+4. Probe size: a probe whose arrivals span fewer than `MIN_LIFETIMES` unloaded request
+   lifetimes (num_requests / rate < MIN_LIFETIMES x the fleet's lone-request latency) never
+   loads the fleet to steady state, and its goodput comes out too high. By default
+   (plan.num_requests=0) every probe is sized for its fleet and rate (`ProbeSize`):
+   ceil(MIN_LIFETIMES x lone latency x rate) requests, within [plan.min_requests,
+   plan.max_requests]. A goodput whose probe was still too small (the cap bound, or a fixed
+   plan.num_requests forced it) is flagged (`Plan.small_probes`) and the output warns.
 
 `plan(cfg, evaluate)` takes the goodput oracle as an argument (`simulated_goodput` by default)
 so the arithmetic can be tested with a closed-form stub.
@@ -223,41 +227,89 @@ def verify(cfg: Config, cands: Sequence[Candidate], evaluate: Evaluate, top: int
 
 
 def simulated_goodput(cfg: Config, start_rps: float) -> float:
-    """The default oracle: a goodput search (pdsim.search.task.goodput_search) from `start_rps`."""
+    """The default oracle: a goodput search (pdsim.search.task.goodput_search) from `start_rps`,
+    each probe sized by `ProbeSize` for this fleet."""
     from pdsim.search.task import goodput_search
 
-    return goodput_search(replace(cfg, search=replace(cfg.search, start_rps=start_rps))).goodput_rps
+    size, lone_s = ProbeSize.of(cfg), fleet_lone_s(cfg)
+    searched = replace(cfg, search=replace(cfg.search, start_rps=start_rps))
+    return goodput_search(searched, requests_at=lambda rate: size.requests(rate, lone_s)).goodput_rps
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSize:
+    """Requests per probe: `fixed` (> 0), or arrivals spanning MIN_LIFETIMES lone-request latencies
+    at the probed rate, within [min_requests, max_requests]."""
+
+    fixed: int
+    min_requests: int
+    max_requests: int
+
+    @classmethod
+    def of(cls, cfg: Config) -> ProbeSize:
+        return cls(cfg.plan.num_requests, cfg.plan.min_requests, cfg.plan.max_requests)
+
+    def requests(self, rate_rps: float, lone_s: float) -> int:
+        if self.fixed > 0:
+            return self.fixed
+        wanted = math.ceil(MIN_LIFETIMES * lone_s * rate_rps) if math.isfinite(lone_s * rate_rps) else self.max_requests
+        return int(min(self.max_requests, max(self.min_requests, wanted)))
+
+    def too_small(self, rate_rps: float, lone_s: float) -> bool:
+        """Whether a probe at `rate_rps` spans fewer than MIN_LIFETIMES lone latencies of arrivals."""
+        return rate_rps > 0 and self.requests(rate_rps, lone_s) / rate_rps < MIN_LIFETIMES * lone_s
 
 
 def planning_config(cfg: Config) -> Config:
-    """The config the planner simulates: plan.num_requests requests per probe, rates from plan.min_rate_rps."""
+    """The config the planner simulates: plan.num_requests requests per probe (when fixed), rates
+    from plan.min_rate_rps."""
     if cfg.plan.gpus < 1 or cfg.plan.verify_top < 1 or cfg.plan.helper_instances < 1:
         raise ValueError(
             f"plan: gpus={cfg.plan.gpus}, verify_top={cfg.plan.verify_top} and "
             f"helper_instances={cfg.plan.helper_instances} must be >= 1"
         )
+    if cfg.plan.num_requests < 0 or not 1 <= cfg.plan.min_requests <= cfg.plan.max_requests:
+        raise ValueError(f"plan: num_requests={cfg.plan.num_requests} must be >= 0 and min_requests="
+                         f"{cfg.plan.min_requests} <= max_requests={cfg.plan.max_requests}, both >= 1")
     if cfg.plan.num_requests > 0:
         cfg = replace(cfg, scenario=replace(cfg.scenario, num_requests=cfg.plan.num_requests))
     search = replace(cfg.search, min_rate_rps=max(cfg.search.min_rate_rps, cfg.plan.min_rate_rps))
     return replace(cfg, search=search)
 
 
-def lone_request_s(cfg: Config, tp: int) -> float:
-    """Latency of one mean-sized request on an idle TP-`tp` instance (prefill + every decode step)."""
+def lone_parts_s(cfg: Config, tp: int) -> tuple[float, float]:
+    """(prefill, decode) latency of one mean-sized request on idle TP-`tp` instances: its prompt's
+    prefill, and every decode step at half its output's context."""
     from pdsim.perf import build_latency_model
     from pdsim.workload import build_workload
 
     wl = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
     prompt, output = int(wl.input_tokens.mean()), int(wl.output_tokens.mean())
     lat = build_latency_model(cfg.perf, cfg.model, cfg.hardware, tp, data_dir=cfg.data_dir)
-    return lat.prefill_time_s([(prompt, 0)]) + max(0, output - 1) * lat.decode_time_s(1, prompt + output // 2)
+    return lat.prefill_time_s([(prompt, 0)]), max(0, output - 1) * lat.decode_time_s(1, prompt + output // 2)
 
 
-def small_probes(cfg: Config, measured: Sequence[tuple[str, int, float]], lone_s: Callable[[int], float]) -> list[str]:
-    """Labels of (label, tp, goodput) measurements whose arrival window (num_requests / goodput)
-    is shorter than MIN_LIFETIMES lone-request latencies at that TP."""
-    n = cfg.scenario.num_requests
-    return [label for label, tp, g in measured if g > 0 and n / g < MIN_LIFETIMES * lone_s(tp)]
+def lone_request_s(cfg: Config, tp: int) -> float:
+    """Latency of one mean-sized request on an idle TP-`tp` instance (prefill + every decode step)."""
+    return sum(lone_parts_s(cfg, tp))
+
+
+def fleet_lone_s(cfg: Config, parts: Callable[[int], tuple[float, float]] | None = None) -> float:
+    """A lone request's latency on `cfg`'s fleet: prefill at the prefill (or colocated) TP, decode
+    at the decode (or colocated) TP."""
+    parts = parts or (lambda tp: lone_parts_s(cfg, tp))
+    c = cfg.cluster
+    if c.mode == COLOCATED:
+        return sum(parts(c.colocated_tp))
+    return parts(c.prefill_tp)[0] + parts(c.decode_tp)[1]
+
+
+def small_probes(cfg: Config, measured: Sequence[tuple[str, Config, float]],
+                 parts: Callable[[int], tuple[float, float]]) -> list[str]:
+    """Labels of (label, fleet config, goodput) measurements whose probe at the goodput was too
+    small (`ProbeSize.too_small`: a fixed plan.num_requests, or the plan.max_requests cap)."""
+    size = ProbeSize.of(cfg)
+    return [label for label, fleet, g in measured if size.too_small(g, fleet_lone_s(fleet, parts))]
 
 
 def plan(cfg: Config, evaluate: Evaluate = simulated_goodput) -> Plan:
@@ -267,11 +319,18 @@ def plan(cfg: Config, evaluate: Evaluate = simulated_goodput) -> Plan:
     roles = measure_roles(cfg, tps, evaluate, cfg.plan.colocated)
     disagg = verify(cfg, disaggregated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
     coloc = verify(cfg, colocated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
-    measured = [(f"{r.role} TP{r.tp}", r.tp, r.goodput_rps) for r in roles]
-    measured += [(c.label, max(c.prefill_tp, c.decode_tp, c.colocated_tp), c.goodput_rps) for c in (*disagg, *coloc)]
-    cache: dict[int, float] = {}
-    small = small_probes(cfg, measured, lambda tp: cache.setdefault(tp, lone_request_s(cfg, tp)))
+    return Plan(cfg.plan.gpus, tuple(roles), disagg, coloc, tuple(flag_small(cfg, tps, roles, (*disagg, *coloc))))
+
+
+def flag_small(cfg: Config, tps: Sequence[int], roles: Sequence[RoleGoodput], fleets: Sequence[Candidate]) -> list[str]:
+    """Labels of the role measurements and verified fleets whose probes were too small (warned)."""
+    top = max(tps)
+    measured = [(f"{r.role} TP{r.tp}", candidate_config(cfg, role_fleet(r.role, r.tp, top, 1)), r.goodput_rps)
+                for r in roles]
+    measured += [(c.label, candidate_config(cfg, c), c.goodput_rps) for c in fleets]
+    cache: dict[int, tuple[float, float]] = {}
+    small = small_probes(cfg, measured, lambda tp: cache.setdefault(tp, lone_parts_s(cfg, tp)))
     if small:
-        log.warning("plan: %d requests per probe is too few to load these fleets to steady state: %s "
-                    "(raise plan.num_requests)", cfg.scenario.num_requests, ", ".join(small))
-    return Plan(cfg.plan.gpus, tuple(roles), disagg, coloc, tuple(small))
+        log.warning("plan: probes too small to load these fleets to steady state: %s (%s)", ", ".join(small),
+                    "raise plan.num_requests, or 0 to size them" if cfg.plan.num_requests else "raise plan.max_requests")
+    return small

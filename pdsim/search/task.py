@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,15 @@ def with_rate(cfg: Config, rate_rps: float) -> Config:
     return replace(cfg, scenario=scenario)
 
 
-def goodput_search(cfg: Config) -> GoodputResult:
-    """Bisection on the arrival rate with the config's seed fixed."""
+def goodput_search(cfg: Config, requests_at: Callable[[float], int] | None = None) -> GoodputResult:
+    """Bisection on the arrival rate with the config's seed fixed; `requests_at(rate)`, when
+    given, sets each probe's scenario.num_requests (the planner sizes probes by rate)."""
 
     def attainment_at(rate_rps: float) -> tuple[float, bool]:
-        out = run_simulation(with_rate(cfg, rate_rps), progress=False)
+        probe = with_rate(cfg, rate_rps)
+        if requests_at is not None:
+            probe = replace(probe, scenario=replace(probe.scenario, num_requests=requests_at(rate_rps)))
+        out = run_simulation(probe, progress=False)
         return out.summary["attainment"]["both"], bool(out.summary["meets_slo_target"])
 
     s = cfg.search

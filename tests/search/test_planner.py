@@ -9,11 +9,15 @@ import pytest
 from pdsim.config import Config
 from pdsim.search.plan_task import format_plan, plan_to_dict
 from pdsim.search.planner import (
+    MIN_LIFETIMES,
     Candidate,
+    ProbeSize,
     RoleGoodput,
     disaggregated_candidates,
     fitting_tps,
+    fleet_lone_s,
     plan,
+    simulated_goodput,
     small_probes,
 )
 
@@ -73,7 +77,7 @@ def test_plan_picks_best_split_and_reports_gain(cfg: Config) -> None:
     decode_runs = [(c.cluster.prefill, c.cluster.decode_tp) for c in calls[:13] if c.cluster.decode == 1
                    and c.cluster.mode == "disaggregated"]
     assert decode_runs[:2] == [(4, 8), (8, 8)] and {h for h, _ in decode_runs[2:]} == {8}
-    assert all(c.scenario.num_requests == cfg.plan.num_requests for c in calls)
+    assert all(c.scenario.num_requests == 1000 for c in calls)  # plan.num_requests=0: the oracle sizes probes
     text = format_plan(result, cfg)
     assert "recommendation: 12P(TP1) 4D(TP1) on 16 GPUs" in text and "gain x1.20" in text
     assert plan_to_dict(result)["recommendation"]["gpus"] == best.gpus
@@ -107,8 +111,51 @@ def test_recommendation_is_the_best_fleet_of_either_mode(cfg: Config, monkeypatc
     assert "recommendation: colocated x2 (TP8) on 16 GPUs, goodput 14 req/s (colocated)" in text
 
 
-def test_small_probes_are_flagged() -> None:
+def test_probes_are_sized_per_fleet_and_rate_within_bounds() -> None:
+    auto, fixed = ProbeSize(0, 100, 4000), ProbeSize(300, 100, 4000)
+    # a 1 s lone request at 10 req/s: 20 lifetimes of arrivals = 200 requests
+    assert auto.requests(10.0, 1.0) == 200 and auto.requests(0.5, 1.0) == 100 and auto.requests(1e4, 1.0) == 4000
+    assert not auto.too_small(10.0, 1.0) and auto.too_small(1e4, 1.0)  # the cap binds: flagged
+    assert fixed.requests(10.0, 1.0) == 300 and fixed.too_small(100.0, 1.0) and not fixed.too_small(10.0, 1.0)
+
+
+def test_small_probes_are_flagged(compose_config) -> None:
     # 300 requests at 100 req/s arrive within 3 s; a lone request takes 1 s: 3 < 20 lifetimes
-    cfg_like = type("C", (), {"scenario": type("S", (), {"num_requests": 300})()})()
-    flagged = small_probes(cfg_like, [("decode TP4", 4, 100.0), ("decode TP2", 2, 0.36)], lambda tp: 1.0)
-    assert flagged == ["decode TP4"]
+    forced = compose_config("plan.num_requests=300", "cluster.decode_tp=4")
+    parts = {1: (0.5, 0.5), 2: (0.5, 0.5), 4: (0.5, 0.5)}.__getitem__
+    measured = [("decode TP4", forced, 100.0), ("decode TP2", forced, 0.36)]
+    assert small_probes(forced, measured, parts) == ["decode TP4"]
+    auto = compose_config("cluster.decode_tp=4")  # sized: 2000 requests at 100 req/s
+    assert small_probes(auto, measured, parts) == []
+    assert small_probes(auto, [("decode TP4", auto, 1000.0)], parts) == ["decode TP4"]  # over max_requests
+
+
+def test_goodput_probes_get_their_sizes(compose_config, monkeypatch) -> None:
+    """The default oracle hands every probe ceil(20 x lone latency x rate) requests."""
+    from pdsim.search import task
+
+    cfg = compose_config("scenario=rag", "model=llama3_70b", "hardware=h100", "cluster.prefill_tp=4",
+                         "cluster.decode_tp=8", "search.max_probes=6")
+    sizes: list[tuple[float, int]] = []
+
+    def fake_run(probe: Config, progress: bool = False):
+        rate = probe.scenario.rate_rps
+        sizes.append((rate, probe.scenario.num_requests))
+        return type("Out", (), {"summary": {"attainment": {"both": 1.0 if rate < 5 else 0.0},
+                                            "meets_slo_target": rate < 5}})()
+
+    monkeypatch.setattr(task, "run_simulation", fake_run)
+    assert simulated_goodput(cfg, 1.0) == 4.0
+    lone = fleet_lone_s(cfg)
+    assert 1.0 < lone < 10.0  # ~3000-token prompt, ~150 tokens out, on H100s
+    assert sizes and all(n == min(4000, max(100, math.ceil(MIN_LIFETIMES * lone * r))) for r, n in sizes)
+
+
+@pytest.mark.slow
+def test_default_70b_plan_on_16_h100_reaches_steady_state(compose_config) -> None:
+    """The issue's case: the default probe sizes leave no goodput measured on too small a probe."""
+    cfg = compose_config("scenario=rag", "model=llama3_70b", "hardware=h100", "plan.gpus=16")
+    result = plan(cfg)
+    assert result.small_probes == () and result.best is not None
+    decode_tp8 = next(r for r in result.roles if (r.role, r.tp) == ("decode", 8))
+    assert decode_tp8.goodput_rps < 200  # 300-request probes claimed 10,000 req/s
