@@ -142,7 +142,7 @@ def parse_row(raw: dict[str, str]) -> SiliconRow:
 MOE_MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3.5-397B-A17B", "openai/gpt-oss-120b",
               "moonshotai/Kimi-K2.5", "Qwen/Qwen3-235B-A22B-FP8", "zhipuai/GLM-5",
               "nvidia/DeepSeek-R1-NVFP4", "nvidia/DeepSeek-V3.1-NVFP4")
-MIN_REQUESTS, REQUESTS_PER_CLIENT = 60, 6  # closed-loop run size (docs/SILICON.md: convergence)
+MIN_REQUESTS, REQUESTS_PER_CLIENT = 60, 21  # C warm-up + 20 C profiled (AIConfigurator's aiperf template)
 SCENARIO = "bench_random"
 
 

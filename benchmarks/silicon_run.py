@@ -49,12 +49,16 @@ def predict(plan: RowPlan) -> Prediction:
     logging.getLogger("pdsim").setLevel(logging.ERROR)
     start = time.perf_counter()
     try:
-        summary = run_simulation(_compose(plan.overrides), progress=False).summary
+        out = run_simulation(_compose(plan.overrides), progress=False)
+        _check_closed_loop(out.trace["arrival_s"].to_numpy(), plan.row.concurrency)
+    except StaleCoreError:
+        raise
     except ValueError as exc:  # pdsim refused the shape (e.g. a TP without all-reduce tables)
         return Prediction(row_id, math.nan, math.nan, STATUS_UNSUPPORTED, _one_line(exc))
     except Exception as exc:  # noqa: BLE001 - reported per row, the run goes on
         return Prediction(row_id, math.nan, math.nan, STATUS_ERROR, f"{type(exc).__name__}: {_one_line(exc)}")
     wall_s = time.perf_counter() - start
+    summary = out.summary
     loop = summary.get("closed_loop") or {}
     ttft_ms, tpot_ms = 1e3 * summary["ttft_s"]["mean"], 1e3 * summary["tpot_s"]["mean"]
     notes = [plan.note]
@@ -65,6 +69,18 @@ def predict(plan: RowPlan) -> Prediction:
     if not (math.isfinite(ttft_ms) and math.isfinite(tpot_ms)):
         return Prediction(row_id, ttft_ms, tpot_ms, STATUS_ERROR, "no finished request; " + "; ".join(notes), wall_s)
     return Prediction(row_id, ttft_ms, tpot_ms, STATUS_OK, "; ".join(n for n in notes if n), wall_s)
+
+
+class StaleCoreError(RuntimeError):
+    """The simulator that ran ignored scenario.concurrency (an old compiled core)."""
+
+
+def _check_closed_loop(arrival_s, concurrency: int) -> None:
+    """A closed loop sends its first `concurrency` requests at t=0; an open-loop trace does not."""
+    first = sorted(arrival_s)[:concurrency]
+    if any(t != 0.0 for t in first):
+        raise StaleCoreError("the simulator ran open loop (scenario.concurrency ignored): its compiled core is "
+                             "older than its sources; rebuild (pip install -e .) or set PDSIM_PURE_PYTHON=1")
 
 
 def _one_line(exc: BaseException) -> str:

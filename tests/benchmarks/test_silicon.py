@@ -1,0 +1,132 @@
+"""benchmarks/silicon.py: silicon rows -> pdsim runs or named gaps, predictions, error tables.
+
+A tiny hand-made CSV (silicon_dev.csv's header) in tmp_path; AIConfigurator is never called.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import silicon  # noqa: E402
+import silicon_errors  # noqa: E402
+from silicon_rows import load_catalog, parse_row, plan_row  # noqa: E402
+
+HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
+          "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,"
+          "prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,"
+          "prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,"
+          "decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,"
+          "silicon_tpot_ms").split(",")
+
+
+def row(id: str, **fields: str) -> dict[str, str]:
+    base = {k: "" for k in HEADER}
+    base.update(id=id, silicon_data_source="test; silicon_concurrency=4", backend="sglang",
+                backend_version="0.5.1.post1", model_path="Qwen/Qwen3-32B", system="h100_sxm", mode="agg",
+                isl="256", osl="16", batch_size="4.0", tp_size="2.0", pp_size="1.0", moe_tp_size="1.0",
+                moe_ep_size="1.0", silicon_ttft_ms="100.0", silicon_tpot_ms="10.0")
+    base.update(fields)
+    return base
+
+
+DISAGG = dict(mode="disagg", batch_size="", tp_size="", pp_size="", moe_tp_size="", moe_ep_size="")
+ROWS = [
+    row("ok_bf16"),
+    row("fp8", precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8"),
+    row("b300", system="b300_sxm"),
+    row("trtllm", backend="trtllm", backend_version="1.0.0rc3"),
+    row("vllm_b200", backend="vllm", backend_version="0.12.0", system="b200_sxm"),
+    row("unknown_model", model_path="acme/Nope-1B"),
+    row("minimax", model_path="MiniMaxAI/MiniMax-M2.5"),
+    row("disagg_no_workers", **DISAGG),
+    row("dsr1_wide_ep", **{**DISAGG, "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm",
+                           "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block",
+                           "prefill_num_workers": "1", "prefill_tp_size": "8", "prefill_moe_tp_size": "1",
+                           "prefill_moe_ep_size": "8", "decode_num_workers": "1", "decode_tp_size": "8",
+                           "decode_attention_dp_size": "8", "decode_moe_tp_size": "1", "decode_moe_ep_size": "8"}),
+]
+EXPECTED = {
+    "fp8": "gemm_quant_mode fp8 not modelled (issue 39)",
+    "b300": "hardware b300_sxm not in catalog (issue 39)",
+    "trtllm": "backend trtllm not modelled",
+    "vllm_b200": "no vllm operator tables for b200_sxm (issue 39)",
+    "unknown_model": "model acme/Nope-1B not in catalog",
+    "minimax": "model MiniMaxAI/MiniMax-M2.5 not in catalog (MoE, issue 40)",
+    "disagg_no_workers": "disagg row without worker counts",
+}
+
+
+def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=HEADER)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_statuses_reasons_and_a_finite_prediction(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "pred.csv"
+    assert silicon.main(["--rows", str(write_csv(tmp_path / "rows.csv", ROWS)), "--out", str(out), "--aic", "off"]) == 0
+    pred = pd.read_csv(out, keep_default_na=False).set_index("id")
+    assert list(pred.columns) == ["pdsim_ttft_ms", "pdsim_tpot_ms", "status", "reason"]
+    assert list(pred.index) == [r["id"] for r in ROWS]
+    ok = pred.loc["ok_bf16"]
+    assert ok.status == "ok" and "h100_sxm_sglang_0.5.10" in ok.reason
+    assert math.isfinite(float(ok.pdsim_ttft_ms)) and float(ok.pdsim_ttft_ms) > 0
+    assert math.isfinite(float(ok.pdsim_tpot_ms)) and float(ok.pdsim_tpot_ms) > 0
+    for row_id, reason in EXPECTED.items():
+        assert pred.loc[row_id].status == "unsupported", row_id
+        assert reason in pred.loc[row_id].reason, (row_id, pred.loc[row_id].reason)
+        assert pred.loc[row_id].pdsim_ttft_ms == ""
+    wide = pred.loc["dsr1_wide_ep"].reason  # every gap named, not only the first
+    for gap in ("gemm_quant_mode fp8_block not modelled (issue 39)", "moe_quant_mode fp8_block not modelled",
+                "prefill MoE expert parallelism (moe_ep_size=8) not modelled (issue 40)",
+                "decode attention DP (attention_dp_size=8) not modelled (issue 40)"):
+        assert gap in wide
+    printed = capsys.readouterr().out
+    assert "| all | 1 | pdsim | 1 (100%) |" in printed
+
+
+def test_plans_carry_the_row_shape() -> None:
+    catalog = load_catalog()
+    plan = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog)
+    assert plan.supported
+    assert {"model=qwen3_32b", "hardware=h100", "perf=measured", "cluster.mode=colocated", "cluster.colocated_tp=2",
+            "scenario.concurrency=8", "scenario.input.value=256", "scenario.output.value=16"} <= set(plan.overrides)
+    disagg = {**DISAGG, "prefill_num_workers": "2", "prefill_tp_size": "4", "decode_num_workers": "1",
+              "decode_tp_size": "8", "backend": "vllm"}
+    plan = plan_row(parse_row(row("pd", **disagg)), catalog)
+    assert plan.supported, plan.missing
+    assert {"perf=measured_vllm", "cluster.mode=disaggregated", "cluster.prefill=2", "cluster.decode=1",
+            "cluster.prefill_tp=4", "cluster.decode_tp=8", "scenario.concurrency=4"} <= set(plan.overrides)
+
+
+def test_suspect_rows_are_flagged_not_dropped() -> None:
+    df = pd.DataFrame([row(f"c{c}", batch_size=f"{c}.0", silicon_tpot_ms=str(t))
+                       for c, t in ((4, 10.0), (8, 400.0), (16, 12.0))])
+    df["concurrency"] = [4, 8, 16]
+    for col in ("silicon_ttft_ms", "silicon_tpot_ms"):
+        df[col] = df[col].astype(float)
+    flags = silicon_errors.suspect_rows(df)
+    assert flags.tolist()[0] == "" and flags.tolist()[2] == ""
+    assert flags.tolist()[1].startswith("TPOT 400 ms")
+
+
+def test_every_dev_row_gets_a_status(data_dir: Path) -> None:
+    path = data_dir / "silicon" / "silicon_dev.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    catalog = load_catalog()
+    plans = [plan_row(parse_row(r), catalog) for r in silicon.read_rows(path)]
+    supported = [p for p in plans if p.supported]
+    assert len(plans) == 3627 and len(supported) > 100
+    assert all(p.missing for p in plans if not p.supported)
