@@ -21,10 +21,14 @@ from omegaconf.errors import ConfigKeyError
 
 @dataclass
 class LengthDist:
-    """A token-length distribution. kind: fixed | uniform | lognormal | empirical."""
+    """A token-length distribution. kind: fixed | random | uniform | lognormal | empirical.
+
+    `random` is sglang bench_serving's random dataset: integers drawn uniformly from
+    [max(int(value * range_ratio), 1), value] (docs/CLOSED_LOOP.md)."""
 
     kind: str = "fixed"
-    value: int = 512  # fixed
+    value: int = 512  # fixed; random: the upper bound
+    range_ratio: float = 1.0  # random: lower bound = int(value * range_ratio) (1.0 = fixed)
     low: int = 1  # uniform (inclusive), also the clip floor for lognormal/empirical
     high: int = 4096  # uniform (inclusive), also the clip ceiling
     mean: float = 512.0  # lognormal: mean of the distribution in tokens
@@ -63,6 +67,13 @@ class ScenarioConfig:
     end_s: float = 0.0  # window end; 0 = to the end
     speedup: float = 1.0  # divide inter-arrival gaps by this
     target_rate_rps: float = 0.0  # >0: rescale arrivals to this mean rate (overrides speedup)
+    # closed loop (benchmark clients, docs/CLOSED_LOOP.md): >0 = this many clients, each sending
+    # its next request when its previous one ends; arrival times then come from the loop, the
+    # workload's order and lengths are kept
+    concurrency: int = 0
+    client_think_s: float = 0.0  # closed loop: a client's pause between a response and its next request
+    duration_s: float = 0.0  # closed loop: no request is sent after this (0 = all num_requests)
+    warmup_requests: int = -1  # closed loop: the first N sent are warm-up (-1 = concurrency)
 
 
 @dataclass

@@ -12,6 +12,11 @@ Definitions (stated in every summary):
 - ITL = gaps between consecutive token times (only where token_times_s was recorded).
 - Mooncake TBT = mean of the longest 10% of a request's gaps (only where token times were recorded).
 - E2E = finish_s - arrival_s for finished requests.
+- Tokens per second per user = 1 / TPOT of a request (requests with >= 2 output tokens);
+  output tokens per second per GPU = the run's output token throughput / the GPUs it uses.
+- Closed loop (scenario.concurrency > 0): every statistic is over the steady-state window
+  (pdsim.workload.closed_loop): latencies and SLO attainment over the requests it counts,
+  throughputs over the completions inside it divided by its length.
 - SLO attainment = fraction of *all* requests (failed and rejected count as misses) meeting the SLO.
 - Goodput at a rate = that rate if the SLO target is met, else 0; the goodput search finds the
   highest such rate. Criterion `joint` (DistServe's paper): attainment(both) >= target.
@@ -28,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
+from pdsim.workload.closed_loop import ClosedLoop, SteadyWindow, steady_window
 
 PERCENTILES = (50, 90, 99)
 TPOT_DEFINITIONS = ("standard", "distserve", "tbt_mooncake")
@@ -42,6 +48,10 @@ DEFINITIONS = {
     "itl": "gaps between consecutive output tokens",
     "tbt_mooncake": "mean of the longest 10% of a request's token gaps",
     "e2e": "finish_s - arrival_s (finished requests)",
+    "tokens_per_s_per_user": "1 / TPOT per request (output_tokens >= 2)",
+    "output_tokens_per_s_per_gpu": "output tokens per second / GPUs of the deployment",
+    "steady_window": ("closed loop: requests sent after the first warmup_requests, finished before the first "
+                      "client ran out of requests; throughputs = completions inside the window / its length"),
     "attainment": "share of all requests (failed/rejected = miss) meeting the SLO",
     "criterion_joint": "attainment(TTFT and TPOT) >= target",
     "criterion_percentiles": "target-quantile TTFT < TTFT SLO and target-quantile TPOT < TPOT SLO",
@@ -141,29 +151,42 @@ def percentiles(values: pd.Series | np.ndarray) -> dict[str, float]:
     return out
 
 
-def summarize(df: pd.DataFrame, slo: Slo, tpot_definition: str = "standard") -> dict[str, Any]:
-    """The run summary: counts, latency percentiles, throughput, SLO attainment."""
-    finished = df[df["status"] == STATUS_FINISHED]
-    counts = {s: int((df["status"] == s).sum()) for s in (STATUS_FINISHED, STATUS_FAILED, STATUS_REJECTED)}
-    span_s = _span_s(df)
-    att = attainment(df, slo, tpot_definition)
-    rate_rps = _arrival_rate(df)
+def summarize(
+    df: pd.DataFrame, slo: Slo, tpot_definition: str = "standard", loop: ClosedLoop | None = None, gpus: int = 0
+) -> dict[str, Any]:
+    """The run summary: counts, latency percentiles, throughput, SLO attainment. Under a closed
+    `loop` over its steady-state window; `gpus` > 0 adds per-GPU throughput."""
+    window = _steady(df, loop) if loop is not None else None
+    counted = df[window.counted] if window is not None and window.reached else df
+    finished = counted[counted["status"] == STATUS_FINISHED]
+    counts = {s: int((counted["status"] == s).sum()) for s in (STATUS_FINISHED, STATUS_FAILED, STATUS_REJECTED)}
+    span_s, done = _throughput_base(df, window)
+    att = attainment(counted, slo, tpot_definition)
+    rate_rps = _arrival_rate(counted) if window is None else _sent_rate(df, window)
     itl = itl_s(finished)
-    meets = meets_target(df, slo, tpot_definition)
+    meets = meets_target(counted, slo, tpot_definition)
     tbt = tbt_mooncake_series(finished) if _has_token_times(finished) else None
+    tpot = tpot_s(finished, tpot_definition)
+    tokens_per_s = float(done["output_tokens"].sum() / span_s) if span_s > 0 else float("nan")
+    per_user = 1.0 / tpot[tpot > 0]
     return {
-        "requests": int(len(df)),
+        "requests": int(len(counted)),
         **counts,
         "duration_s": span_s,
         "offered_rate_rps": rate_rps,
-        "throughput_rps": counts[STATUS_FINISHED] / span_s if span_s > 0 else float("nan"),
-        "output_tokens_per_s": float(finished["output_tokens"].sum() / span_s) if span_s > 0 else float("nan"),
+        "throughput_rps": len(done) / span_s if span_s > 0 else float("nan"),
+        "output_tokens_per_s": tokens_per_s,
+        "gpus": gpus,
+        "output_tokens_per_s_per_gpu": tokens_per_s / gpus if gpus > 0 else float("nan"),
+        "tokens_per_s_per_user": {"mean": float(per_user.mean()) if len(per_user) else float("nan"),
+                                  "p50": float(per_user.median()) if len(per_user) else float("nan")},
         "ttft_s": percentiles(ttft_s(finished, slo.ttft_definition)),
-        "tpot_s": percentiles(tpot_s(finished, tpot_definition)),
+        "tpot_s": percentiles(tpot),
         "e2e_s": percentiles(e2e_s(finished)),
         "itl_s": percentiles(itl) if itl.size else None,
         "tbt_mooncake_s": percentiles(tbt) if tbt is not None and tbt.notna().any() else None,
-        "cached_prefix_fraction": _cached_fraction(df),
+        "cached_prefix_fraction": _cached_fraction(counted),
+        "closed_loop": _loop_summary(df, loop, window),
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "target": slo.attainment_target},
         "attainment": att,
         "meets_slo_target": meets,
@@ -172,6 +195,40 @@ def summarize(df: pd.DataFrame, slo: Slo, tpot_definition: str = "standard") -> 
         "ttft_definition": slo.ttft_definition,
         "criterion": slo.criterion,
         "definitions": DEFINITIONS,
+    }
+
+
+def _steady(df: pd.DataFrame, loop: ClosedLoop) -> SteadyWindow:
+    return steady_window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float),
+                         loop.concurrency, loop.warmup_requests, loop.think_s)
+
+
+def _throughput_base(df: pd.DataFrame, window: SteadyWindow | None) -> tuple[float, pd.DataFrame]:
+    """The span throughputs divide by and the finished requests they count: the whole run
+    (first arrival to last finish), or a closed loop's completions inside its window."""
+    finished = df[df["status"] == STATUS_FINISHED]
+    if window is None or not window.reached:
+        return _span_s(df), finished
+    end = finished["finish_s"]
+    return window.length_s, finished[(end > window.start_s) & (end <= window.end_s)]
+
+
+def _sent_rate(df: pd.DataFrame, window: SteadyWindow) -> float:
+    """A closed loop's send rate inside its window (what it offered, given its latencies)."""
+    if not window.reached:
+        return _arrival_rate(df)
+    sent = df["arrival_s"]
+    return float(((sent >= window.start_s) & (sent < window.end_s)).sum()) / window.length_s
+
+
+def _loop_summary(df: pd.DataFrame, loop: ClosedLoop | None, window: SteadyWindow | None) -> dict[str, Any] | None:
+    if loop is None or window is None:
+        return None
+    return {
+        "concurrency": loop.concurrency, "think_s": loop.think_s, "duration_s": loop.duration_s,
+        "warmup_requests": loop.warmup_requests, "sent": int(len(df)),
+        "steady_state_reached": window.reached, "counted_requests": int(window.counted.sum()),
+        "window_start_s": window.start_s, "window_end_s": window.end_s,
     }
 
 

@@ -23,10 +23,11 @@ from pdsim.config import Config, register_configs, to_config
 from pdsim.metrics import Slo, summarize
 from pdsim.paths import SCENARIOS_DIR
 from pdsim.plugins import run_report_writer
-from pdsim.search.rows import RESULT_FILE, result_row
+from pdsim.search.rows import RESULT_FILE, gpus_of, result_row
 from pdsim.summary import format_summary
 from pdsim.trace import write_trace
 from pdsim.workload import build_workload
+from pdsim.workload.closed_loop import closed_loop_of
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:
     log.info("simulator core: %s", "compiled (mypyc)" if core_compiled() else "pure Python (slower; see README)")
     workload = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
     result = simulate(cfg, workload, progress=cfg.progress if progress is None else progress)
-    summary = summarize(result.trace, slo_of(cfg), cfg.slo.tpot_definition)
+    loop = closed_loop_of(cfg.scenario)
+    summary = summarize(result.trace, slo_of(cfg), cfg.slo.tpot_definition, loop, gpus_of(cfg))
     summary["scenario"] = cfg.scenario.name
     summary["cluster"] = cluster_label(cfg)
     summary["instances"] = result.instance_stats

@@ -18,6 +18,7 @@ def format_summary(summary: dict[str, Any], title: str) -> str:
         f"{summary['output_tokens_per_s']:.0f} output tok/s, "
         f"prefix-cache hit {100 * summary['cached_prefix_fraction']:.1f}% of prompt tokens"
     )
+    lines.extend(_closed_loop_lines(summary))
     lines.append("")
     lines.append(f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
     rows = (("ttft_s", "TTFT s"), ("tpot_s", "TPOT s"), ("e2e_s", "E2E s"), ("itl_s", "ITL s"), ("tbt_mooncake_s", "TBT s"))
@@ -50,6 +51,32 @@ def format_summary(summary: dict[str, Any], title: str) -> str:
     if summary.get("tbt_mooncake_s") is not None:
         lines.append(f"TBT = {defs['tbt_mooncake']}")
     return "\n".join(lines)
+
+
+def _closed_loop_lines(summary: dict[str, Any]) -> list[str]:
+    """Per-GPU and per-user throughput; under a closed loop, which requests the window counts."""
+    per_user = summary.get("tokens_per_s_per_user") or {}
+    lines = []
+    if summary.get("gpus"):
+        lines.append(
+            f"{_num(summary['output_tokens_per_s_per_gpu'])} output tok/s per GPU ({summary['gpus']} GPUs), "
+            f"{_num(per_user.get('mean', float('nan')))} tok/s per user (mean of 1/TPOT; "
+            f"median {_num(per_user.get('p50', float('nan')))})"
+        )
+    loop = summary.get("closed_loop")
+    if loop:
+        if loop["steady_state_reached"]:
+            lines.append(
+                f"closed loop: concurrency {loop['concurrency']}, {loop['sent']} sent; steady-state window "
+                f"{loop['window_start_s']:.2f}-{loop['window_end_s']:.2f} s counts {loop['counted_requests']} "
+                f"(warm-up: the first {loop['warmup_requests']}; drain: after the first idle client)"
+            )
+        else:
+            lines.append(
+                f"WARNING closed loop: concurrency {loop['concurrency']} with {loop['sent']} requests never "
+                f"reached a steady state: statistics are over every request (raise scenario.num_requests)"
+            )
+    return lines
 
 
 def _num(value: float) -> str:

@@ -33,10 +33,29 @@ def result_row(cfg: Config, summary: dict[str, Any], goodput: GoodputResult | No
         "attainment_both": summary["attainment"]["both"],
         "attainment_ttft": summary["attainment"]["ttft"], "attainment_tpot": summary["attainment"]["tpot"],
     }
+    row.update(_throughputs(summary))
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
         for stat in ("mean", "p50", "p90", "p99"):
             row[f"{metric[:-2]}_{stat}_s"] = summary[metric][stat]
+    itl = summary.get("itl_s") or {}
+    for stat in ("mean", "p50", "p90", "p99"):
+        row[f"itl_{stat}_s"] = itl.get(stat, float("nan"))
     if goodput is not None:
         row["goodput_rps"] = goodput.goodput_rps
         row["goodput_per_gpu_rps"] = goodput.per_gpu(row["gpus"])
     return row
+
+
+def _throughputs(summary: dict[str, Any]) -> dict[str, Any]:
+    """Throughput columns, and the closed loop's (concurrency 0: open loop)."""
+    loop = summary.get("closed_loop") or {}
+    per_user = summary.get("tokens_per_s_per_user") or {}
+    return {
+        "concurrency": loop.get("concurrency", 0),
+        "steady_state_reached": loop.get("steady_state_reached", True),
+        "throughput_rps": summary.get("throughput_rps", float("nan")),
+        "output_tokens_per_s": summary.get("output_tokens_per_s", float("nan")),
+        "output_tokens_per_s_per_gpu": summary.get("output_tokens_per_s_per_gpu", float("nan")),
+        "tokens_per_s_per_user_mean": per_user.get("mean", float("nan")),
+        "tokens_per_s_per_user_p50": per_user.get("p50", float("nan")),
+    }

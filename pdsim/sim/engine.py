@@ -46,7 +46,8 @@ from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
 from pdsim.sim.transfer import TransferService, wire_bytes_per_token
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
-from pdsim.workload.request import Workload
+from pdsim.workload.closed_loop import ClosedLoop, closed_loop_of
+from pdsim.workload.request import Request, Workload
 
 log = logging.getLogger(__name__)
 MODES = ("disaggregated", "colocated")
@@ -89,7 +90,12 @@ class Simulation(SimHooks):
         self.instant_kv = cfg.cluster.transfer_backend == "none"  # no wire: KV at decode at once
         self.faults = FaultInjector(cfg.faults, self, {i.name: i for i in self.instances})
         self.sampler = TimeseriesSampler(self.env, self.network, self.instances, cfg.timeseries_interval_s)
-        start(self.env, arrivals(self.env, self._requests(), self._on_arrival))
+        self.loop: ClosedLoop | None = closed_loop_of(cfg.scenario)
+        self._unsent: Iterator[Request] = iter(workload)
+        if self.loop is None:
+            start(self.env, arrivals(self.env, self._requests(), self._on_arrival))
+        elif self.total_requests:
+            self.after(0.0, self._send_first)
         self.scaler = Rebalancer(self, ctx, workload.block_tokens) if cfg.policy.scaling != SCALING_OFF else None
 
     # -- construction ----------------------------------------------------------------------
@@ -139,9 +145,33 @@ class Simulation(SimHooks):
         return DecodeInstance(index, ctx, latency, pool, reload_s_per_token)
 
     def _requests(self) -> Iterator[SimRequest]:
-        record = self.cfg.record_token_times
         for req in self.workload:
-            yield SimRequest(req=req, prompt_tokens=req.input_tokens, token_times=[] if record else None)
+            yield self._sim_request(req)
+
+    def _sim_request(self, req: Request) -> SimRequest:
+        return SimRequest(req=req, prompt_tokens=req.input_tokens, token_times=[] if self.cfg.record_token_times else None)
+
+    # -- closed loop (pdsim.workload.closed_loop) ------------------------------------------------
+    def _send_first(self) -> None:
+        """The closed loop's first wave: one request per client, all at t=0."""
+        loop = self.loop
+        assert loop is not None
+        for _ in range(min(loop.concurrency, self.total_requests)):
+            self._send_next()
+
+    def _send_next(self) -> None:
+        """A client sends the workload's next request now, unless none may be sent any more;
+        then the run ends with the requests sent so far (every one of them accounted for)."""
+        loop = self.loop
+        assert loop is not None
+        now = now_s(self.events)
+        if not loop.may_send(now, self.arrived, self.total_requests):
+            if self.arrived < self.total_requests:  # out of time: the sent ones are the run
+                self.total_requests = self.arrived
+                if self.terminal == self.total_requests and not self.done.triggered:
+                    self.done.succeed()
+            return
+        self._on_arrival(self._sim_request(next(self._unsent)._replace(arrival_s=now)))
 
     def _on_arrival(self, sr: SimRequest) -> None:
         self.arrived += 1
@@ -253,6 +283,8 @@ class Simulation(SimHooks):
         self.terminal += 1
         if self.on_terminal is not None:
             self.on_terminal()
+        if self.loop is not None and self.arrived < self.total_requests:
+            self.after(self.loop.think_s, self._send_next)  # its client's next request
         if self.terminal == self.total_requests:
             self.done.succeed()
 

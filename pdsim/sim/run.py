@@ -128,7 +128,7 @@ def _run(sim: Simulation) -> None:
 def _abort_unfinished(sim: Simulation, reason: str) -> None:
     for sr in list(sim.active.values()):
         sim.abort(sr, reason)
-    for req in list(sim.workload)[sim.arrived:]:
+    for req in list(sim.workload)[sim.arrived:sim.total_requests]:
         sim.recorder.add({
             "request_id": req.request_id, "session_id": req.session_id, "arrival_s": req.arrival_s,
             "input_tokens": req.input_tokens, "output_tokens": req.output_tokens, "mode": sim.mode,
@@ -158,8 +158,8 @@ def check_invariants(sim: Simulation) -> None:
         problems.append(f"{len(sim.network.flows)} network flows still open")
     if sim.active:
         problems.append(f"requests {sorted(sim.active)[:10]} never reached a terminal status")
-    if len(sim.recorder) != len(sim.workload):
-        problems.append(f"trace has {len(sim.recorder)} rows for {len(sim.workload)} requests")
+    if len(sim.recorder) != sim.total_requests:
+        problems.append(f"trace has {len(sim.recorder)} rows for {sim.total_requests} requests")
     if not set(sim.recorder.statuses()) <= set(STATUSES):
         problems.append("trace has rows without a terminal status")
     if problems:

@@ -9,7 +9,7 @@ from pdsim.paths import resolve_data_path
 from pdsim.workload.errors import WorkloadError
 
 ARRIVALS = ("poisson", "gamma")
-LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
+LENGTH_KINDS = ("fixed", "random", "uniform", "lognormal", "empirical")
 
 
 def interarrival_gaps_s(
@@ -44,6 +44,8 @@ def sample_lengths(
     if dist.kind == "fixed":
         _check_positive(dist.value, f"{where}.value", where)
         return np.full(n, dist.value, dtype=np.int64)
+    if dist.kind == "random":
+        return _bench_serving_random(dist, n, rng, where)
     if dist.low < 1 or dist.high < dist.low:
         raise WorkloadError(where, "low/high", f"need 1 <= low <= high, got {dist.low}..{dist.high}")
     if dist.kind == "uniform":
@@ -58,6 +60,17 @@ def sample_lengths(
         values = _empirical_values(dist, where, data_dir)
         return np.clip(rng.choice(values, size=n, replace=True), dist.low, dist.high).astype(np.int64)
     raise WorkloadError(where, "kind", f"unknown value {dist.kind!r} (choose from {LENGTH_KINDS})")
+
+
+def _bench_serving_random(dist: LengthDist, n: int, rng: np.random.Generator, where: str) -> np.ndarray:
+    """sglang bench_serving's random dataset: uniform integers in [max(int(value * range_ratio),
+    1), value] (its `sample_random_requests`; its output lengths' floor is 0, here 1: a request
+    makes at least its first token)."""
+    _check_positive(dist.value, f"{where}.value", where)
+    if not 0.0 <= dist.range_ratio <= 1.0:
+        raise WorkloadError(where, "range_ratio", f"must be in [0, 1], got {dist.range_ratio}")
+    low = max(int(dist.value * dist.range_ratio), 1)
+    return rng.integers(low, dist.value + 1, size=n, dtype=np.int64)
 
 
 def _check_positive(value: int, field: str, where: str) -> None:

@@ -1,0 +1,118 @@
+"""Closed-loop load in the simulator: C clients, each sending its next request when its previous
+one ends (pdsim.workload.closed_loop). Constants of the tiny cluster: tests/sim/simkit.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+from simkit import make_config, make_requests, rounded, synthetic, timeline
+
+from pdsim.config import Config
+from pdsim.metrics import Slo, summarize
+from pdsim.policy.routing import routing_policy_names
+from pdsim.sim import simulate
+from pdsim.workload.closed_loop import closed_loop_of
+from pdsim.workload.errors import WorkloadError
+
+FIELDS = ("arrival_s", "route_s", "bootstrap_leave_s", "prefill_end_s", "transfer_end_s", "first_token_s",
+          "finish_s")
+
+
+def closed(cfg: Config, concurrency: int, **fields: Any) -> Config:
+    return replace(cfg, scenario=replace(cfg.scenario, concurrency=concurrency, **fields))
+
+
+def in_flight_max(trace: Any) -> int:
+    """The most requests between their send and their end at any moment (ends before sends at
+    equal times: a client's next request leaves when its previous one has ended)."""
+    events = sorted([(t, -1) for t in trace.finish_s] + [(t, 1) for t in trace.arrival_s])
+    return int(np.max(np.cumsum([step for _, step in events])))
+
+
+def test_two_clients_hand_computed_timeline() -> None:
+    # C=2, four requests of (100 in, 4 out), think 0.5 s. Wave 1 at t=0: both prefilled in one
+    # batch (0.1 + 0.2 s from 0.003), 100 kB each over one 1e9 B/s NIC shared (0.2 ms), three
+    # 10 ms iterations: both end at 0.3332. Each client thinks 0.5 s and sends at 0.8332; the
+    # second wave's bootstrap takes 2 hops, not 3 (the decode side has met this prefill server).
+    cfg = closed(make_config(), 2, client_think_s=0.5)
+    res = simulate(cfg, make_requests([(0.0, 100, 4)] * 4))
+    for rid in (0, 1):
+        assert timeline(res.trace, rid, FIELDS) == rounded([
+            ("arrival_s", 0.0), ("route_s", 0.0), ("bootstrap_leave_s", 0.003), ("prefill_end_s", 0.303),
+            ("transfer_end_s", 0.3032), ("first_token_s", 0.3032), ("finish_s", 0.3332)])
+    for rid in (2, 3):
+        assert timeline(res.trace, rid, FIELDS) == rounded([
+            ("arrival_s", 0.8332), ("route_s", 0.8332), ("bootstrap_leave_s", 0.8352), ("prefill_end_s", 1.1352),
+            ("transfer_end_s", 1.1354), ("first_token_s", 1.1354), ("finish_s", 1.1654)])
+
+
+def test_a_trace_keeps_its_order_and_lengths_not_its_times() -> None:
+    rows = [(0.0, 100, 4), (5.0, 30, 2), (9.0, 50, 3)]
+    res = simulate(closed(make_config(), 1), make_requests(rows))
+    trace = res.trace.sort_values("request_id")
+    assert list(trace.input_tokens) == [100, 30, 50] and list(trace.output_tokens) == [4, 2, 3]
+    ends = trace.finish_s.to_numpy()
+    assert list(trace.arrival_s) == [0.0, ends[0], ends[1]]  # one client: each sent when the last ended
+
+
+def test_duration_stops_sending_and_accounts_for_what_was_sent() -> None:
+    # wave 1 ends at 0.3332 (< 0.5: both clients send again), wave 2 at 0.3332 + 0.3322 (>= 0.5: stop)
+    cfg = closed(make_config(), 2, duration_s=0.5)
+    res = simulate(cfg, make_requests([(0.0, 100, 4)] * 10))
+    assert len(res.trace) == 4 and set(res.trace.status) == {"finished"}
+    assert sorted(res.trace.arrival_s.round(9)) == [0.0, 0.0, 0.3332, 0.3332]
+    assert res.trace.finish_s.max() == pytest.approx(0.6654)
+
+
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated_mixed", "colocated_prefill_priority"])
+@pytest.mark.parametrize("routing", ["round_robin", "least_loaded", "cache_aware", "kv_centric"])
+def test_in_flight_never_exceeds_concurrency(mode: str, routing: str) -> None:
+    assert routing in routing_policy_names()
+    cluster: dict[str, Any] = dict(prefill=2, decode=2, colocated=2, prefix_cache=True, kv_capacity_tokens=4000,
+                                   page_size_tokens=16)
+    if mode != "disaggregated":
+        cluster.update(mode="colocated", colocated_schedule=mode.removeprefix("colocated_"))
+    cfg = closed(make_config(cluster, policy=dict(routing=routing)), 5)
+    res = simulate(cfg, synthetic(150, seed=3))
+    trace = res.trace
+    assert len(trace) == 150 and set(trace.status) == {"finished"}
+    assert in_flight_max(trace) == 5
+    # every send after the first wave happens at some request's end (no think time)
+    later = np.sort(trace.arrival_s.to_numpy())[5:]
+    assert np.isin(later, trace.finish_s.to_numpy()).all()
+    if routing == "cache_aware":
+        assert trace.cached_prefix_tokens.sum() > 0  # the prefix cache works under the loop
+
+
+def test_littles_law_over_the_steady_state() -> None:
+    think_s, c = 0.05, 6
+    cfg = closed(make_config(dict(prefill=2, decode=2, kv_capacity_tokens=4000)), c, client_think_s=think_s)
+    trace = simulate(cfg, synthetic(1500, seed=7)).trace
+    summary = summarize(trace, Slo(1.0, 0.1), loop=closed_loop_of(cfg.scenario), gpus=4)
+    loop = summary["closed_loop"]
+    assert loop["steady_state_reached"] and loop["counted_requests"] > 1300
+    little_rps = c / (summary["e2e_s"]["mean"] + think_s)
+    assert summary["throughput_rps"] == pytest.approx(little_rps, rel=0.01)
+    assert summary["output_tokens_per_s_per_gpu"] == pytest.approx(summary["output_tokens_per_s"] / 4)
+
+
+def test_open_loop_is_unchanged_by_the_new_fields() -> None:
+    rows = [(0.0, 100, 4), (0.05, 30, 2)]
+    base = simulate(make_config(), make_requests(rows)).trace
+    assert list(base.arrival_s) == [0.0, 0.05]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("concurrency", -1, "must be >= 0, got -1"),
+    ("client_think_s", -0.5, "must be >= 0, got -0.5"),
+    ("warmup_requests", -2, "must be >= 0 (or -1 = concurrency), got -2"),
+])
+def test_bad_closed_loop_fields_name_the_field(field: str, value: float, message: str) -> None:
+    cfg = make_config()
+    fields = {"concurrency": 2, field: value}
+    with pytest.raises(WorkloadError) as err:
+        closed_loop_of(replace(cfg.scenario, **fields))
+    assert str(err.value) == f"scenario tiny: field {field!r}: {message}"
