@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 REPO = Path(__file__).resolve().parents[2]
 SYSLIBS = "syslibs.tar.xz"
+FLASHINFER_CACHE = "/tmp/pdreal-gpu-check-flashinfer"  # fixed: a rerun on a warm machine skips the JIT
 PACKAGES = ("torch", "numpy", "pandas", "simpy", "hydra-core", "omegaconf", "pyzmq", "librt",
             "mooncake-transfer-engine-cuda13", "flashinfer-python", "apache-tvm-ffi")
 
@@ -26,7 +27,7 @@ def prepare_environment(wheels: Path | None, work: Path, log: TextIO) -> dict[st
     """The environment the checks run in. With wheels: installs them into work/site (no network,
     no dependencies resolved: the set is complete by construction) and puts it first on PYTHONPATH."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PDSIM_PURE_PYTHON": "1", "MC_LOG_LEVEL": "ERROR",
-           "FLASHINFER_WORKSPACE_BASE": str(work), "FLASHINFER_CUDA_ARCH_LIST": "9.0",
+           "FLASHINFER_WORKSPACE_BASE": FLASHINFER_CACHE, "FLASHINFER_CUDA_ARCH_LIST": "9.0",
            "MAX_JOBS": str(os.cpu_count() or 4)}
     nvcc = shutil.which("nvcc")
     if nvcc and "CUDA_HOME" not in env:  # flashinfer's JIT links -lcudart from $CUDA_HOME/lib64
