@@ -7,7 +7,8 @@ everything, then (system, mode, backend, model).
 
 Outliers are flagged, never dropped: a measurement is `suspect` when it is more than
 SUSPECT_RATIO times the same metric of the same configuration (model, system, backend, version,
-quantization, parallelism, isl, osl) at the next higher concurrency that was measured - more
+quantization, parallelism, isl, osl, measurement campaign: config id or source file) at the next
+higher concurrency that was measured - more
 load cannot make a closed loop faster, so such a row (e.g. a TPOT of hundreds of ms beside
 10-30 ms) is more likely a broken run than a property of the engine. Tables are given over all
 rows; the overall line is repeated without the suspect rows.
@@ -15,9 +16,11 @@ rows; the overall line is repeated without the suspect rows.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
-SUSPECT_RATIO = 1.5
+SUSPECT_RATIO = 2.0
 SERIES_KEYS = ("model_path", "system", "backend", "backend_version", "mode", "precision", "gemm_quant_mode",
                "moe_quant_mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
                "moe_ep_size", "prefill_tp_size", "prefill_num_workers", "prefill_attention_dp_size",
@@ -26,11 +29,18 @@ SERIES_KEYS = ("model_path", "system", "backend", "backend_version", "mode", "pr
 GROUP_KEYS = ("system", "mode", "backend", "model")
 
 
+def campaign(source: str) -> str:
+    """The measurement campaign of a row (its config id or source file, not its concurrency or date)."""
+    found = re.search(r"(config_id=\d+|source_file=[^;]+)", source or "")
+    return found.group(1) if found else ""
+
+
 def suspect_rows(rows: pd.DataFrame) -> pd.Series:
     """Per row: '' or why its measurement looks wrong (see the module docstring)."""
-    keys = [k for k in SERIES_KEYS if k in rows.columns]
+    keys = [k for k in SERIES_KEYS if k in rows.columns] + ["_campaign"]
     out = pd.Series("", index=rows.index, dtype=object)
-    frame = rows.assign(_c=rows["concurrency"]).fillna({k: "" for k in keys})
+    frame = rows.assign(_c=rows["concurrency"], _campaign=rows.get("silicon_data_source", pd.Series("", index=rows.index))
+                        .map(campaign)).fillna({k: "" for k in keys})
     for _, series in frame.groupby(keys, sort=False, dropna=False):
         series = series[series["_c"] > 0].sort_values("_c")
         for metric in ("silicon_ttft_ms", "silicon_tpot_ms"):

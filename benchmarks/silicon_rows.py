@@ -31,8 +31,25 @@ MODELS: dict[str, str] = {
 }
 # silicon system -> catalog hardware (the operator tables of that GPU: hardware.op_tables)
 SYSTEMS: dict[str, str] = {"h100_sxm": "h100", "b200_sxm": "b200", "h200_sxm": "h200"}
-# backend -> (perf preset, the engine name of its operator tables)
-ENGINES: dict[str, tuple[str, str]] = {"sglang": ("measured", "sglang"), "vllm": ("measured_vllm", "vllm")}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How a serving engine maps onto pdsim: its perf preset, the engine name of its operator
+    tables, and how an aggregated engine schedules prefill against decode."""
+
+    preset: str
+    tables: str
+    colocated_schedule: str
+
+
+# backend -> Engine. SGLang runs a waiting prefill batch before decoding and mixes the two only
+# with --enable-mixed-chunk (off by default): pdsim's prefill_priority. vLLM's V1 scheduler
+# fills one token budget with the running decodes first, then prefill chunks: pdsim's mixed.
+ENGINES: dict[str, Engine] = {
+    "sglang": Engine("measured", "sglang", "prefill_priority"),
+    "vllm": Engine("measured_vllm", "vllm", "mixed"),
+}
 # quant modes the measured perf model composes ("" = the checkpoint's own dtype, bf16 here)
 SUPPORTED_QUANT = {"", "bf16"}
 ISSUE_PRECISION, ISSUE_MOE = "issue 39", "issue 40"
@@ -191,7 +208,7 @@ def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[s
     gaps = [] if hardware in cat.hardware else [f"hardware {row.system} not in catalog ({ISSUE_PRECISION})"]
     if row.backend not in ENGINES:
         return hardware, "", [*gaps, f"backend {row.backend} not modelled (no operator tables, {ISSUE_PRECISION})"]
-    preset, engine = ENGINES[row.backend]
+    preset, engine = ENGINES[row.backend].preset, ENGINES[row.backend].tables
     system = cat.hardware_tables.get(hardware or "", "")
     if hardware in cat.hardware and not any(s.startswith(f"{system}_{engine}_") for s in cat.table_sets):
         gaps.append(f"no {engine} operator tables for {row.system} ({ISSUE_PRECISION})")
@@ -219,7 +236,10 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     if row.mode == "agg":
         if row.agg is None:
             return [], ["agg row without tp_size"]
-        return (["cluster.mode=colocated", "cluster.colocated=1", f"cluster.colocated_tp={row.agg.tp}", running],
+        engine = ENGINES.get(row.backend)  # None: unsupported anyway (_engine_gaps says why)
+        schedule = f"cluster.colocated_schedule={engine.colocated_schedule if engine else 'mixed'}"
+        return (["cluster.mode=colocated", "cluster.colocated=1", f"cluster.colocated_tp={row.agg.tp}", schedule,
+                 running],
                 _side_gaps(row.agg, "", moe))
     if row.mode != "disagg":
         return [], [f"mode {row.mode} unknown (agg | disagg)"]
@@ -257,6 +277,6 @@ def _version_note(row: SiliconRow, cat: Catalog, hardware: str) -> str:
     """Which operator tables stand in for the row's engine version (the newest set pdsim has)."""
     from pdsim.perf.optables import resolve_set
 
-    engine = ENGINES[row.backend][1]
+    engine = ENGINES[row.backend].tables
     used = resolve_set(cat.hardware_tables.get(hardware, ""), engine, "")
     return f"{row.backend} {row.backend_version or '(unstated)'} row on {used} tables"
