@@ -1,7 +1,10 @@
-"""Open-loop replay of a workload against a pdreal router, recording pdsim's trace schema.
+"""Replay of a workload against a pdreal router, recording pdsim's trace schema.
 
-Every request is sent at its (sped-up) arrival time whether or not earlier ones have finished,
-as `POST /generate` with token ids (`input_tokens` of them: prefix blocks sharing a hash id get
+Open loop: every request is sent at its (sped-up) arrival time whether or not earlier ones have
+finished. Closed loop (`ReplayOptions.loop`, pdsim.workload.closed_loop, the very loop pdsim
+simulates): C clients send the requests in the workload's order, the first C at once, then one
+whenever a client's request ends (after its think time), until the workload or the loop's
+duration runs out. Each request is sent as `POST /generate` with token ids (`input_tokens` of them: prefix blocks sharing a hash id get
 identical tokens, the rest come from the request's own seeded stream), `max_new_tokens =
 output_tokens`, greedy, `ignore_eos` so the output length is the workload's.
 
@@ -32,6 +35,7 @@ from pdreal.serving.timebase import ClockSync, clock_id, now_s
 from pdsim.rng import stream
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 from pdsim.workload import Request, Workload
+from pdsim.workload.closed_loop import ClosedLoop
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class ReplayOptions:
     max_output_tokens: int = 0  # clip output lengths (0 = no clip)
     seed: int = 0
     request_timeout_s: float = 600.0
+    loop: ClosedLoop | None = None  # closed loop (send times then come from it); None = open loop
 
     def __post_init__(self) -> None:
         if self.speedup <= 0:
@@ -72,8 +77,8 @@ def plan_requests(workload: Workload, options: ReplayOptions) -> list[PlannedReq
         send_s = (req.arrival_s - start) / options.speedup
         if options.max_requests and len(planned) >= options.max_requests:
             break
-        if options.max_duration_s and send_s >= options.max_duration_s:
-            break
+        if options.max_duration_s and send_s >= options.max_duration_s and options.loop is None:
+            break  # (a closed loop's duration bounds its own sends)
         planned.append(_clip(req, send_s, options))
     return planned
 
@@ -174,38 +179,82 @@ def _row(req: PlannedRequest, result: _Result, start_s: float, sync: ClockSync) 
 async def replay(url: str, requests: list[PlannedRequest], vocab_size: int, options: ReplayOptions,
                  on_done: Callable[[str], None] | None = None,
                  on_sent: Callable[[], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Send every request at its time; returns (trace rows, replay facts for the summary).
-    `on_sent()` is called as each request leaves, `on_done(status)` as each ends (progress)."""
+    """Send the requests (open loop: each at its time; closed loop: as clients free up); returns
+    (trace rows, replay facts for the summary). Requests a closed loop never sent (its duration
+    ran out) have no row. `on_sent()` is called as each request leaves, `on_done(status)` as each
+    ends (progress)."""
     url = url.rstrip("/")
     prompts = [prompt_ids(r, vocab_size, options.seed) for r in requests]
     results = [_Result() for _ in requests]
+    sender = _Sender(url, options, on_done, on_sent)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         sync = await measure_clock(session, url)
-        start = now_s()
-        tasks: dict[asyncio.Task[None], _Result] = {}
-        lags: list[float] = []
-        for req, ids, result in zip(requests, prompts, results, strict=True):
-            delay = start + req.send_s - now_s()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            lags.append(now_s() - start - req.send_s)
-            task = asyncio.create_task(_send(session, url, req, ids, result, options.request_timeout_s))
-            if on_sent is not None:
-                on_sent()
-            if on_done is not None:
-                task.add_done_callback(lambda _, r=result: on_done(r.status or STATUS_FAILED))
-            tasks[task] = result
-        _, pending = await asyncio.wait(tasks, timeout=options.drain_timeout_s) if tasks else (set(), set())
+        sender.start = now_s()
+        send = sender.open_loop if options.loop is None else sender.closed_loop
+        await send(session, list(zip(requests, prompts, results, strict=True)))
+        _, pending = await asyncio.wait(sender.tasks, timeout=options.drain_timeout_s) if sender.tasks else ((), set())
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        stopped_s = now_s() - start
-    for task, result in tasks.items():
+        stopped_s = now_s() - sender.start
+    for task, result in sender.tasks.items():
         if task in pending:
             result.status, result.reason = STATUS_FAILED, f"replay stopped at {stopped_s:.1f} s before it finished"
         elif not result.status:
             result.status, result.reason = STATUS_FAILED, "response ended without a final status"
+    lags = sender.lags
     facts = {"url": url, "router_clock_offset_s": sync.offset_s, "same_clock": sync.same_clock,
              "send_lag_s_max": float(np.max(lags)) if lags else 0.0, "wall_s": stopped_s,
-             "requests_unfinished_at_stop": len(pending)}
-    return [_row(r, res, start, sync) for r, res in zip(requests, results, strict=True)], facts
+             "requests_unfinished_at_stop": len(pending), "sent": len(sender.tasks),
+             "concurrency": options.loop.concurrency if options.loop is not None else 0}
+    sent = set(map(id, sender.tasks.values()))
+    return [_row(r, res, sender.start, sync) for r, res in zip(requests, results, strict=True) if id(res) in sent], facts
+
+
+_Item = tuple[PlannedRequest, list[int], _Result]
+
+
+class _Sender:
+    """Sends requests as tasks (`tasks`: each task and the result it fills), open or closed loop."""
+
+    def __init__(self, url: str, options: ReplayOptions, on_done: Callable[[str], None] | None,
+                 on_sent: Callable[[], None] | None) -> None:
+        self.url, self.options, self.on_done, self.on_sent = url, options, on_done, on_sent
+        self.start = 0.0
+        self.tasks: dict[asyncio.Task[None], _Result] = {}
+        self.lags: list[float] = []  # open loop: how late each request left
+
+    def send(self, session: aiohttp.ClientSession, item: _Item) -> asyncio.Task[None]:
+        req, ids, result = item
+        task = asyncio.create_task(_send(session, self.url, req, ids, result, self.options.request_timeout_s))
+        if self.on_sent is not None:
+            self.on_sent()
+        if self.on_done is not None:
+            task.add_done_callback(lambda _, r=result: self.on_done(r.status or STATUS_FAILED))
+        self.tasks[task] = result
+        return task
+
+    async def open_loop(self, session: aiohttp.ClientSession, items: list[_Item]) -> None:
+        for item in items:
+            delay = self.start + item[0].send_s - now_s()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.lags.append(now_s() - self.start - item[0].send_s)
+            self.send(session, item)
+
+    async def closed_loop(self, session: aiohttp.ClientSession, items: list[_Item]) -> None:
+        """C clients; each takes the next unsent request when its previous one has ended."""
+        loop = self.options.loop
+        assert loop is not None
+        queue = iter(items)
+        sent = 0
+
+        async def client() -> None:
+            nonlocal sent
+            while loop.may_send(now_s() - self.start, sent, len(items)):
+                sent += 1
+                await asyncio.wait([self.send(session, next(queue))])
+                if loop.think_s > 0:
+                    await asyncio.sleep(loop.think_s)
+
+        await asyncio.gather(*(client() for _ in range(min(loop.concurrency, len(items)))))

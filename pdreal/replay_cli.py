@@ -24,16 +24,25 @@ TIMESTAMPS = ("client-side: arrival_s (sent), first_token_s, last_token_s, token
 
 
 def add_replay_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:
-    p = sub.add_parser("replay", help="open-loop replay of a workload against a router; writes a pdsim trace",
+    p = sub.add_parser("replay", help="open- or closed-loop replay of a workload against a router; writes a pdsim trace",
                        description="Sends each request of a pdsim workload (or trace) at its arrival time "
-                                   "(divided by --speedup) to ROUTER/generate and writes trace.parquet + "
-                                   "trace.summary.json in pdsim's schema.")
+                                   "(divided by --speedup), or with --concurrency C as C closed-loop clients "
+                                   "(each sends the next request in the workload's order when its previous one "
+                                   "ended, as benchmark clients do), to ROUTER/generate and writes trace.parquet + "
+                                   "trace.summary.json in pdsim's schema; a closed loop's statistics are over "
+                                   "its steady-state window, as pdsim's (docs/CLOSED_LOOP.md).")
     p.add_argument("--url", required=True, help="router URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--trace", type=Path, help="replay the requests of this trace parquet instead of a scenario")
     p.add_argument("--out", type=Path, help="output folder (default outputs/replay/<time>)")
     p.add_argument("--speedup", type=float, default=1.0, help="divide arrival times by this")
     p.add_argument("--max-requests", type=int, default=0, help="send at most this many (0 = all)")
-    p.add_argument("--max-duration-s", type=float, default=0.0, help="send only requests arriving before this")
+    p.add_argument("--max-duration-s", type=float, default=0.0,
+                   help="send only requests arriving before this (closed loop: send nothing after this)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="closed loop of this many clients (default: the scenario's scenario.concurrency; 0 = open loop)")
+    p.add_argument("--think-s", type=float, default=None,
+                   help="closed loop: a client's pause between a response and its next request "
+                        "(default: scenario.client_think_s)")
     p.add_argument("--drain-timeout-s", type=float, default=300.0, help="wait this long for the last responses")
     p.add_argument("--max-input-tokens", type=int, default=0, help="clip prompt lengths (0 = no clip)")
     p.add_argument("--max-output-tokens", type=int, default=0, help="clip output lengths (0 = no clip)")
@@ -74,6 +83,23 @@ def load_workload(args: argparse.Namespace, cfg: Any) -> Any:
                          df["output_tokens"].to_numpy(), df["session_id"].to_numpy())
 
 
+def replay_loop(cfg: Any, args: argparse.Namespace) -> Any:
+    """The closed loop to replay (None: open loop): the scenario's, with --concurrency / --think-s
+    and --max-duration-s over it; fields checked as pdsim checks them (one-line errors)."""
+    from dataclasses import replace
+
+    from pdsim.workload.closed_loop import closed_loop_of
+
+    scenario = cfg.scenario
+    if args.concurrency is not None:
+        scenario = replace(scenario, concurrency=args.concurrency)
+    if args.think_s is not None:
+        scenario = replace(scenario, client_think_s=args.think_s)
+    if args.max_duration_s:
+        scenario = replace(scenario, duration_s=args.max_duration_s)
+    return closed_loop_of(scenario)
+
+
 def router_state(url: str) -> dict[str, Any]:
     """The router's /stats, freshly polled (synchronously, before and after the replay)."""
     async def get() -> dict[str, Any]:
@@ -100,8 +126,9 @@ def run_replay_command(args: argparse.Namespace) -> int:
     from pdsim.trace import TraceRecorder, write_trace
 
     cfg = compose_pdsim(list(args.overrides))
+    loop = replay_loop(cfg, args)
     options = ReplayOptions(args.speedup, args.max_requests, args.max_duration_s, args.drain_timeout_s,
-                            args.max_input_tokens, args.max_output_tokens, args.seed)
+                            args.max_input_tokens, args.max_output_tokens, args.seed, loop=loop)
     requests = plan_requests(load_workload(args, cfg), options)
     if not requests:
         raise ValueError("the workload has no requests inside --max-requests / --max-duration-s")
@@ -122,7 +149,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
     for row in rows:
         recorder.add(row)
     df = recorder.to_frame()
-    summary = summarize(df, Slo(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.attainment_target), cfg.slo.tpot_definition)
+    summary = summarize(df, Slo(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.attainment_target), cfg.slo.tpot_definition,
+                        loop)
     summary.update(replay={**facts, "speedup": args.speedup, "workload": cfg.scenario.name if args.trace is None
                            else str(args.trace), "timestamps": TIMESTAMPS, "routing": before.get("routing"),
                            "admission": before.get("admission")},
@@ -130,8 +158,9 @@ def run_replay_command(args: argparse.Namespace) -> int:
     out = args.out or Path("outputs") / "replay" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     path = write_trace(df, out / "trace.parquet", summary)
+    how = f"speedup {args.speedup:g}" if loop is None else f"closed loop, concurrency {loop.concurrency}"
     print(format_summary(summary, f"pdreal replay: {summary['replay']['workload']} -> {args.url}  "
-                                  f"({len(requests)} requests, speedup {args.speedup:g})"))
+                                  f"({len(rows)} requests, {how})"))
     print(f"\nTTFT/TPOT measured at the client. outputs: {path} and {path.with_name('trace.summary.json')}")
     print(ending(rows, facts, args.drain_timeout_s), file=sys.stderr)
     return 0

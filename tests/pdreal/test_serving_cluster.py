@@ -8,6 +8,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -155,7 +156,7 @@ def test_replay_writes_a_trace_with_every_request(cluster, tmp_path: Path) -> No
     out = tmp_path / "replay"
     args = argparse.Namespace(
         url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=10, max_duration_s=0.0, drain_timeout_s=120.0,
-        max_input_tokens=48, max_output_tokens=6, seed=0, no_progress=True,
+        max_input_tokens=48, max_output_tokens=6, seed=0, no_progress=True, concurrency=None, think_s=None,
         overrides=["scenario=chat", "scenario.rate_rps=4", "scenario.prefix.session_turns=1",
                    "scenario.prefix.num_system_prompts=0"])
     assert run_replay_command(args) == 0
@@ -167,3 +168,27 @@ def test_replay_writes_a_trace_with_every_request(cluster, tmp_path: Path) -> No
     summary = json.loads((out / "trace.summary.json").read_text())
     assert summary["finished"] == 10 and summary["ttft_s"]["p50"] > 0
     assert all(i["kv_used_tokens"] == 0 and i["transfer_rooms"] == 0 for i in summary["instances_after"])
+
+
+def test_closed_loop_replay_keeps_concurrency_and_counts_the_steady_window(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    from pdreal.replay_cli import run_replay_command
+
+    out = tmp_path / "closed"
+    args = argparse.Namespace(
+        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=12, max_duration_s=0.0, drain_timeout_s=120.0,
+        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=3, think_s=None,
+        overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=5"])
+    assert run_replay_command(args) == 0
+    df = read_trace(out / "trace.parquet").sort_values("arrival_s")
+    assert sorted(df["request_id"]) == list(range(12)) and (df["status"] == "finished").all()
+    sends, ends = df["arrival_s"].to_numpy(), df["finish_s"].to_numpy()
+    assert (sends[:3] < 0.05).all()  # the first wave leaves at once
+    for k, sent in enumerate(sends[3:], start=3):  # request k leaves after the (k-2)th end, within 50 ms
+        ended = np.sort(ends)[k - 3]
+        assert ended - 1e-3 <= sent <= ended + 0.05, (k, sent, ended)
+    in_flight = [((sends <= t) & (ends > t)).sum() for t in sends]
+    assert max(in_flight) <= 3
+    summary = json.loads((out / "trace.summary.json").read_text())
+    loop = summary["closed_loop"]
+    assert loop["concurrency"] == 3 and loop["steady_state_reached"] and loop["counted_requests"] == summary["requests"]
+    assert summary["replay"]["concurrency"] == 3 and summary["tokens_per_s_per_user"]["mean"] > 0
