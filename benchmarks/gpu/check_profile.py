@@ -93,6 +93,8 @@ def profile(shape: Shape, device: str, attention: str) -> tuple[list[Any], Any]:
     pages = max(g.pages_needed(page) for g in shape_grids)
     torch.manual_seed(0)
     model = random_model(catalog_spec(shape.serve_model), seed=0, dtype=torch_dtype(shape.dtype), device=device)
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the fp32 weights random_model made first: room for the KV pool
     runner = ModelRunner(model, EngineConfig(num_pages=pages, page_size_tokens=page, attention=attention,
                                              dtype=shape.dtype, device=device))
     points, seen = [], set()
