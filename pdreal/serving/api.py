@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 STARTUP_WAIT_S = 120.0
 PARSE_THREADS = 2
 MIN_BODY_BYTES = 1 << 20
+ABORT_DRAIN_S = 1.0  # at shutdown, how long aborts still being sent to instances may take
 MAX_BODY_BYTES = 64 << 20  # aiohttp's client_max_size here (413 beyond it)
 
 
@@ -115,6 +116,7 @@ class RouterServer:
                 task.cancel()
         if self.kv_follower is not None:  # waits for a poll still running on its worker thread
             await asyncio.to_thread(self.kv_follower.close)
+        await self.router.drain_background(ABORT_DRAIN_S)  # aborts of requests cut by the shutdown
         await self.router.session.close()
         self.parsers.shutdown(wait=False, cancel_futures=True)
 

@@ -76,6 +76,7 @@ class InstanceServer:
         else:
             app.router.add_get("/health", self.health)
         app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
         return app
 
@@ -89,15 +90,20 @@ class InstanceServer:
                                               self.faults.heartbeat_misses, self._peer_dead)
             self._tasks.append(asyncio.create_task(self.heartbeat.run()))
 
+    async def _on_shutdown(self, app: web.Application) -> None:
+        """Before in-flight handlers are waited for: stop the scheduler (it finishes its step and
+        checks its invariants), which fails every live request with 'instance stopping', so the
+        handlers end at once instead of running out the server's drain time."""
+        if self.scheduler is not None:
+            error = await self.scheduler.stop()
+            if error:
+                log.error("%s instance invariants: %s", self.role, error)
+
     async def _on_cleanup(self, app: web.Application) -> None:
         for task in self._tasks:
             task.cancel()
         if self.session is not None:
             await self.session.close()
-        if self.scheduler is not None:
-            error = await self.scheduler.stop()
-            if error:
-                log.error("%s instance invariants: %s", self.role, error)
 
     async def _on_scheduler_ready(self, facts: dict[str, Any]) -> None:
         """A (re)started scheduler: its facts; a prefill registers its KV address as rank 0."""
@@ -129,28 +135,35 @@ class InstanceServer:
             return web.json_response({"error": f"{self.role} scheduler unavailable: {self.scheduler.error}"},
                                      status=503, headers={"Retry-After": "1"})
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        if self.role == "decode":
-            addr, failure = await self._resolve(bootstrap)
-            if failure:
-                await response.write(failed_line(STATUS_FAILED, failure, {"request_id": req.request_id}))
+        submitted = False
+        try:
+            if request.transport is None or request.transport.is_closing():
+                raise ConnectionResetError("closed before the request was read")  # failed by the router already
+            await response.prepare(request)
+            if self.role == "decode":
+                addr, failure = await self._resolve(bootstrap)
+                if failure:
+                    await response.write(failed_line(STATUS_FAILED, failure, {"request_id": req.request_id}))
+                    return response
+                req = replace(req, bootstrap_addr=addr)
+            try:
+                channel = self.scheduler.submit(req)
+            except (ValueError, RuntimeError) as exc:
+                await response.write(failed_line(STATUS_FAILED, str(exc), {"request_id": req.request_id}))
                 return response
-            req = replace(req, bootstrap_addr=addr)
-        try:
-            channel = self.scheduler.submit(req)
-        except (ValueError, RuntimeError) as exc:
-            await response.write(failed_line(STATUS_FAILED, str(exc), {"request_id": req.request_id}))
-            return response
-        try:
+            submitted = True
             while True:
                 out = await channel.get()
                 await response.write(output_line(out))
                 if out.finished:
                     break
-        except ConnectionResetError:
-            self.scheduler.abort(req.request_id, "router connection closed")
+        except ConnectionResetError as exc:  # the router gave up on this half (it failed it already)
+            log.info("%s: router connection of request %d closed (%s)", self.role, req.request_id, exc)
+            if submitted:
+                self.scheduler.abort(req.request_id, "router connection closed")
         except asyncio.CancelledError:
-            self.scheduler.abort(req.request_id, "router connection closed")
+            if submitted:
+                self.scheduler.abort(req.request_id, "router connection closed")
             raise
         return response
 

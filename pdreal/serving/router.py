@@ -170,6 +170,11 @@ class Router:
         self._next_id += 1
         return self._next_id - 1
 
+    async def drain_background(self, timeout_s: float) -> None:
+        """Let background work (aborts sent to instances) end, at most `timeout_s`."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout_s)
+
     def _spawn(self, coro: Any) -> None:
         """Keep a background coroutine (or task) referenced until it ends."""
         task = coro if isinstance(coro, asyncio.Task) else asyncio.create_task(coro)

@@ -140,7 +140,10 @@ class SchedulerClient:
                 await self.on_restart(self.facts)
 
     async def stop(self, timeout_s: float = 10.0) -> str:
-        """Stop the scheduler (clean: it checks its invariants); returns that check's error."""
+        """Stop the scheduler (clean: it checks its invariants); returns that check's error.
+        Calling it again returns at once."""
+        if self._stopping:
+            return ""
         self._stopping = True
         error = self.error if self.error != "starting" else ""
         if self.process is not None and self.process.returncode is None:

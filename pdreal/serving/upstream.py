@@ -156,5 +156,5 @@ async def post_abort(session: aiohttp.ClientSession, upstream: Upstream, request
         async with session.post(f"{upstream.url}/abort", json={"request_id": request_id, "reason": reason},
                                 timeout=aiohttp.ClientTimeout(total=5.0), headers=control_headers(upstream.token)) as resp:
             await resp.read()
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as exc:  # RuntimeError: session closed
         log.info("abort of %d on %s not delivered: %s", request_id, upstream.name, exc)
