@@ -15,8 +15,10 @@ so a single client still averages over many requests. Each row carries the summa
 
 Ladder: C starts at one client per batch instance (colocated instances, or decode instances)
 and doubles until tokens/s/GPU grows by less than `min_gain` (the fleet is saturated: more
-clients only queue), per-user speed falls below `min_tokens_per_s_per_user`, or C would pass
-`max_concurrency`.
+clients only queue), per-user speed falls below `min_tokens_per_s_per_user`, C reaches the
+fleet's running capacity (`running_capacity`: what its batch instances can run at once, by
+max_running_requests and by KV pages for a mean request; past it clients only wait in a queue,
+and a point costs more the longer the queue), or C would pass `max_concurrency`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pdsim.config import Config, FrontierConfig
-from pdsim.search.deployments import Deployment, deployment_config
+from pdsim.search.deployments import COLOCATED, Deployment, deployment_config
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +68,26 @@ def _saturated(prev: dict[str, Any] | None, row: dict[str, Any], fcfg: FrontierC
     return prev is not None and not row[Y] >= (1 + fcfg.min_gain) * prev[Y]
 
 
+def running_capacity(cfg: Config, dep: Deployment) -> int:
+    """Requests `dep`'s batch instances can run at once: max_running_requests, or as many mean
+    requests (prompt + output tokens) as one instance's KV pool holds, times the instances."""
+    from pdsim.perf import kv_capacity_tokens
+    from pdsim.workload import build_workload
+
+    side = dep.colocated if dep.mode == COLOCATED else dep.decode
+    assert side is not None
+    c = cfg.cluster
+    kv_tokens = c.kv_capacity_tokens or kv_capacity_tokens(cfg.model, cfg.hardware, side.layout.tp,
+                                                           c.gpu_memory_utilization)
+    wl = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
+    per_request = max(1.0, float(wl.input_tokens.mean() + wl.output_tokens.mean()))
+    return side.count * max(1, min(c.max_running_requests, int(kv_tokens // per_request)))
+
+
 def run_ladder(cfg: Config, dep: Deployment, measure: Measure,
-               on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """One row per concurrency of `dep`'s ladder (module docstring), in ladder order."""
+               on_point: Callable[[dict[str, Any]], None] | None = None, capacity: int = 0) -> list[dict[str, Any]]:
+    """One row per concurrency of `dep`'s ladder (module docstring), in ladder order; `capacity`
+    > 0 ends it at the first point with at least that many clients."""
     fcfg = cfg.frontier
     rows: list[dict[str, Any]] = []
     prev = None
@@ -79,7 +98,7 @@ def run_ladder(cfg: Config, dep: Deployment, measure: Measure,
         rows.append(row)
         if on_point is not None:
             on_point(row)
-        if _saturated(prev, row, fcfg):
+        if _saturated(prev, row, fcfg) or 0 < capacity <= concurrency:
             break
         prev = row
         concurrency *= 2

@@ -28,7 +28,15 @@ from pdsim.config import Config, register_configs, to_config
 from pdsim.paths import SCENARIOS_DIR
 from pdsim.run import fail, run_simulation
 from pdsim.search.deployments import FAMILIES, parse_label
-from pdsim.search.frontier import X, Y, best_at_target, check_frontier, mark_frontier, run_ladder
+from pdsim.search.frontier import (
+    X,
+    Y,
+    best_at_target,
+    check_frontier,
+    mark_frontier,
+    run_ladder,
+    running_capacity,
+)
 from pdsim.search.rows import result_row
 
 log = logging.getLogger(__name__)
@@ -67,7 +75,8 @@ def hydra_frontier(dcfg: DictConfig) -> list[dict[str, Any]]:
         dep = parse_label(cfg.frontier.deployment)
         if dep.gpus > cfg.frontier.gpus:
             raise ValueError(f"frontier: deployment {dep.label} needs {dep.gpus} GPUs, over frontier.gpus={cfg.frontier.gpus}")
-        rows = run_ladder(cfg, dep, measure_point, on_point=lambda row: print(point_line(row), flush=True))
+        rows = run_ladder(cfg, dep, measure_point, on_point=lambda row: print(point_line(row), flush=True),
+                          capacity=running_capacity(cfg, dep))
     except (ValueError, KeyError, OSError) as exc:
         fail(str(exc).splitlines()[0], out_dir)
     (out_dir / JOB_FILE).write_text(json.dumps(rows, indent=1, default=float))

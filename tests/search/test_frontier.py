@@ -26,6 +26,7 @@ from pdsim.search.frontier import (
     pareto_mask,
     requests_for,
     run_ladder,
+    running_capacity,
 )
 from pdsim.search.frontier_task import best_summary, format_best
 
@@ -92,6 +93,8 @@ def test_ladder_doubles_from_one_client_per_batch_instance_until_saturated(compo
     assert rows[0]["deployment"] == "co-tp4x4" and rows[0]["family"] == "colocated"
     short = run_ladder(compose_config("frontier.max_concurrency=10"), parse_label("co-tp4x4"), stub_measure([]))
     assert [r["concurrency"] for r in short] == [4, 8]
+    capped = run_ladder(cfg, parse_label("co-tp4x4"), stub_measure([]), capacity=20)
+    assert [r["concurrency"] for r in capped] == [4, 8, 16, 32]  # one point at or past the capacity
     slow = compose_config("frontier.min_tokens_per_s_per_user=70")  # 64 clients: 4000/64 = 62.5 tok/s each
     assert [r["concurrency"] for r in run_ladder(slow, parse_label("co-tp4x4"), stub_measure([]))] == [4, 8, 16, 32, 64]
 
@@ -142,3 +145,12 @@ def test_best_at_target_needs_speed_slo_and_steady_state() -> None:
     assert summary["gain_disaggregated_over_colocated"] == pytest.approx(4.5)
     text = format_best(summary, "SLO TTFT<=2s")
     assert "best disaggregated   pd-tp2x4-tp8x1 at C=4: 450.0 tokens/s/GPU" in text and "x4.50" in text
+
+
+def test_running_capacity_is_bounded_by_batch_slots_or_kv(compose_config) -> None:
+    cfg = compose_config("scenario=frontier_1k1k", "model=llama3_70b", "hardware=h100")
+    # TP4 and TP8 hold 256 requests of ~1.8k tokens each: max_running_requests binds
+    assert running_capacity(cfg, parse_label("co-tp4x4")) == 4 * 256
+    assert running_capacity(cfg, parse_label("pd-tp4x2-tp8x1")) == 256
+    # TP2 keeps ~10 GiB per GPU for KV: a few dozen requests per instance
+    assert 8 <= running_capacity(cfg, parse_label("co-tp2x8")) < 8 * 64
