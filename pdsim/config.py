@@ -336,7 +336,7 @@ class FrontierConfig:
     modes: list[str] = field(default_factory=lambda: ["colocated", "disaggregated"])
     deployments: list[str] = field(default_factory=list)  # labels to draw ([] = every one enumerated)
     deployment: str = ""  # this job's label (set per hydra job by `pdsim frontier`)
-    rounds: int = 3  # requests per point = concurrency x (1 warm-up round + rounds)
+    rounds: int = 6  # requests per point = concurrency x (1 warm-up round + rounds); 6: within ~1% of 12
     min_counted_requests: int = 32  # at low concurrency, at least this many beyond the warm-up
     max_concurrency: int = 4096  # ladder: 1 client per batch instance, doubled up to this
     min_gain: float = 0.03  # stop doubling when tokens/s/GPU grows less than this (saturated)
