@@ -22,6 +22,7 @@ X, Y = "tokens_per_s_per_user_mean", "output_tokens_per_s_per_gpu"
 COLORS = {"colocated": "#1f77b4", "disaggregated": "#d62728"}
 NAMES = {"colocated": "colocated", "disaggregated": "disaggregated (PD)"}
 PNG_NAME, HTML_NAME = "frontier.png", "frontier.html"
+LABEL_GAP = 0.08  # of the axes' spans
 COLUMNS = ["family", "deployment_text", "concurrency", "point_requests", X, Y, "output_tokens_per_s",
            "ttft_p90_s", "tpot_p90_s", "attainment_both", "meets_slo", "steady_state_reached"]
 
@@ -46,13 +47,21 @@ def _draw_frontiers(ax: Any, points: pd.DataFrame) -> None:
         ax.plot(every[X], every[Y], "--", color=color, lw=1.0, alpha=0.7)
         front = group[group["on_slo_frontier"]].sort_values(X)
         ax.plot(front[X], front[Y], "-o", color=color, lw=2.2, ms=4.5, label=f"{NAMES.get(family, family)} frontier")
-        previous = None
-        for _, row in front.iterrows():
-            if row["deployment_text"] != previous:
-                text = row["deployment_text"].removeprefix("colocated ").removeprefix("PD ")
-                ax.annotate(text, (row[X], row[Y]), textcoords="offset points", xytext=(4, 4), fontsize=6.5,
-                            color=color)
-            previous = row["deployment_text"]
+        _label_runs(ax, front, color, scale=(points[X].max() or 1.0, points[Y].max() or 1.0))
+
+
+def _label_runs(ax: Any, front: pd.DataFrame, color: str, scale: tuple[float, float]) -> None:
+    """Name the deployment where the frontier changes to it, unless a label is already close
+    by (within LABEL_GAP of the axes' spans: near-equal deployments trade places there)."""
+    previous, last = None, None
+    for _, row in front.iterrows():
+        here = (row[X] / scale[0], row[Y] / scale[1])
+        near = last is not None and abs(here[0] - last[0]) < LABEL_GAP and abs(here[1] - last[1]) < LABEL_GAP
+        if row["deployment_text"] != previous and not near:
+            text = row["deployment_text"].removeprefix("colocated ").removeprefix("PD ")
+            ax.annotate(text, (row[X], row[Y]), textcoords="offset points", xytext=(4, 4), fontsize=6.5, color=color)
+            last = here
+        previous = row["deployment_text"]
 
 
 def _draw_target(ax: Any, meta: dict[str, Any]) -> None:
