@@ -2,6 +2,7 @@
 
     pdsim fidelity [--requests 100 --rate 0.8 --input 16:256 --output 8:64 ...] [pdsim overrides]
     pdsim fidelity --colocated 1 [--schedule prefill_priority] ...   (colocated instead of PD)
+    pdsim fidelity --concurrency 4 ...   (closed loop of 4 clients, as benchmarks load a server)
 
 The workload is pdsim's synthetic generator (Poisson arrivals, uniform lengths) unless
 overrides say otherwise (`scenario.*`, `slo.*`, `seed` apply to the workload and the SLO);
@@ -45,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=0.6, help="Poisson arrival rate (requests/s)")
     p.add_argument("--input", type=_range, default=(16, 128), help="prompt tokens LOW:HIGH (uniform)")
     p.add_argument("--output", type=_range, default=(8, 48), help="output tokens LOW:HIGH (uniform)")
+    p.add_argument("--concurrency", type=int, default=0, metavar="C",
+                   help="closed loop of C clients instead of Poisson arrivals (benchmark-shaped load; --rate "
+                        "is then unused); both sides' statistics over the steady-state window")
+    p.add_argument("--think-s", type=float, default=0.0, help="closed loop: a client's pause between requests")
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--slo-ttft-s", type=float, default=2.0, help="TTFT SLO (s) for SLO goodput")
     p.add_argument("--slo-tpot-s", type=float, default=0.35, help="TPOT SLO (s) for SLO goodput")
@@ -75,6 +80,7 @@ def workload_overrides(args: argparse.Namespace) -> list[str]:
             "scenario.output.kind=uniform", f"scenario.output.low={args.output[0]}",
             f"scenario.output.high={args.output[1]}", "scenario.prefix.num_system_prompts=0",
             "scenario.prefix.system_prompt_tokens=0", "scenario.prefix.session_turns=1", f"seed={args.seed}",
+            f"scenario.concurrency={args.concurrency}", f"scenario.client_think_s={args.think_s}",
             f"slo.ttft_s={args.slo_ttft_s}", f"slo.tpot_s={args.slo_tpot_s}", *args.overrides]
 
 

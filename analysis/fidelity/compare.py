@@ -5,7 +5,9 @@ TTFT = first_token_s - arrival_s, the client's send time to the client's receipt
 token; TPOT = (last_token_s - first_token_s) / (output_tokens - 1), so the first token is
 excluded; SLO goodput = requests meeting both the TTFT and the TPOT SLO per second of the
 arrival window (attainment x offered rate; failed and rejected requests are misses).
-Relative error = (sim - real) / |real|.
+Relative error = (sim - real) / |real|. Under a closed loop (benchmark clients) each trace is cut
+to its own steady-state window (pdsim.workload.closed_loop) and the table adds the loop's
+throughputs: output tokens/s and tokens/s per user (mean of 1/TPOT).
 
 `slo_scan` repeats the goodput comparison at tighter SLOs (both bounds scaled together), where
 attainment is below 1 and goodput actually discriminates: an SLO loose enough that every request
@@ -22,6 +24,7 @@ import pandas as pd
 
 from pdsim import metrics
 from pdsim.metrics import Slo
+from pdsim.workload.closed_loop import ClosedLoop, steady_window
 
 DEFINITIONS = (
     "TTFT = first_token_s - arrival_s (client send -> first token received at the client); "
@@ -63,8 +66,26 @@ def prefix_hit_ratio(df: pd.DataFrame) -> float:
     return float(finished["cached_prefix_tokens"].sum()) / total if total > 0 else math.nan
 
 
-def error_table(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo) -> pd.DataFrame:
-    """One row per (metric, statistic): sim, real, relative error, and the target bound if any."""
+def steady_rows(df: pd.DataFrame, loop: ClosedLoop | None) -> pd.DataFrame:
+    """The rows a closed loop's steady-state window counts (all rows: open loop, or no window)."""
+    if loop is None:
+        return df
+    window = steady_window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float),
+                           loop.concurrency, loop.warmup_requests, loop.think_s)
+    return df[window.counted] if window.reached else df
+
+
+def _loop_rows(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo, loop: ClosedLoop) -> list[tuple[str, str, float, float]]:
+    a, b = metrics.summarize(sim, slo, loop=loop), metrics.summarize(real, slo, loop=loop)
+    return [("output_tokens_per_s", "value", a["output_tokens_per_s"], b["output_tokens_per_s"]),
+            ("tokens_per_s_per_user", "mean", a["tokens_per_s_per_user"]["mean"], b["tokens_per_s_per_user"]["mean"])]
+
+
+def error_table(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo, loop: ClosedLoop | None = None) -> pd.DataFrame:
+    """One row per (metric, statistic): sim, real, relative error, and the target bound if any;
+    under a closed `loop` over each trace's steady-state window, with its throughputs."""
+    whole_sim, whole_real = sim, real
+    sim, real = steady_rows(sim, loop), steady_rows(real, loop)
     a, b = _values(sim), _values(real)
     rows = []
     for name in ("ttft_s", "tpot_s", "e2e_s"):
@@ -75,6 +96,8 @@ def error_table(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo) -> pd.DataFrame
     rows.append(("goodput_rps", "value", slo_goodput_rps(sim, slo), slo_goodput_rps(real, slo)))
     if "cached_prefix_tokens" in real and real["cached_prefix_tokens"].sum() > 0:  # the prefix cache hit
         rows.append(("prefix_hit_ratio", "value", prefix_hit_ratio(sim), prefix_hit_ratio(real)))
+    if loop is not None:
+        rows += _loop_rows(whole_sim, whole_real, slo, loop)
     bounds = {(t.metric, t.stat): t.bound for t in TARGETS}
     table = pd.DataFrame(rows, columns=["metric", "stat", "sim", "real"])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -87,8 +110,11 @@ def error_table(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo) -> pd.DataFrame
 SLO_SCALES = (0.3, 0.4, 0.5, 0.6, 0.75, 1.0)
 
 
-def slo_scan(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo, scales: tuple[float, ...] = SLO_SCALES) -> pd.DataFrame:
-    """SLO goodput of both traces with both SLO bounds multiplied by each scale."""
+def slo_scan(sim: pd.DataFrame, real: pd.DataFrame, slo: Slo, scales: tuple[float, ...] = SLO_SCALES,
+             loop: ClosedLoop | None = None) -> pd.DataFrame:
+    """SLO goodput of both traces with both SLO bounds multiplied by each scale (a closed loop's
+    over each trace's steady-state window)."""
+    sim, real = steady_rows(sim, loop), steady_rows(real, loop)
     rows = []
     for scale in scales:
         tight = Slo(slo.ttft_s * scale, slo.tpot_s * scale, slo.attainment_target)

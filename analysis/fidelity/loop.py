@@ -42,6 +42,7 @@ from analysis.fidelity.runs import Measured, load_measured, other_run_steps, rec
 from analysis.fidelity.served import slowdown, steps_frame
 from pdsim.config import Config
 from pdsim.metrics import Slo, summarize
+from pdsim.workload.closed_loop import ClosedLoop, closed_loop_of
 
 log = logging.getLogger(__name__)
 SIM_MODEL = "smollm2_135m"
@@ -104,11 +105,20 @@ def compose(overrides: list[str]) -> Config:
         return to_config(hydra_compose("config", overrides=overrides))
 
 
+def loop_overrides(loop: ClosedLoop | None) -> list[str]:
+    """pdsim overrides running `loop` over the replay's requests (their order and lengths)."""
+    if loop is None:
+        return []
+    return [f"scenario.concurrency={loop.concurrency}", f"scenario.client_think_s={loop.think_s!r}",
+            f"scenario.warmup_requests={loop.warmup_requests}"]
+
+
 def simulate_requests(csv_path: Path, facts: EngineFacts, profile_csv: Path, options: FidelityOptions,
-                      slo_overrides: list[str], step_scale: dict[str, float] | None = None
-                      ) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
+                      slo_overrides: list[str], step_scale: dict[str, float] | None = None,
+                      loop: ClosedLoop | None = None) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
     """pdsim on the replay's requests; returns (trace, summary, the overrides used). `step_scale`:
-    the served-vs-profiled forward slowdown per kind (perf.*_step_scale), else none."""
+    the served-vs-profiled forward slowdown per kind (perf.*_step_scale), else none; `loop`: the
+    closed loop the replay ran, run again by the simulator over the same requests in order."""
     from pdsim.run import run_simulation
 
     engine = sim_overrides(facts, profile_csv, options.sim_model, options.shape.prefill, options.shape.decode,
@@ -117,7 +127,7 @@ def simulate_requests(csv_path: Path, facts: EngineFacts, profile_csv: Path, opt
         engine += [f"perf.{kind}_step_scale={step_scale[kind]!r}" for kind in ("prefill", "decode")]
     overrides = ["scenario=chat", "scenario.name=fidelity", "scenario.source=csv",
                  f"scenario.path={csv_path.resolve()}", "scenario.num_requests=0", "progress=false",
-                 "record_token_times=true", *engine, *slo_overrides, *options.sim_overrides]
+                 "record_token_times=true", *engine, *loop_overrides(loop), *slo_overrides, *options.sim_overrides]
     out = run_simulation(compose(overrides), progress=False)
     return out.trace, out.summary, overrides
 
@@ -139,13 +149,16 @@ def run_fidelity(options: FidelityOptions) -> FidelityResult:
             measured.paths["profile_csv"] = _profile_csv(options.profile_dir)
     workload_cfg = compose(list(options.workload_overrides))  # fail on a bad override before any work
     slo = Slo(workload_cfg.slo.ttft_s, workload_cfg.slo.tpot_s, workload_cfg.slo.attainment_target)
+    loop = closed_loop_of(workload_cfg.scenario)
     if options.from_run is None:
-        measured = measure(options, workload_cfg, slo, lap)
-    return simulate_and_compare(options, measured, slo, timings, lap)
+        measured = measure(options, workload_cfg, slo, lap, loop)
+    return simulate_and_compare(options, measured, slo, timings, lap, loop)
 
 
-def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Callable[[str], None]) -> Measured:
-    """Profile (unless reused), serve, probe and replay; the real side's files in options.out_dir."""
+def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Callable[[str], None],
+            loop: ClosedLoop | None = None) -> Measured:
+    """Profile (unless reused), serve, probe and replay (open or closed `loop`); the real side's
+    files in options.out_dir."""
     from pdsim.trace import write_trace
     from pdsim.workload import build_workload
 
@@ -163,7 +176,7 @@ def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Calla
         probe = cluster.probe(options.num_probes)
         lap("probe")
         replay_start = time.monotonic()
-        real, replay_facts = cluster.replay(workload)
+        real, replay_facts = cluster.replay(workload, loop=loop)
         steps = steps_frame(cluster.served_steps(replay_start))
         lap("replay")
     paths = {"engine_json": out / "engine.json", "profile_csv": profile_dir / "profile.csv",
@@ -172,7 +185,7 @@ def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Calla
     paths["engine_json"].write_text(engine_json.read_text())
     merge_probe(paths["engine_json"], probe)
     steps.to_csv(paths["served_steps_csv"], index=False)
-    real_summary = {**summarize(real, slo), "replay": replay_facts}
+    real_summary = {**summarize(real, slo, loop=loop), "replay": replay_facts}
     (out / "real").mkdir(exist_ok=True)
     paths["real_trace"] = write_trace(real, out / "real" / "trace.parquet", _jsonable(real_summary))
     return Measured(real, real_summary, steps, paths)
@@ -189,16 +202,16 @@ def step_scale(options: FidelityOptions, measured: Measured, model_overrides: li
 
 
 def simulate_and_compare(options: FidelityOptions, measured: Measured, slo: Slo, timings: dict[str, float],
-                         lap: Callable[[str], None]) -> FidelityResult:
+                         lap: Callable[[str], None], loop: ClosedLoop | None = None) -> FidelityResult:
     """pdsim on the measured run's requests (profile only, then calibrated), the tables, the report."""
     out, paths = options.out_dir, dict(measured.paths)
     facts = EngineFacts.load(paths["engine_json"])
     slo_overrides = [o for o in options.workload_overrides if o.startswith("slo")]
     sim, sim_summary, sim_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
-                                                   slo_overrides)
+                                                   slo_overrides, loop=loop)
     scale, scale_source = step_scale(options, measured, sim_used)
     calibrated, _, calibrated_used = simulate_requests(paths["requests_csv"], facts, paths["profile_csv"], options,
-                                                       slo_overrides, scale)
+                                                       slo_overrides, scale, loop)
     lap("simulate")
     from pdsim.trace import write_trace
 
@@ -208,10 +221,10 @@ def simulate_and_compare(options: FidelityOptions, measured: Measured, slo: Slo,
     if options.report:
         paths["report"] = _report(sim, sim_summary, real, measured.real_summary, slo, out / "report")
     lap("report")
-    result = FidelityResult(error_table(sim, real, slo), sim, real, slo, "pdsim run " + " ".join(sim_used), paths,
-                            timings, facts, error_table(calibrated, real, slo),
-                            "pdsim run " + " ".join(calibrated_used), scale, slo_scan(sim, real, slo), scale_source,
-                            options.shape.name)
+    result = FidelityResult(error_table(sim, real, slo, loop), sim, real, slo, "pdsim run " + " ".join(sim_used),
+                            paths, timings, facts, error_table(calibrated, real, slo, loop),
+                            "pdsim run " + " ".join(calibrated_used), scale, slo_scan(sim, real, slo, loop=loop),
+                            scale_source, options.shape.name)
     paths["fidelity_json"] = _write_result(out / "fidelity.json", result, options)
     paths["fidelity_md"] = out / "fidelity.md"
     paths["fidelity_md"].write_text(result_markdown(result))

@@ -21,6 +21,7 @@ import pandas as pd
 
 from pdsim.policy.limits import check_schedule
 from pdsim.workload import Workload
+from pdsim.workload.closed_loop import ClosedLoop
 
 log = logging.getLogger(__name__)
 
@@ -118,13 +119,15 @@ class RealCluster:
 
         return asyncio.run(fetch())
 
-    def replay(self, workload: Workload, drain_timeout_s: float = 600.0, seed: int = 0) -> tuple[pd.DataFrame, dict]:
-        """Send the workload open-loop; the trace (pdsim schema, client clock) and replay facts."""
+    def replay(self, workload: Workload, drain_timeout_s: float = 600.0, seed: int = 0,
+               loop: ClosedLoop | None = None) -> tuple[pd.DataFrame, dict]:
+        """Send the workload open-loop (or as the closed `loop`); the trace (pdsim schema, client
+        clock) and replay facts."""
         from pdreal.replay import ReplayOptions, plan_requests, replay
         from pdreal.replay_cli import router_state
         from pdsim.trace import TraceRecorder
 
-        options = ReplayOptions(drain_timeout_s=drain_timeout_s, seed=seed)
+        options = ReplayOptions(drain_timeout_s=drain_timeout_s, seed=seed, loop=loop)
         requests = plan_requests(workload, options)
         state = router_state(self.url)
         vocab = int(next(i["stats"]["engine"]["vocab_size"] for i in state["instances"] if i["stats"]))

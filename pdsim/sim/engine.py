@@ -91,6 +91,9 @@ class Simulation(SimHooks):
         self.faults = FaultInjector(cfg.faults, self, {i.name: i for i in self.instances})
         self.sampler = TimeseriesSampler(self.env, self.network, self.instances, cfg.timeseries_interval_s)
         self.loop: ClosedLoop | None = closed_loop_of(cfg.scenario)
+        # a client's next request leaves when it has the last response (token_delivery_s after
+        # the request ended here: the trace's finish_s) and has thought
+        self.resend_s = cfg.cluster.token_delivery_s + (self.loop.think_s if self.loop is not None else 0.0)
         self._unsent: Iterator[Request] = iter(workload)
         if self.loop is None:
             start(self.env, arrivals(self.env, self._requests(), self._on_arrival))
@@ -284,7 +287,7 @@ class Simulation(SimHooks):
         if self.on_terminal is not None:
             self.on_terminal()
         if self.loop is not None and self.arrived < self.total_requests:
-            self.after(self.loop.think_s, self._send_next)  # its client's next request
+            self.after(self.resend_s, self._send_next)  # its client's next request
         if self.terminal == self.total_requests:
             self.done.succeed()
 

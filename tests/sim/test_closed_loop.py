@@ -58,6 +58,14 @@ def test_a_trace_keeps_its_order_and_lengths_not_its_times() -> None:
     assert list(trace.arrival_s) == [0.0, ends[0], ends[1]]  # one client: each sent when the last ended
 
 
+def test_next_request_leaves_when_the_client_has_the_response() -> None:
+    # the client sees the end token_delivery_s after the instance made it (the trace's finish_s)
+    cfg = closed(make_config(dict(token_delivery_s=0.002)), 1, client_think_s=0.25)
+    trace = simulate(cfg, make_requests([(0.0, 100, 4)] * 2)).trace.sort_values("request_id")
+    assert trace.finish_s.iloc[0] == pytest.approx(0.2331 + 0.002)
+    assert trace.arrival_s.iloc[1] == pytest.approx(trace.finish_s.iloc[0] + 0.25)
+
+
 def test_duration_stops_sending_and_accounts_for_what_was_sent() -> None:
     # wave 1 ends at 0.3332 (< 0.5: both clients send again), wave 2 at 0.3332 + 0.3322 (>= 0.5: stop)
     cfg = closed(make_config(), 2, duration_s=0.5)
