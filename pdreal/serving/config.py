@@ -133,6 +133,20 @@ def _group_file(group: str, name: str) -> Any:
     return values
 
 
+# Prefill limits per forward where pdsim's defaults (8192 tokens, sized for GPUs) would let one
+# forward run for many seconds: on a CPU a 4,000-token prompt was one ~18 s forward, and every
+# request behind it waited that long. Chunks of 256 tokens take ~0.3-0.8 s with SmolLM2 on one
+# core; a budget of 512 leaves room for other prompts beside a chunked one (PrefillAdder: the
+# chunk goes first). `pdreal profile` writes these into engine.json, and `pdsim fidelity`
+# simulates the engine with them.
+CPU_PREFILL_DEFAULTS = {"chunk_size_tokens": 256, "max_prefill_tokens": 512}
+
+
+def prefill_defaults(device: str) -> dict[str, int]:
+    """pdreal serve's default cluster.chunk_size_tokens / max_prefill_tokens on `device`."""
+    return dict(CPU_PREFILL_DEFAULTS) if device == "cpu" else {}
+
+
 def load_serve_config(path: str | Path | None = None, overrides: list[str] | None = None) -> ServeConfig:
     """Merge the YAML at `path` (optional) and `key=value` overrides into a checked ServeConfig."""
     layers: list[Any] = [OmegaConf.structured(ServeConfig)]
@@ -153,6 +167,9 @@ def load_serve_config(path: str | Path | None = None, overrides: list[str] | Non
             else:
                 dotlist.append(item)
         layers.append(OmegaConf.from_dotlist(dotlist))
+        device = str(OmegaConf.merge(*layers).node.device)
+        # pdreal's own prefill limits for the device (before the user's values, which win)
+        layers.insert(1, OmegaConf.create({"cluster": prefill_defaults(device)}))
         merged = OmegaConf.merge(*layers)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
