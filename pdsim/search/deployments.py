@@ -119,7 +119,7 @@ def parse_label(label: str) -> Deployment:
     return Deployment(DISAGG, prefill=made[0], decode=made[1])
 
 
-def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int) -> list[Layout]:
+def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int, budget: str = "frontier.gpus") -> list[Layout]:
     """Layouts (ascending) whose weights fit with room for KV, within one node and the budget."""
     fits = []
     for tp in sorted(set(tp_options)):
@@ -132,8 +132,8 @@ def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int) -> list[L
             continue
         fits.append(Layout(tp))
     if not fits:
-        raise ValueError(f"no TP option in {list(tp_options)} fits {cfg.model.name} on {cfg.hardware.name} "
-                         f"within {gpus} GPUs")
+        raise ValueError(f"{budget.split('.')[0]}: no TP option in {list(tp_options)} fits {cfg.model.name} on "
+                         f"{cfg.hardware.name} within {budget}={gpus}")
     return fits
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pdsim.config import Config
-from pdsim.perf import kv_capacity_tokens
+from pdsim.search.deployments import fitting_layouts
 
 log = logging.getLogger(__name__)
 
@@ -117,22 +117,7 @@ class Plan:
 
 def fitting_tps(cfg: Config) -> list[int]:
     """TP options (ascending) whose weights fit with room for KV, within one node and the budget."""
-    fits = []
-    for tp in sorted(set(cfg.plan.tp_options)):
-        if tp < 1 or tp > min(cfg.hardware.gpus_per_node, cfg.plan.gpus):
-            continue
-        try:
-            kv_capacity_tokens(cfg.model, cfg.hardware, tp, cfg.cluster.gpu_memory_utilization)
-        except ValueError as exc:
-            log.info("TP%d skipped: %s", tp, exc)
-            continue
-        fits.append(tp)
-    if not fits:
-        raise ValueError(
-            f"plan: no TP option in {list(cfg.plan.tp_options)} fits {cfg.model.name} on {cfg.hardware.name} "
-            f"within plan.gpus={cfg.plan.gpus}"
-        )
-    return fits
+    return [layout.tp for layout in fitting_layouts(cfg, cfg.plan.tp_options, cfg.plan.gpus, "plan.gpus")]
 
 
 def candidate_config(cfg: Config, cand: Candidate) -> Config:
@@ -287,11 +272,6 @@ def lone_parts_s(cfg: Config, tp: int) -> tuple[float, float]:
     prompt, output = int(wl.input_tokens.mean()), int(wl.output_tokens.mean())
     lat = build_latency_model(cfg.perf, cfg.model, cfg.hardware, tp, data_dir=cfg.data_dir)
     return lat.prefill_time_s([(prompt, 0)]), max(0, output - 1) * lat.decode_time_s(1, prompt + output // 2)
-
-
-def lone_request_s(cfg: Config, tp: int) -> float:
-    """Latency of one mean-sized request on an idle TP-`tp` instance (prefill + every decode step)."""
-    return sum(lone_parts_s(cfg, tp))
 
 
 def fleet_lone_s(cfg: Config, parts: Callable[[int], tuple[float, float]] | None = None) -> float:
