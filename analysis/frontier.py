@@ -19,6 +19,9 @@ from analysis.figure import Plot, new_figure, render
 from analysis.html import Document, Section, Table, render_html
 
 X, Y = "tokens_per_s_per_user_mean", "output_tokens_per_s_per_gpu"
+Y_AT = "output_tokens_per_s_per_gpu_at_target"
+RANKING_NOTE = ("the most tokens/s/GPU each deployment gives at >= the target with its SLO met: a measured point, "
+                "or (interpolated) the line between two neighbouring ladder points that straddle the target")
 COLORS = {"colocated": "#1f77b4", "disaggregated": "#d62728"}
 NAMES = {"colocated": "colocated", "disaggregated": "disaggregated (PD)"}
 PNG_NAME, HTML_NAME = "frontier.png", "frontier.html"
@@ -65,17 +68,18 @@ def _label_runs(ax: Any, front: pd.DataFrame, color: str, scale: tuple[float, fl
 
 
 def _draw_target(ax: Any, meta: dict[str, Any]) -> None:
+    """The target line; a star on the best deployment's tokens/s/GPU there, hollow for the other family's."""
     target = meta["target_tokens_per_s_per_user"]
     ax.axvline(target, color="0.4", ls=":", lw=1.2)
     best = meta.get("best")
     if best is not None:
-        ax.plot([best[X]], [best[Y]], "*", color="gold", mec="black", ms=16, zorder=5,
-                label=f"best at >= {target:g} tok/s/user: {best['deployment_text']}, C={best['concurrency']}")
+        ax.plot([target], [best[Y_AT]], "*", color="gold", mec="black", ms=16, zorder=5,
+                label=f"best at {target:g} tok/s/user: {best['deployment_text']} ({best[Y_AT]:.0f} tok/s/GPU)")
     for family in COLORS:
         other = meta.get(family)
-        if other is not None and (best is None or other["deployment"] != best["deployment"]
-                                  or other["concurrency"] != best["concurrency"]):
-            ax.plot([other[X]], [other[Y]], "*", color="white", mec=COLORS[family], ms=11, zorder=4)
+        if other is not None and (best is None or other["deployment"] != best["deployment"]):
+            ax.plot([target], [other[Y_AT]], "*", color="white", mec=COLORS[family], ms=11, zorder=4,
+                    label=f"best {NAMES[family]}: {other['deployment_text']} ({other[Y_AT]:.0f})")
 
 
 def frontier_plot(points: pd.DataFrame, meta: dict[str, Any]) -> Plot:
@@ -96,15 +100,6 @@ def frontier_plot(points: pd.DataFrame, meta: dict[str, Any]) -> Plot:
     return render(fig, "frontier", title, caption)
 
 
-def _best_rows(meta: dict[str, Any]) -> pd.DataFrame:
-    rows = []
-    for key in ("best", "colocated", "disaggregated"):
-        b = meta.get(key)
-        if b is not None:
-            rows.append({"which": key, **{c: b.get(c) for c in COLUMNS}})
-    return pd.DataFrame(rows)
-
-
 def frontier_document(points: pd.DataFrame, meta: dict[str, Any], plot: Plot) -> Document:
     target = meta["target_tokens_per_s_per_user"]
     gain = meta.get("gain_disaggregated_over_colocated")
@@ -116,7 +111,9 @@ def frontier_document(points: pd.DataFrame, meta: dict[str, Any], plot: Plot) ->
             "(output tokens - 1); output tokens/s per GPU = output tokens finished in the window / window / GPUs.")
     front = points[points["on_slo_frontier"] | points["on_frontier"]].sort_values(["family", X])
     sections = (
-        Section("Frontier", text=text, plots=(plot,), tables=(Table("best at the target", _best_rows(meta)),)),
+        Section("Frontier", text=text, plots=(plot,),
+                tables=(Table(f"every deployment at {target:g} tokens/s/user", pd.DataFrame(meta.get("ranking", [])),
+                              note=RANKING_NOTE),)),
         Section("Frontier points", tables=(Table("on either frontier", front[COLUMNS + ["on_slo_frontier"]]),)),
         Section("Every point", tables=(Table("all deployments and concurrencies", points[COLUMNS]),)),
     )

@@ -151,3 +151,43 @@ def best_at_target(points: pd.DataFrame, target: float, family: str | None = Non
     best = qualifying.sort_values([Y, "gpus", "deployment", "concurrency"], ascending=[False, True, True, True],
                                   kind="stable").iloc[0]
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in best.to_dict().items()}
+
+
+Y_AT = "output_tokens_per_s_per_gpu_at_target"
+
+
+def ranking_at_target(points: pd.DataFrame, target: float) -> pd.DataFrame:
+    """Per deployment, the most tokens/s/GPU it gives at >= `target` tokens/s/user, best first
+    (ties: fewer GPUs, then label): the best of its steady SLO-meeting points at or above the
+    target, and of the straight line between two such neighbours on its ladder that straddle
+    the target, read at the target (`interpolated`). Deployments that never reach the target
+    while meeting the SLO are left out."""
+    rows = []
+    for label, dep in points.groupby("deployment", sort=True):
+        found = _at_target(dep.sort_values("concurrency"), target)
+        if found is not None:
+            first = dep.iloc[0]
+            rows.append({"deployment": label, "deployment_text": first["deployment_text"], "family": first["family"],
+                         "gpus": int(first["gpus"]), **found})
+    out = pd.DataFrame(rows, columns=["deployment", "deployment_text", "family", "gpus", Y_AT, "concurrency_from",
+                                      "concurrency_to", "interpolated"])
+    return out.sort_values([Y_AT, "gpus", "deployment"], ascending=[False, True, True], kind="stable",
+                           ignore_index=True)
+
+
+def _at_target(ladder: pd.DataFrame, target: float) -> dict[str, Any] | None:
+    ok = (ladder["steady_state_reached"].astype(bool) & ladder["meets_slo"].astype(bool)).to_numpy()
+    x, y, c = ladder[X].to_numpy(float), ladder[Y].to_numpy(float), ladder["concurrency"].to_numpy()
+    best: dict[str, Any] | None = None
+    for i in range(len(x)):
+        if not (ok[i] and x[i] >= target):
+            continue
+        cands = [(y[i], c[i], False)]
+        if i + 1 < len(x) and ok[i + 1] and x[i + 1] < target:
+            share = (x[i] - target) / (x[i] - x[i + 1])
+            cands.append((y[i] + share * (y[i + 1] - y[i]), c[i + 1], True))
+        for value, upper, interpolated in cands:
+            if best is None or value > best[Y_AT]:
+                best = {Y_AT: float(value), "concurrency_from": int(c[i]), "concurrency_to": int(upper),
+                        "interpolated": interpolated}
+    return best

@@ -29,11 +29,13 @@ from pdsim.paths import SCENARIOS_DIR
 from pdsim.run import fail, run_simulation
 from pdsim.search.deployments import FAMILIES, parse_label
 from pdsim.search.frontier import (
+    Y_AT,
     X,
     Y,
     best_at_target,
     check_frontier,
     mark_frontier,
+    ranking_at_target,
     run_ladder,
     running_capacity,
 )
@@ -97,26 +99,39 @@ def gather_points(sweep_dir: Path) -> pd.DataFrame:
 
 
 def best_summary(points: pd.DataFrame, target: float) -> dict[str, Any]:
-    """The best point at the target overall and per family, and the disaggregated / colocated gain."""
-    best = {"target_tokens_per_s_per_user": target, "best": best_at_target(points, target)}
+    """At the target: every deployment's tokens/s/GPU (`ranking`), the best overall and per
+    family, the disaggregated / colocated gain, and the best measured point (no interpolation)."""
+    ranking = ranking_at_target(points, target)
+    out: dict[str, Any] = {"target_tokens_per_s_per_user": target, "ranking": ranking.to_dict("records"),
+                           "best": _first(ranking), "best_point": best_at_target(points, target)}
     for family in FAMILIES:
-        best[family] = best_at_target(points, target, family)
-    co, pd_ = best["colocated"], best["disaggregated"]
-    best["gain_disaggregated_over_colocated"] = pd_[Y] / co[Y] if co and pd_ and co[Y] > 0 else None
-    return best
+        out[family] = _first(ranking[ranking["family"] == family])
+    co, pd_ = out["colocated"], out["disaggregated"]
+    out["gain_disaggregated_over_colocated"] = pd_[Y_AT] / co[Y_AT] if co and pd_ and co[Y_AT] > 0 else None
+    return out
 
 
-def format_best(best: dict[str, Any], slo_text: str) -> str:
+def _first(frame: pd.DataFrame) -> dict[str, Any] | None:
+    return None if frame.empty else {k: (v.item() if hasattr(v, "item") else v) for k, v in frame.iloc[0].items()}
+
+
+def format_best(best: dict[str, Any], slo_text: str, top: int = 5) -> str:
     target = best["target_tokens_per_s_per_user"]
-    lines = [f"at >= {target:g} tokens/s/user, {slo_text}:"]
+    lines = [f"at {target:g} tokens/s/user, {slo_text} (tokens/s/GPU; ~ = read between two ladder points):"]
     for key in ("best", *FAMILIES):
         b = best[key]
         name = "best overall" if key == "best" else f"best {key}"
-        lines.append(f"  {name:<20} " + ("none qualifies" if b is None else
-                     f"{b['deployment_text']} at C={b['concurrency']}: {b[Y]:.1f} tokens/s/GPU, {b[X]:.1f} tokens/s/user"))
+        lines.append(f"  {name:<20} " + ("none reaches it" if b is None else _at_text(b)))
     if best["gain_disaggregated_over_colocated"] is not None:
         lines.append(f"  disaggregated / colocated: x{best['gain_disaggregated_over_colocated']:.2f}")
+    lines += [f"  #{i + 1:<3} {_at_text(r)}" for i, r in enumerate(best["ranking"][:top])]
     return "\n".join(lines)
+
+
+def _at_text(r: dict[str, Any]) -> str:
+    span = (f"C={r['concurrency_from']}..{r['concurrency_to']}" if r["interpolated"]
+            else f"C={r['concurrency_from']}")
+    return f"{r['deployment_text']:<22} {'~' if r['interpolated'] else ' '}{r[Y_AT]:7.1f} ({span})"
 
 
 def write_frontier(sweep_dir: Path, meta: dict[str, Any]) -> pd.DataFrame:

@@ -19,11 +19,13 @@ from pdsim.search.deployments import (
     parse_label,
 )
 from pdsim.search.frontier import (
+    Y_AT,
     X,
     Y,
     best_at_target,
     mark_frontier,
     pareto_mask,
+    ranking_at_target,
     requests_for,
     run_ladder,
     running_capacity,
@@ -133,18 +135,34 @@ def test_frontiers_per_family_skip_unsteady_points_and_slo_misses() -> None:
     assert not marked.loc[5, "on_frontier"]  # 900 tok/s/GPU, but never steady
 
 
-def test_best_at_target_needs_speed_slo_and_steady_state() -> None:
+def test_best_point_at_target_needs_speed_slo_and_steady_state() -> None:
     points = mark_frontier(frame())
     best = best_at_target(points, 50.0)
     assert (best["deployment"], best[Y]) == ("pd-tp2x4-tp8x1", 450.0)
     assert best_at_target(points, 85.0)["deployment"] == "co-tp4x4"
     assert best_at_target(points, 85.0, "disaggregated") is None
     assert best_at_target(points, 100.0) is None
-    summary = best_summary(points, 50.0)
-    assert summary["colocated"]["deployment"] == "co-tp4x4" and summary["colocated"][Y] == 100.0
-    assert summary["gain_disaggregated_over_colocated"] == pytest.approx(4.5)
+
+
+def test_ranking_reads_each_ladder_at_the_target() -> None:
+    ranking = ranking_at_target(frame(), 50.0)
+    rows = {r["deployment"]: r for r in ranking.to_dict("records")}
+    # co-tp4x4: C=4 (90 tok/s/user, 100) and C=64 (40, 600) straddle 50: 100 + 0.8 x 500 = 500
+    assert rows["co-tp4x4"][Y_AT] == pytest.approx(500.0) and rows["co-tp4x4"]["interpolated"]
+    assert (rows["co-tp4x4"]["concurrency_from"], rows["co-tp4x4"]["concurrency_to"]) == (4, 64)
+    # pd-tp4x2-tp8x1's C=16 misses the SLO: only its C=8 point counts, as measured
+    assert rows["pd-tp4x2-tp8x1"][Y_AT] == 400.0 and not rows["pd-tp4x2-tp8x1"]["interpolated"]
+    # pd-tp2x4-tp8x1's C=8 is not steady: its C=4 point (55 tok/s/user, 450) is the one
+    assert rows["pd-tp2x4-tp8x1"][Y_AT] == 450.0
+    assert list(ranking["deployment"]) == ["co-tp4x4", "pd-tp2x4-tp8x1", "pd-tp4x2-tp8x1", "co-tp8x2"]
+    assert ranking_at_target(frame(), 96.0).empty
+    summary = best_summary(mark_frontier(frame()), 50.0)
+    assert summary["best"]["deployment"] == "co-tp4x4" and summary["disaggregated"][Y_AT] == 450.0
+    assert summary["gain_disaggregated_over_colocated"] == pytest.approx(0.9)
+    assert summary["best_point"]["deployment"] == "pd-tp2x4-tp8x1"
     text = format_best(summary, "SLO TTFT<=2s")
-    assert "best disaggregated   pd-tp2x4-tp8x1 at C=4: 450.0 tokens/s/GPU" in text and "x4.50" in text
+    assert "best disaggregated   pd-tp2x4-tp8x1            450.0 (C=4)" in text and "x0.90" in text
+    assert "#1   co-tp4x4               ~  500.0 (C=4..64)" in text
 
 
 def test_running_capacity_is_bounded_by_batch_slots_or_kv(compose_config) -> None:
