@@ -27,7 +27,6 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     # -1: no logprobs; k >= 0: each output token's logprob and the k most likely tokens' (MAX_TOP_LOGPROBS)
     logprobs: int = -1
-    prompt_logprobs: bool = False  # each prompt token's logprob (the first has none); skips the prefix cache
 
     def __post_init__(self) -> None:
         """Every value a client can send is checked here, so no request reaches an engine with a
@@ -44,8 +43,6 @@ class SamplingParams:
             raise ValueError(f"field 'ignore_eos' must be true or false, got {self.ignore_eos!r}")
         if not _is_int(self.logprobs) or not -1 <= self.logprobs <= MAX_TOP_LOGPROBS:
             raise ValueError(f"field 'logprobs' must be an integer in [-1, {MAX_TOP_LOGPROBS}], got {self.logprobs!r}")
-        if not isinstance(self.prompt_logprobs, bool):
-            raise ValueError(f"field 'prompt_logprobs' must be true or false, got {self.prompt_logprobs!r}")
         bad = next((t for t in self.stop_token_ids if not _is_int(t) or t < 0), None)
         if bad is not None:
             raise ValueError(f"field 'stop_token_ids': {bad!r} is not a token id (an integer >= 0)")
@@ -123,22 +120,3 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], params: list[Samplin
         out[i] = [float(logp[j, tokens[i]]), top]
     return out
 
-
-def prompt_token_logprobs(logits: torch.Tensor, prompt_ids: tuple[int, ...] | list[int], start: int,
-                          top_k: int) -> list[list[Any] | None]:
-    """Logprobs of prompt tokens start+1 .. start+len(logits) from the logits at positions
-    start .. (each position predicts the next token); position 0 of the prompt has none."""
-    import torch
-
-    targets = list(prompt_ids[start + 1:start + 1 + logits.shape[0]])
-    if not targets:
-        return []
-    logp = torch.log_softmax(logits[:len(targets)].float(), dim=-1)
-    chosen = logp.gather(1, torch.tensor(targets, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
-    if top_k:
-        values, ids = torch.topk(logp, top_k, dim=-1)
-        tops = [[[int(t), float(v)] for t, v in zip(r_ids, r_vals, strict=True)]
-                for r_ids, r_vals in zip(ids.tolist(), values.tolist(), strict=True)]
-    else:
-        tops = [[] for _ in targets]
-    return [[float(c), top] for c, top in zip(chosen, tops, strict=True)]

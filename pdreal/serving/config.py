@@ -136,10 +136,10 @@ def _group_file(group: str, name: str) -> Any:
 # Prefill limits per forward where pdsim's defaults (8192 tokens, sized for GPUs) would let one
 # forward run for many seconds: on a CPU a 4,000-token prompt was one ~18 s forward, and every
 # request behind it waited that long. Chunks of 256 tokens take ~0.3-0.8 s with SmolLM2 on one
-# core; a budget of 512 leaves room for other prompts beside a chunked one (PrefillAdder: the
-# chunk goes first). `pdreal profile` writes these into engine.json, and `pdsim fidelity`
-# simulates the engine with them.
-CPU_PREFILL_DEFAULTS = {"chunk_size_tokens": 256, "max_prefill_tokens": 512}
+# core (the budget per forward is min(max_prefill_tokens, chunk_size_tokens), pdsim.policy's rule,
+# as SGLang's). `pdreal profile` writes these into engine.json, and `pdsim fidelity` simulates
+# the engine with them.
+CPU_PREFILL_DEFAULTS = {"chunk_size_tokens": 256, "max_prefill_tokens": 256}
 
 
 def prefill_defaults(device: str) -> dict[str, int]:

@@ -108,22 +108,25 @@ class TextCodec:
     def chat_prompt(self, messages: Any) -> tuple[int, ...]:
         if not isinstance(messages, list) or not messages:
             raise ValueError("messages must be a non-empty list of {role, content} objects")
-        start, end = self._control_id("<|im_start|>"), self._control_id("<|im_end|>")
-        newline, ids = self.encode("\n", "messages", plain=True), []
+        turns = []
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
                 raise ValueError(f"messages[{i}] must be {{'role': one of {CHAT_ROLES}, 'content': ...}}, "
                                  f"got {_short(m)}")
             role = "system" if m["role"] == "developer" else m["role"]
-            # control tokens by id, the rest as plain text (ChatML: <|im_start|>role\ncontent<|im_end|>\n)
-            text = self.encode(f"{role}\n{_content_text(m.get('content'), i)}", f"messages[{i}].content", plain=True)
-            ids += [start, *text, end, *newline]
+            turns.append(f"{role}\n{_content_text(m.get('content'), i)}")
+        start, end = self._control_id("<|im_start|>"), self._control_id("<|im_end|>")
+        newline, ids = self.encode("\n", "messages", plain=True), []
+        for i, turn in enumerate(turns):  # control tokens by id, the rest as plain text (ChatML)
+            ids += [start, *self.encode(turn, f"messages[{i}].content", plain=True), end, *newline]
         ids += [start, *self.encode("assistant\n", "messages", plain=True)]
         if self.max_prompt_tokens and len(ids) > self.max_prompt_tokens:
             raise ValueError(f"messages: {len(ids)} tokens exceed {self.limit_name} ({self.max_prompt_tokens} tokens)")
         return tuple(ids)
 
     def _control_id(self, token: str) -> int:
+        if self.tokenizer is None:
+            raise ValueError("messages: this model has no tokenizer; send token ids to /v1/completions instead")
         found = self.tokenizer.token_to_id(token) if self.tokenizer is not None else None
         if found is None:
             raise ValueError(f"messages: this model's tokenizer has no {token!r} token for the chat template")
@@ -226,8 +229,7 @@ def _openai_request(body: dict[str, Any], prompts: tuple[tuple[int, ...], ...], 
     sampling = SamplingParams(max_new_tokens=max(1, max_tokens), temperature=_number(body, "temperature", 1.0, float),
                               top_p=_number(body, "top_p", 1.0, float),
                               seed=fresh_seed() if seed is None else _number(body, "seed", 0, int),
-                              ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs,
-                              prompt_logprobs=echo and logprobs >= 0)
+                              ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs)
     return ApiRequest(prompts, sampling, stream, _stop(body.get("stop")), model=str(body.get("model", "")), n=n,
                       echo=echo, generate_tokens=max_tokens > 0, include_usage=_include_usage(body, stream),
                       prompt_texts=prompt_texts)
@@ -264,7 +266,11 @@ def parse_completion(body: Any, codec: TextCodec) -> ApiRequest:
                                  or not 0 <= logprobs <= MAX_COMPLETION_LOGPROBS):
         raise ValueError(f"field 'logprobs' must be an integer in [0, {MAX_COMPLETION_LOGPROBS}] (completions), "
                          f"got {_short(logprobs)}")
-    return _openai_request(body, prompts, -1 if logprobs is None else logprobs, _flag(body, "echo"), texts)
+    echo = _flag(body, "echo")
+    if echo and logprobs is not None:  # the engines do not compute prompt logprobs yet
+        raise ValueError("field 'echo' with 'logprobs' (the prompt's logprobs) is not supported by this server yet; "
+                         "send echo or logprobs, not both")
+    return _openai_request(body, prompts, -1 if logprobs is None else logprobs, echo, texts)
 
 
 def parse_chat(body: Any, codec: TextCodec) -> ApiRequest:

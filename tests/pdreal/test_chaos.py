@@ -46,7 +46,7 @@ BAD_REQUESTS: list[tuple[str, Any, int, str]] = [  # path, body (bytes: sent raw
     ("/v1/completions", {"prompt": [1] * 2000}, 400, "2000 token ids exceed the largest KV pool (1024 tokens)"),
     ("/v1/completions", {"prompt": [1] * 1000, "max_tokens": 100}, 400, "exceeds the decode KV pool (1024 tokens)"),
     ("/v1/completions", {"prompt": "\ud800"}, 400, "no tokenizer"),
-    ("/v1/completions", {"prompt": [1, 2], "logprobs": 1}, 400, "field 'logprobs' is not supported"),
+    ("/v1/completions", {"prompt": [1, 2], "logprobs": 9}, 400, "field 'logprobs' must be an integer in [0, 5]"),
     ("/v1/completions", {"prompt": [1, 2], "model": "gpt-4"}, 404, "model 'gpt-4' does not exist"),
     ("/v1/completions", b"[" * 50_000 + b"]" * 50_000, 400, "nested too deeply"),
     ("/generate", {"input_ids": [1, 2], "sampling_params": [1]}, 400, "field 'sampling_params' must be a JSON object"),

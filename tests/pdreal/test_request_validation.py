@@ -146,3 +146,17 @@ def test_chat_content_never_becomes_control_tokens() -> None:
     assert "<|im_end|>\n<|im_start|>system" in tokenizer.decode(list(ids), skip_special_tokens=False)
     plain = parse_chat({"messages": [{"role": "user", "content": "What is 2+2?"}]}, codec).input_ids
     assert plain == tuple(tokenizer.encode("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n").ids)
+
+
+def test_echo_n_batches_and_token_limits() -> None:
+    codec = TextCodec(CharTokenizer(), vocab_size=100)
+    req = parse_completion({"prompt": ["ab", "cd"], "n": 3, "echo": True, "max_tokens": 0}, codec)
+    assert req.prompts == ((97, 98), (99, 0)) and req.n == 3 and req.echo and not req.generate_tokens
+    assert req.prompt_texts == ("ab", "cd") and req.sampling.max_new_tokens == 1
+    with pytest.raises(ValueError, match="'max_tokens' must be >= 1, got 0"):
+        parse_completion({"prompt": "ab", "max_tokens": 0}, codec)
+    with pytest.raises(ValueError, match="'echo' with 'logprobs'"):  # prompt logprobs: not yet
+        parse_completion({"prompt": "ab", "echo": True, "logprobs": 1}, codec)
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9, "max_completion_tokens": 2}
+    assert parse_chat(chat, codec).sampling.max_new_tokens == 2  # before: max_tokens (9) won
+    assert parse_chat({**chat, "logprobs": True}, codec).sampling.logprobs == 0

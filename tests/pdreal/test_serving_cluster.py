@@ -105,7 +105,7 @@ def test_chat_completion_streams_text(cluster) -> None:  # noqa: ANN001
     ("/v1/completions", {"prompt": "\ud800", "max_tokens": 2}, "not valid Unicode text"),
     ("/v1/completions", {"prompt": "word " * 1100, "max_tokens": 4}, "exceeds the prefill KV pool (1024 tokens)"),
     ("/v1/completions", {"prompt": [5] * 1000, "max_tokens": 8000}, "exceeds the model's context length (8192 tokens)"),
-    ("/v1/completions", {"prompt": "hi", "logprobs": 2}, "field 'logprobs' is not supported"),
+    ("/v1/completions", {"prompt": "hi", "logprobs": 9}, "field 'logprobs' must be an integer in [0, 5]"),
     ("/generate", {"text": "hi", "sampling_params": [1]}, "field 'sampling_params' must be a JSON object"),
     ("/generate", {"text": "hi", "sampling_params": {"stop_token_ids": ["x"]}}, "'stop_token_ids': 'x'"),
 ])
@@ -129,7 +129,7 @@ def test_stop_string_usage_agrees_streamed_and_not(cluster, tokenizer) -> None: 
     prompt_ids, golden = SMOLLM2_GOLDEN[0]  # " Paris.\n\nThe answer is: 201"
     body = {"prompt": prompt_ids, "max_tokens": 12, "temperature": 0, "stop": "."}
     status, out = post(f"{cluster.url}/v1/completions", body)
-    events = sse(f"{cluster.url}/v1/completions", {**body, "stream": True})
+    events = sse(f"{cluster.url}/v1/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})
     assert status == 200 and out["choices"][0]["text"] == " Paris" and out["choices"][0]["finish_reason"] == "stop"
     assert out["usage"]["completion_tokens"] == events[-1]["usage"]["completion_tokens"] == 2  # " Paris", "."
     ids = {out["id"], post(f"{cluster.url}/v1/completions", body)[1]["id"]}
