@@ -102,6 +102,9 @@ class ModelConfig:
     dtype: str = "bf16"  # weights and KV: fp32 | bf16 | fp16 | fp8
     hf_name: str = ""
     kv_dtype: str = ""  # KV cache dtype; "" = same as dtype
+    # GEMM (linear layer) quantization, AIConfigurator's names: bf16 | fp8 (per-tensor) |
+    # fp8_block | nvfp4 | int4_wo (weight-only); "" = the checkpoint's dtype (docs/PRECISION.md)
+    gemm_quant: str = ""
     max_position_embeddings: int = 0  # learned positional table rows (OPT); 0 = RoPE, no table
 
 
@@ -112,6 +115,7 @@ class HardwareConfig:
     name: str = MISSING
     bf16_tflops: float = MISSING  # dense
     fp8_tflops: float = 0.0
+    fp4_tflops: float = 0.0  # dense NVFP4 (Blackwell); 0 = none
     hbm_gbps: float = MISSING  # GB/s
     memory_gib: float = MISSING
     nvlink_gbps: float = 0.0  # GB/s per GPU, unidirectional
@@ -125,6 +129,8 @@ class HardwareConfig:
     # roofline ratios); "" = no tables (roofline fallback) / measured on this GPU
     op_tables: str = ""
     op_tables_hardware: str = ""
+    # GPUs one NVLink domain joins (NVL72: 72 over nodes of 4); 0 = gpus_per_node
+    nvlink_domain_gpus: int = 0
 
 
 @dataclass
@@ -452,8 +458,20 @@ def validate_values(cfg: Config) -> None:
                              f"{cfg.model.num_heads} attention heads")
     if c.prefix_cache_tokens < 0:
         raise ValueError(f"cluster: field 'prefix_cache_tokens' must be >= 0, got {c.prefix_cache_tokens}")
+    _validate_precision(cfg.model)
     if cfg.search.max_probes < 2:
         raise ValueError(f"search: field 'max_probes' must be >= 2, got {cfg.search.max_probes}")
+
+
+GEMM_QUANTS = ("", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo")
+KV_DTYPES = ("", "bf16", "fp16", "fp8")
+
+
+def _validate_precision(model: ModelConfig) -> None:
+    for name, allowed in (("gemm_quant", GEMM_QUANTS), ("kv_dtype", KV_DTYPES)):
+        if getattr(model, name) not in allowed:
+            raise ValueError(f"model: field {name!r} has unknown value {getattr(model, name)!r} "
+                             f"(choose from {allowed})")
 
 
 def _apply_total_instances(cluster: ClusterConfig) -> None:
