@@ -41,14 +41,17 @@ class Engine:
     preset: str
     tables: str
     colocated_schedule: str
+    tables_version: str  # operator-table version the rows run on (pinned: reproducible numbers)
 
 
 # backend -> Engine. SGLang runs a waiting prefill batch before decoding and mixes the two only
 # with --enable-mixed-chunk (off by default): pdsim's prefill_priority. vLLM's V1 scheduler
 # fills one token budget with the running decodes first, then prefill chunks: pdsim's mixed.
+# Table versions are pinned to the sets the presets document (scenarios/perf/measured*.yaml);
+# newer sets (issue 39) are taken by changing the pin here.
 ENGINES: dict[str, Engine] = {
-    "sglang": Engine("measured", "sglang", "prefill_priority"),
-    "vllm": Engine("measured_vllm", "vllm", "mixed"),
+    "sglang": Engine("measured", "sglang", "prefill_priority", "0.5.10"),
+    "vllm": Engine("measured_vllm", "vllm", "mixed", "0.14.0"),
 }
 # quant modes the measured perf model composes ("" = the checkpoint's own dtype, bf16 here)
 SUPPORTED_QUANT = {"", "bf16"}
@@ -208,10 +211,11 @@ def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[s
     gaps = [] if hardware in cat.hardware else [f"hardware {row.system} not in catalog ({ISSUE_PRECISION})"]
     if row.backend not in ENGINES:
         return hardware, "", [*gaps, f"backend {row.backend} not modelled (no operator tables, {ISSUE_PRECISION})"]
-    preset, engine = ENGINES[row.backend].preset, ENGINES[row.backend].tables
+    engine = ENGINES[row.backend]
     system = cat.hardware_tables.get(hardware or "", "")
-    if hardware in cat.hardware and not any(s.startswith(f"{system}_{engine}_") for s in cat.table_sets):
-        gaps.append(f"no {engine} operator tables for {row.system} ({ISSUE_PRECISION})")
+    if hardware in cat.hardware and f"{system}_{engine.tables}_{engine.tables_version}" not in cat.table_sets:
+        gaps.append(f"no {engine.tables} {engine.tables_version} operator tables for {row.system} ({ISSUE_PRECISION})")
+    preset = engine.preset
     return hardware, preset, gaps
 
 
@@ -266,6 +270,7 @@ def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
         return RowPlan(row, missing=tuple(gaps))
     overrides = (
         f"scenario={SCENARIO}", f"model={model}", f"hardware={hardware}", f"perf={preset}",
+        f"perf.engine_version={ENGINES[row.backend].tables_version}",
         f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
         f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",
         "cluster.prefix_cache=false", "progress=false", *cluster,
@@ -274,9 +279,7 @@ def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
 
 
 def _version_note(row: SiliconRow, cat: Catalog, hardware: str) -> str:
-    """Which operator tables stand in for the row's engine version (the newest set pdsim has)."""
-    from pdsim.perf.optables import resolve_set
-
-    engine = ENGINES[row.backend].tables
-    used = resolve_set(cat.hardware_tables.get(hardware, ""), engine, "")
+    """Which operator tables stand in for the row's engine version."""
+    engine = ENGINES[row.backend]
+    used = f"{cat.hardware_tables.get(hardware, '')}_{engine.tables}_{engine.tables_version}"
     return f"{row.backend} {row.backend_version or '(unstated)'} row on {used} tables"

@@ -58,7 +58,7 @@ EXPECTED = {
     "fp8": "gemm_quant_mode fp8 not modelled (issue 39)",
     "b300": "hardware b300_sxm not in catalog (issue 39)",
     "trtllm": "backend trtllm not modelled",
-    "vllm_b200": "no vllm operator tables for b200_sxm (issue 39)",
+    "vllm_b200": "no vllm 0.14.0 operator tables for b200_sxm (issue 39)",
     "unknown_model": "model acme/Nope-1B not in catalog",
     "minimax": "model MiniMaxAI/MiniMax-M2.5 not in catalog (MoE, issue 40)",
     "disagg_no_workers": "disagg row without worker counts",
