@@ -258,7 +258,7 @@ class PerfConfig:
     """Step-latency model. kind: linear | roofline | fitted | table | measured (see pdsim.perf)."""
 
     kind: str = "linear"
-    engine: str = "sglang"  # measured: whose operator tables (sglang | vllm)
+    engine: str = "sglang"  # measured: whose operator tables (sglang | vllm | trtllm)
     engine_version: str = ""  # measured: table version ("" = the newest for the GPU and engine)
     mfu: float = 0.5
     mbu: float = 0.7

@@ -71,7 +71,7 @@ def experts_touched(model: ModelConfig, tokens: float) -> float:
 
 def _gemm_ops(model: ModelConfig, tokens: float, tp: int) -> list[OpCost]:
     """Projections and FFNs for `tokens` tokens: dense layers and (if MoE) expert layers."""
-    wbytes = spec.dtype_bytes(model)
+    wbytes = spec.gemm_weight_bytes(model)
     attn = spec.attention_params_per_layer(model)
     moe_layers = spec.num_moe_layers(model)
     dense_layers = model.num_layers - moe_layers

@@ -4,10 +4,14 @@ One forward step over T tokens (prefill chunks plus one token per decoding seque
 layer: the GEMMs at m = T (QKV, output projection, FFN up/gate and down, each split over the TP
 ranks; MoE layers use the fused-MoE table where it has the model's shape, else per-expert GEMMs),
 causal attention over the prefill chunks (context table), attention of the decoding sequences
-(generation table), the elementwise kernels (norms, RoPE, activation, residual adds: Vidur's
+(generation table; the fp8-KV table for an fp8 cache), the elementwise kernels (norms, RoPE, activation, residual adds: Vidur's
 table) and, with TP > 1, two all-reduces of T x hidden bf16 elements. Then the LM head for one
 token per sequence, plus a per-step CPU overhead `overhead_s + overhead_per_seq_s * sequences`
 (the only fitted part: no public table measures an engine's scheduler; see the preset).
+
+Precision (docs/PRECISION.md): GEMMs use the table of the model's `gemm_quant` (fp8, fp8_block,
+nvfp4; bf16 otherwise; int4 weight-only = the bf16 table times the roofline ratio of its weight
+bytes); the set is the one that has those tables (optables.resolve_set's `needs`).
 
 Ragged batches: prefill chunks enter the context table as B prompts of the equal length that
 has the same causal (query, key) pairs (a chunk of n after c cached tokens has nc + n(n+1)/2);
@@ -41,6 +45,8 @@ from pdsim.perf.optables import (
     OpTables,
     Row,
     elementwise_grid,
+    load_kv_generation,
+    load_quant_gemm,
     load_tables,
     resolve_set,
 )
@@ -103,6 +109,10 @@ class MeasuredModel:
             raise ValueError(f"perf: {self.tables.source} has no all-reduce rows for tp={self.tp} "
                              f"(has {sorted(self.tables.allreduce)})")
         context, generation = self.tables.context_attention, self.tables.generation_attention
+        if kv_cache_dtype(self.model) == "fp8":
+            generation = load_kv_generation(self.tables.source, "fp8")
+        object.__setattr__(self, "_gemm", _gemm_table(self.tables, self.model))
+        object.__setattr__(self, "_weight_ratio", _weight_only_ratio(self.model, self.scaling.target))
         heads, kv = self._heads()
         if spec.is_mla(self.model):  # MLA tables where the set has them, else the roofline
             context, generation = self.tables.mla_context, self.tables.mla_generation
@@ -114,7 +124,9 @@ class MeasuredModel:
     # -- operators (seconds, one layer unless stated) --------------------------------------
     def gemm_s(self, m: float, n: float, k: float) -> float:
         ratio = self.scaling.compute_memory(2 * m * n * k, 2 * (m * k + k * n + m * n))
-        return self.tables.gemm(m, n, k) * ratio / 1e3
+        if self._weight_ratio is not None:  # type: ignore[attr-defined]
+            ratio *= self._weight_ratio(m, n, k)  # type: ignore[attr-defined]
+        return self._gemm(m, n, k) * ratio / 1e3  # type: ignore[attr-defined]
 
     def _projections_s(self, tokens: float) -> float:
         m, h, tp = self.model, self.model.hidden_size, self.tp
@@ -293,13 +305,50 @@ class MeasuredModel:
         return self.step_time_s(items, num_seqs, context_tokens)
 
 
+TABLE_QUANTS = ("fp8", "fp8_block", "nvfp4")  # GEMM quant modes with their own tables
+
+
+def kv_cache_dtype(model: ModelConfig) -> str:
+    return model.kv_dtype or model.dtype
+
+
+def needed_tables(model: ModelConfig) -> tuple[str, ...]:
+    """Table files beyond the bf16 ones a model's precision needs (resolve_set's `needs`)."""
+    needs = [f"gemm_{model.gemm_quant}"] if model.gemm_quant in TABLE_QUANTS else []
+    if kv_cache_dtype(model) == "fp8" and not spec.is_mla(model):
+        needs.append("generation_attention_fp8")
+    return tuple(needs)
+
+
+def _gemm_table(tables: OpTables, model: ModelConfig) -> LogGrid:
+    if model.gemm_quant in TABLE_QUANTS:
+        return load_quant_gemm(tables.source, model.gemm_quant)
+    return tables.gemm
+
+
+def _weight_only_ratio(model: ModelConfig, hw: HardwareConfig):  # noqa: ANN202 - a closure or None
+    """int4 weight-only has no table: the bf16 GEMM scaled by the roofline ratio of reading
+    int4 instead of bf16 weights (same bf16 math)."""
+    if model.gemm_quant != "int4_wo":
+        return None
+    wbytes = spec.QUANT_WEIGHT_BYTES["int4_wo"]
+
+    def ratio(m: float, n: float, k: float) -> float:
+        compute = 2 * m * n * k / (hw.bf16_tflops * 1e12)
+        def t(weight: float) -> float:
+            return max(compute, (2 * (m * k + m * n) + weight * k * n) / (hw.hbm_gbps * 1e9))
+        return t(wbytes) / t(2.0)
+    return ratio
+
+
 def build_measured(
     perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int
 ) -> MeasuredModel:
     """The measured model for `hardware` (its op_tables, scaled from op_tables_hardware)."""
     from pdsim.perf.catalog import load_hardware  # catalog imports config only; no cycle
 
-    tables = load_tables(resolve_set(hardware.op_tables, perf.engine, perf.engine_version))
+    name = resolve_set(hardware.op_tables, perf.engine, perf.engine_version, needed_tables(model))
+    tables = load_tables(name)
     reference = load_hardware(hardware.op_tables_hardware) if hardware.op_tables_hardware else hardware
     gpu = "a100" if hardware.op_tables.startswith("a100") else "h100"
     return MeasuredModel(

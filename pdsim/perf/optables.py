@@ -2,11 +2,13 @@
 
 One *table set* is one (system, engine, version) folder under data/aic/ holding, in ms:
 
-- `gemm.csv` (m, n, k): a bf16 GEMM of an m x k activation by a k x n weight;
+- `gemm.csv` (m, n, k): a bf16 GEMM of an m x k activation by a k x n weight; `gemm_<quant>.csv`
+  the same under a quant mode (fp8 per-tensor, fp8_block, nvfp4: the sets of extract_quant.py,
+  which are gzipped, `.csv.gz`);
 - `context_attention.csv` (batch_size, isl, num_heads, num_key_value_heads): causal attention
   of `batch_size` prompts of `isl` tokens each, head_dim 128, one layer, heads of one rank;
 - `generation_attention.csv` (batch_size, step, ...): one decode token per sequence against a
-  KV cache of `step` tokens;
+  KV cache of `step` tokens (bf16; `generation_attention_fp8.csv`: an fp8 KV cache);
 - `allreduce.csv` (num_gpus, message_size): one all-reduce of `message_size` bf16 elements;
 - `mla_context.csv` / `mla_generation.csv` (batch_size, isl | step, num_heads): DeepSeek-V3's
   multi-head latent attention with its 128 heads split over TP ranks (num_heads per rank);
@@ -42,6 +44,11 @@ ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "
                    "add")  # two residual adds per layer, Vidur times one
 VIDUR_HIDDEN = 8192  # Llama-2-70B, whose Vidur rows stand for every model (scaled by hidden size)
 VIDUR_HBM_GBPS = {"a100": 2039.0, "h100": 3350.0}  # the GPUs Vidur profiled (catalog datasheets)
+
+# engine_version "" means these where the GPU has them: the sets pdsim's bf16 results were built
+# on (extract.py); the newer sets (extract_quant.py) come in by naming their version, on GPUs the
+# defaults do not cover, or when a model needs a table only they have (a quant mode, fp8 KV).
+DEFAULT_VERSIONS = {"sglang": "0.5.10", "vllm": "0.14.0"}
 
 Row = tuple[list[float], list[float], list[float], list[float]]  # LogGrid.second_row: row, drow, axis, width
 # LogGrid._second_third: weights and corner indices along two axes
@@ -308,45 +315,84 @@ def table_sets() -> list[str]:
     return sorted(p.name for p in AIC_DIR.iterdir() if p.is_dir())
 
 
-def resolve_set(system: str, engine: str, version: str) -> str:
-    """The folder name for (system, engine, version); version "" picks the newest one."""
+def _version_key(version: str) -> list:
+    return [int(x) if x.isdigit() else x for x in version.replace("rc", ".").replace("post", ".").split(".")]
+
+
+def table_file(folder: Path, stem: str) -> Path | None:
+    """`stem`.csv, or `stem`.csv.gz (the sets extract_quant.py writes), if the folder has one."""
+    for name in (f"{stem}.csv", f"{stem}.csv.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def resolve_set(system: str, engine: str, version: str, needs: Sequence[str] = ()) -> str:
+    """The table set of (system, engine) that has every table named in `needs` (file stems such
+    as 'gemm_fp8'): `version` where that set qualifies, else the newest that does. "" = the
+    engine's DEFAULT_VERSIONS entry (then the same rule). A version no set of the engine has, or
+    no qualifying set at all, is an error."""
     prefix = f"{system}_{engine}_"
-    found = [s for s in table_sets() if s.startswith(prefix)]
-    if version:
-        found = [s for s in found if s == prefix + version]
+    version = version or DEFAULT_VERSIONS.get(engine, "")
+    known = {s.rsplit("_", 1)[1] for s in table_sets() if f"_{engine}_" in s}
+    if version and version not in known:
+        raise ValueError(f"perf: field 'engine_version' has unknown value {version!r} for engine "
+                         f"{engine!r} (have {sorted(known)})")
+    found = [s for s in table_sets() if s.startswith(prefix)
+             and all(table_file(AIC_DIR / s, stem) for stem in needs)]
     if not found:
         raise ValueError(
-            f"perf: no measured tables for system={system!r} engine={engine!r} "
-            f"version={version or '(newest)'!r} (have {table_sets()})"
+            f"perf: no measured tables for system={system!r} engine={engine!r}"
+            f"{' with ' + ', '.join(needs) if needs else ''} (this system has "
+            f"{[s for s in table_sets() if s.startswith(system + '_')]})"
         )
-    return max(found, key=lambda s: [int(x) if x.isdigit() else x
-                                      for x in s[len(prefix):].replace("rc", ".").split(".")])
+    if prefix + version in found:
+        return prefix + version
+    return max(found, key=lambda s: _version_key(s[len(prefix):]))
+
+
+def _read(folder: Path, stem: str) -> pd.DataFrame:
+    path = table_file(folder, stem)
+    if path is None:
+        raise ValueError(f"perf: table set {folder.name} has no {stem}.csv")
+    return pd.read_csv(path)
 
 
 @cache
 def load_tables(name: str) -> OpTables:
     """One table set by folder name (cached: the tables are read-only)."""
     folder = AIC_DIR / name
-    read = lambda stem: pd.read_csv(folder / f"{stem}.csv")  # noqa: E731
-    comm = read("allreduce")
-    moe_path = folder / "moe.csv"
+    comm = _read(folder, "allreduce")
+    moe_path = table_file(folder, "moe")
 
     def mla(phase: str, axis: str) -> HeadTables | None:
-        path = folder / f"mla_{phase}.csv"
-        if not path.is_file():
+        path = table_file(folder, f"mla_{phase}")
+        if path is None:
             return None
         return HeadTables.from_frame(pd.read_csv(path).assign(num_key_value_heads=1), axis, name)
     return OpTables(
         source=name,
-        gemm=LogGrid.from_frame(read("gemm"), ("m", "n", "k"), f"{name} gemm"),
-        context_attention=HeadTables.from_frame(read("context_attention"), "isl", name),
-        generation_attention=HeadTables.from_frame(read("generation_attention"), "step", name),
+        gemm=LogGrid.from_frame(_read(folder, "gemm"), ("m", "n", "k"), f"{name} gemm"),
+        context_attention=HeadTables.from_frame(_read(folder, "context_attention"), "isl", name),
+        generation_attention=HeadTables.from_frame(_read(folder, "generation_attention"), "step", name),
         allreduce={int(g): LogGrid.from_frame(part, ("message_size",), f"{name} allreduce")
                    for g, part in comm.groupby("num_gpus")},
-        moe=pd.read_csv(moe_path) if moe_path.is_file() else pd.DataFrame(),
+        moe=pd.read_csv(moe_path) if moe_path else pd.DataFrame(),
         mla_context=mla("context", "isl"),
         mla_generation=mla("generation", "step"),
     )
+
+
+@cache
+def load_quant_gemm(name: str, quant: str) -> LogGrid:
+    """The GEMM table of one quant mode (`gemm_<quant>.csv`) of a set."""
+    return LogGrid.from_frame(_read(AIC_DIR / name, f"gemm_{quant}"), ("m", "n", "k"), f"{name} gemm {quant}")
+
+
+@cache
+def load_kv_generation(name: str, kv_dtype: str) -> HeadTables:
+    """Decode attention against a KV cache of `kv_dtype` (`generation_attention_<kv>.csv`)."""
+    return HeadTables.from_frame(_read(AIC_DIR / name, f"generation_attention_{kv_dtype}"), "step", name)
 
 
 @cache

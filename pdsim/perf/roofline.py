@@ -4,8 +4,9 @@ time = overhead_s + overhead_per_seq_s * sequences in the step (scheduling, samp
      + Σ_op max(flops_op / (peak * mfu), bytes_op / (hbm_bw * mbu))   (per rank, see cost.py)
      + num_allreduces * (comm_latency_s + ring_bytes / link_bw)
 
-GEMMs run at the FP8 peak when the weights are fp8 and the GPU has one, else at the BF16 peak;
-attention runs at the BF16 peak. The all-reduce link is NVLink, or PCIe when the GPU has none.
+GEMMs run at the peak of their quant mode (`gemm_tflops`: FP8 for fp8 / fp8_block, FP4 for nvfp4,
+BF16 for bf16 and int4 weight-only) when the GPU has it, else at the BF16 peak; weights are read
+at the quant mode's bytes (spec.gemm_weight_bytes); attention runs at the BF16 peak. The all-reduce link is NVLink, or PCIe when the GPU has none.
 A ring all-reduce moves 2 (tp - 1) / tp of the payload through each rank's link.
 """
 
@@ -19,6 +20,18 @@ from pdsim.perf import cost
 from pdsim.perf.base import PrefillItem
 
 _PREFILL_MEMO_ENTRIES = 1 << 16  # bound on a model's memo of prefill batch shapes (~10 MB)
+
+
+def gemm_tflops(model: ModelConfig, hw: HardwareConfig) -> float:
+    """The dense peak a model's GEMMs run at: fp8 modes at the FP8 peak, nvfp4 at the FP4 peak
+    (else FP8, else BF16: a GPU without the format emulates it no faster), int4 weight-only and
+    bf16 at the BF16 peak; without gemm_quant, the FP8 peak for an fp8 checkpoint."""
+    quant = model.gemm_quant or ("fp8" if model.dtype == "fp8" else "bf16")
+    if quant == "nvfp4" and hw.fp4_tflops > 0:
+        return hw.fp4_tflops
+    if quant in ("fp8", "fp8_block", "nvfp4") and hw.fp8_tflops > 0:
+        return hw.fp8_tflops
+    return hw.bf16_tflops
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +75,7 @@ class RooflineModel:
         object.__setattr__(self, "_prefill_memo", {})
 
     def _gemm_flops_per_s(self) -> float:
-        hw = self.hardware
-        tflops = (
-            hw.fp8_tflops if self.model.dtype == "fp8" and hw.fp8_tflops > 0 else hw.bf16_tflops
-        )
-        return tflops * 1e12
+        return gemm_tflops(self.model, self.hardware) * 1e12
 
     def _link_bytes_per_s(self) -> float:
         gbps = self.hardware.nvlink_gbps or self.hardware.pcie_gbps

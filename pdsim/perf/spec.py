@@ -12,6 +12,12 @@ import math
 from pdsim.config import HardwareConfig, ModelConfig
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# bytes per linear-layer weight under each GEMM quant mode, scales included: fp8 per-tensor (one
+# scale per matrix), fp8_block (an fp32 scale per 128x128 block), nvfp4 (4-bit values, an fp8
+# scale per 16), int4 weight-only (a bf16 scale per group of 128). Embeddings, the LM head and
+# norms stay in the checkpoint dtype (the quantized checkpoints of the catalog models do so).
+QUANT_WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4 / (128 * 128),
+                      "nvfp4": 0.5 + 1 / 16, "int4_wo": 0.5 + 2 / 128}
 GIB = 1024**3
 
 
@@ -28,6 +34,17 @@ def _dtype_size(model: ModelConfig, field_name: str, value: str) -> int:
 def dtype_bytes(model: ModelConfig) -> int:
     """Bytes per weight element."""
     return _dtype_size(model, "dtype", model.dtype)
+
+
+def gemm_weight_bytes(model: ModelConfig) -> float:
+    """Bytes per linear-layer weight: the GEMM quant mode's, else the checkpoint dtype's."""
+    if not model.gemm_quant:
+        return dtype_bytes(model)
+    try:
+        return QUANT_WEIGHT_BYTES[model.gemm_quant]
+    except KeyError:
+        raise ValueError(f"model {model.name}: field 'gemm_quant' has unknown value {model.gemm_quant!r} "
+                         f"(choose from {sorted(QUANT_WEIGHT_BYTES)})") from None
 
 
 def kv_dtype_bytes(model: ModelConfig) -> int:
@@ -141,8 +158,12 @@ def active_param_count(model: ModelConfig) -> int:
 
 
 def weight_bytes(model: ModelConfig) -> int:
-    """Weight bytes, all ranks together."""
-    return param_count(model) * dtype_bytes(model)
+    """Weight bytes, all ranks together (linear layers at the GEMM quant mode's size)."""
+    if not model.gemm_quant:
+        return param_count(model) * dtype_bytes(model)
+    embeddings = embedding_params(model)
+    linear = param_count(model) - embeddings
+    return int(linear * gemm_weight_bytes(model)) + embeddings * dtype_bytes(model)
 
 
 def _check_tp(tp: int) -> None:

@@ -3,8 +3,9 @@
 Instances are packed onto nodes in order (prefill instances first, then decode), each taking
 `tp` GPUs. Per instance: egress/ingress NIC ports with one NIC's bandwidth per GPU share of the
 node's NICs; per node: egress/ingress for all its NICs together (so instances sharing a node share
-its NICs). Two instances on the same node talk over NVLink (per-GPU nvlink_gbps x tp) when the
-hardware has it; `transfer_backend=nvlink` puts every pair on NVLink (one NVLink domain).
+its NICs). Two instances in the same NVLink domain (the same node, or `nvlink_domain_gpus` GPUs over
+several nodes: GB200/GB300 NVL72) talk over NVLink (per-GPU nvlink_gbps x tp) when the hardware
+has it; `transfer_backend=nvlink` puts every pair on NVLink (one NVLink domain).
 Bandwidths: nic_gbps and tcp_gbps are Gb/s; nvlink_gbps is GB/s (hardware config units).
 """
 
@@ -89,7 +90,10 @@ class Topology:
 
     def _path(self, src: str, dst: str) -> tuple[Resource, ...]:
         a, b = self.placements[src], self.placements[dst]
-        nvlink = self.cluster.transfer_backend == "nvlink" or a.node == b.node
+        per_node = max(1, self.hw.gpus_per_node)
+        nodes_per_domain = max(1, self.hw.nvlink_domain_gpus // per_node)  # NVL72: 18 nodes of 4
+        same_domain = a.node // nodes_per_domain == b.node // nodes_per_domain
+        nvlink = self.cluster.transfer_backend == "nvlink" or same_domain
         if nvlink and a.nvl_out is not None and b.nvl_in is not None:
             return (a.nvl_out, b.nvl_in)
         if self.cluster.transfer_backend == "nvlink":
