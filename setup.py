@@ -8,6 +8,8 @@ which of the two runs. Everything else about the package is in pyproject.toml.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 COMPILED_PACKAGES = ("pdsim/sim", "pdsim/policy")
+MANIFEST = ROOT / "pdsim" / "_core_build.json"  # the sources' hashes as compiled (pdsim/compiled.py)
 
 
 def _require() -> bool:
@@ -39,10 +42,18 @@ def core_extensions() -> list:
     except ImportError as exc:
         return _skip(f"mypyc is not installed: {exc}")
     sources = sorted(str(p.relative_to(ROOT)) for pkg in COMPILED_PACKAGES for p in (ROOT / pkg).glob("*.py"))
+    _write_manifest(sources)
     try:  # mypy checks the types first (config: [tool.mypy] in pyproject.toml)
         return mypycify(sources, opt_level="3")
     except (SystemExit, Exception) as exc:  # mypy reports type errors by exiting
         return _skip(f"mypyc failed: {exc}")
+
+
+def _write_manifest(sources: list[str]) -> None:
+    """The hash of every source as the build reads it: an edit made while the build runs (minutes)
+    leaves its compiled module older than the source by content, whatever the files' times say."""
+    hashes = {src: hashlib.sha256((ROOT / src).read_bytes()).hexdigest() for src in sources}
+    MANIFEST.write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
 
 
 class OptionalBuildExt(build_ext):

@@ -5,16 +5,21 @@ Python's import system prefers them. pdsim imports the sources instead when
 
 - PDSIM_PURE_PYTHON=1: to profile with cProfile (it cannot see inside compiled functions), to
   debug, or to compare the two (CI checks that both give byte-identical outputs);
-- a source was edited after the last build (newer than its compiled module by over a second):
-  the compiled code is not what is on disk, so it is not used, and a warning says to rebuild
-  (`pip install -e .`, or `bash scripts/dev.sh test`).
+- a source differs from what the last build compiled: its hash is not the one setup.py recorded
+  in `pdsim/_core_build.json` when the build read the sources (without that file: it is newer
+  than its compiled module by over a second). The compiled code is not what is on disk, so it
+  is not used, and a warning says to rebuild (`pip install -e .`, or `bash scripts/dev.sh
+  test`). Hashes, not file times, because a build takes minutes: an edit made while it ran left
+  a compiled module newer than the source it did not contain.
 
 `select_core` runs once, when `pdsim` is first imported, before any of those modules is.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
+import json
 import logging
 import os
 import sys
@@ -28,6 +33,7 @@ log = logging.getLogger(__name__)
 PACKAGES = ("pdsim.sim", "pdsim.policy")
 PURE_ENV = "PDSIM_PURE_PYTHON"
 STALE_AFTER_S = 1.0  # a wheel unpacks sources and extensions within this of each other
+MANIFEST = "_core_build.json"  # written by setup.py: {"pdsim/sim/x.py": sha256, ...}
 
 
 class SourceFirst(MetaPathFinder):
@@ -45,16 +51,32 @@ class SourceFirst(MetaPathFinder):
 
 
 def stale_modules(root: Path) -> list[str]:
-    """Sources of PACKAGES under `root` (the pdsim package folder) edited after their compiled
-    module was built; [] when nothing is compiled."""
+    """Sources of PACKAGES under `root` (the pdsim package folder) that differ from what their
+    compiled module was built from; [] when nothing is compiled."""
+    manifest = _manifest(root / MANIFEST)
     stale = []
     for package in PACKAGES:
         folder = root / package.split(".", 1)[1]
         for source in sorted(folder.glob("*.py")):
             built = [p for p in folder.glob(source.stem + ".*") if p.suffix in (".so", ".pyd")]
-            if built and source.stat().st_mtime > min(p.stat().st_mtime for p in built) + STALE_AFTER_S:
+            if built and _differs(source, built, manifest, f"pdsim/{folder.name}/{source.name}"):
                 stale.append(f"{package}.{source.stem}")
     return stale
+
+
+def _manifest(path: Path) -> dict[str, str] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _differs(source: Path, built: list[Path], manifest: dict[str, str] | None, key: str) -> bool:
+    """Whether `source` is not what `built` was compiled from: by the build's recorded hash (a
+    source the build did not record differs), else by file times."""
+    if manifest is not None:
+        return manifest.get(key) != hashlib.sha256(source.read_bytes()).hexdigest()
+    return source.stat().st_mtime > min(p.stat().st_mtime for p in built) + STALE_AFTER_S
 
 
 def select_core() -> None:

@@ -100,3 +100,27 @@ def test_source_first_finds_only_the_core_packages() -> None:
     package = finder.find_spec("pdsim.policy", [str(ROOT / "pdsim")])
     assert package is not None and package.origin == str(ROOT / "pdsim" / "policy" / "__init__.py")
     assert PACKAGES == ("pdsim.sim", "pdsim.policy")
+
+
+def test_a_source_that_differs_from_the_build_is_stale_whatever_its_time(tmp_path: Path) -> None:
+    """With the build's manifest of source hashes, content decides: a source edited while the build
+    ran (its compiled module newer than the edit) is stale; an untouched one with a newer time is not."""
+    import hashlib
+    import json
+
+    folder = tmp_path / "sim"
+    folder.mkdir()
+    (tmp_path / "policy").mkdir()
+    recorded = {}
+    for name, built_content, now_content in (("same", "a = 1\n", "a = 1\n"), ("edited", "a = 1\n", "a = 2\n")):
+        recorded[f"pdsim/sim/{name}.py"] = hashlib.sha256(built_content.encode()).hexdigest()
+        source = folder / f"{name}.py"
+        source.write_text(now_content)
+        os.utime(source, (1e9, 1e9))  # (older than the build for "edited", newer for "same")
+        built = folder / f"{name}.cpython-311-x86_64-linux-gnu.so"
+        built.write_bytes(b"")
+        os.utime(built, (1e9 + (100 if name == "edited" else -100),) * 2)
+    (folder / "added.py").write_text("")  # a source the build never saw
+    (folder / "added.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (tmp_path / "_core_build.json").write_text(json.dumps(recorded))
+    assert stale_modules(tmp_path) == ["pdsim.sim.added", "pdsim.sim.edited"]
