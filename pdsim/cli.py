@@ -141,18 +141,12 @@ def _frontier_overrides(user: list[str], labels: list[str], cfg: Config) -> list
 
 
 def frontier_labels(cfg: Config) -> list[str]:
-    """frontier.deployments as given (checked), or every deployment of the budget."""
-    from pdsim.search.deployments import enumerate_deployments, fitting_layouts, parse_label
+    """Labels of frontier.deployments as given (checked), or of every deployment of the budget."""
+    from pdsim.search.deployments import frontier_deployments
     from pdsim.search.frontier import check_frontier
 
-    fr = cfg.frontier
-    check_frontier(fr)
-    if fr.deployments:
-        return [parse_label(label).label for label in fr.deployments]
-    deps = enumerate_deployments(fitting_layouts(cfg, fr.tp_options, fr.gpus), fr.gpus, fr.modes)
-    if not deps:
-        raise ValueError(f"frontier: no deployment of modes {list(fr.modes)} fits frontier.gpus={fr.gpus}")
-    return [d.label for d in deps]
+    check_frontier(cfg.frontier)
+    return [d.label for d in frontier_deployments(cfg)]
 
 
 def _hydra(name: str, task: Callable[[], object], rest: list[str]) -> int:

@@ -156,6 +156,24 @@ def enumerate_deployments(layouts: Sequence[Layout], gpus: int, modes: Sequence[
     return out
 
 
+def frontier_deployments(cfg: Config) -> list[Deployment]:
+    """The deployments `pdsim frontier` draws: frontier.deployments as given (each within the
+    budget, each side's layout fitting the model), or every one the budget holds."""
+    fr = cfg.frontier
+    if not fr.deployments:
+        deps = enumerate_deployments(fitting_layouts(cfg, fr.tp_options, fr.gpus), fr.gpus, fr.modes)
+        if not deps:
+            raise ValueError(f"frontier: no deployment of modes {list(fr.modes)} fits frontier.gpus={fr.gpus}")
+        return deps
+    deps = [parse_label(label) for label in fr.deployments]
+    for dep in deps:
+        if dep.gpus > fr.gpus:
+            raise ValueError(f"frontier: deployment {dep.label} needs {dep.gpus} GPUs, over frontier.gpus={fr.gpus}")
+        for side in dep.sides:
+            fitting_layouts(cfg, [side.layout.tp], fr.gpus)
+    return deps
+
+
 def deployment_config(cfg: Config, dep: Deployment) -> Config:
     """`cfg` with its cluster shaped as `dep` (other cluster fields kept)."""
     c = cfg.cluster

@@ -16,6 +16,7 @@ from pdsim.search.deployments import (
     deployment_config,
     enumerate_deployments,
     fitting_layouts,
+    frontier_deployments,
     parse_label,
 )
 from pdsim.search.frontier import (
@@ -172,3 +173,13 @@ def test_running_capacity_is_bounded_by_batch_slots_or_kv(compose_config) -> Non
     assert running_capacity(cfg, parse_label("pd-tp4x2-tp8x1")) == 256
     # TP2 keeps ~10 GiB per GPU for KV: a few dozen requests per instance
     assert 8 <= running_capacity(cfg, parse_label("co-tp2x8")) < 8 * 64
+
+
+def test_deployments_given_by_label_are_checked(compose_config) -> None:
+    cfg = compose_config("model=llama3_70b", "hardware=h100", "frontier.deployments=[co-tp4x4,pd-tp4x2-tp8x1]")
+    assert [d.label for d in frontier_deployments(cfg)] == ["co-tp4x4", "pd-tp4x2-tp8x1"]
+    assert len(frontier_deployments(compose_config("model=llama3_70b", "hardware=h100"))) == 24
+    with pytest.raises(ValueError, match="co-tp8x4 needs 32 GPUs"):
+        frontier_deployments(compose_config("frontier.deployments=[co-tp8x4]"))
+    with pytest.raises(ValueError, match=r"no TP option in \[1\] fits llama3_70b"):
+        frontier_deployments(compose_config("model=llama3_70b", "frontier.deployments=[co-tp1x16]"))

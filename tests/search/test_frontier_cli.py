@@ -51,9 +51,11 @@ def test_help_and_bad_input(tmp_path: Path) -> None:
     assert "frontier:" in proc.stdout and "target_tokens_per_s_per_user" in proc.stdout
     for bad, message in (("frontier.gpus=oops", "frontier.gpus"),
                          ("frontier.deployments=[co-tp4]", "deployment label 'co-tp4'"),
+                         ("frontier.gpus=2 frontier.deployments=[co-tp1x4]", "needs 4 GPUs, over frontier.gpus=2"),
+                         ("frontier.gpus=1 model=llama3_70b", "no TP option in [1, 2, 4, 8] fits llama3_70b"),
                          ("frontier.rounds=1", "rounds=1"),
                          ("frontier.modes=[colo]", "unknown mode")):
-        proc = _pdsim(bad, cwd=tmp_path)
+        proc = _pdsim(*bad.split(), cwd=tmp_path)
         assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
             proc.stderr
     assert not (tmp_path / "multirun").exists()
