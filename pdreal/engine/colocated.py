@@ -57,7 +57,7 @@ from pdreal.engine.common import (
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
-from pdreal.model.sampling import sample, token_logprobs
+from pdreal.model.sampling import prompt_chunk_logprobs, sample, token_logprobs
 from pdreal.transfer.common import Clock
 from pdsim.policy import (
     GrowthPlan,
@@ -87,6 +87,13 @@ class ColocatedState:
     page_hashes: tuple[int, ...] = ()  # prefix cache: the prompt's page hashes
     prefix: CachedPrefix = field(default_factory=CachedPrefix)  # its locked cached pages (head of `pages`)
     cached_tokens: int = 0
+    prompt_logprobs: list[Any] = field(default_factory=list)  # entries of prompt tokens 1.., when asked
+
+    @property
+    def computes_prompt_logprobs(self) -> bool:
+        """Asked for prompt logprobs and still on its first prompt pass (a retracted request's
+        recompute has them already)."""
+        return self.req.sampling.prompt_logprobs >= 0 and not self.output_ids
 
     @property
     def remaining_output_tokens(self) -> int:
@@ -102,7 +109,8 @@ class ColocatedState:
 
     def prefill_chunk(self, chunk: PrefillChunk) -> SeqChunk:
         start = chunk.context_tokens
-        return SeqChunk(list(self.prompt_ids[start:start + chunk.new_tokens]), start, self.pages)
+        return SeqChunk(list(self.prompt_ids[start:start + chunk.new_tokens]), start, self.pages,
+                        self.computes_prompt_logprobs)
 
     def decode_chunk(self) -> SeqChunk:
         return SeqChunk([self.output_ids[-1]], self.kv_tokens, self.pages)
@@ -193,8 +201,8 @@ class ColocatedEngine(GuardedStep):
         if plan or decodes:
             self._batch = [s for s, _ in plan] + decodes
             chunks = [s.prefill_chunk(c) for s, c in plan] + [s.decode_chunk() for s in decodes]
-            logits = self.runner.forward(chunks, num_decodes=len(decodes))
-            self._postprocess(plan, decodes, logits)
+            logits, full = self.runner.forward_logits(chunks, num_decodes=len(decodes))
+            self._postprocess(plan, decodes, logits, full[:len(plan)])
         self._batch = []
 
     def _emit_early(self) -> None:
@@ -230,12 +238,13 @@ class ColocatedEngine(GuardedStep):
 
     def prefill_candidates(self) -> Iterator[RequestView]:
         """The chunked request first, then the waiting queue in order (consumed lazily); a waiting
-        request starts with its cached prefix."""
+        request starts with its cached prefix, unless it asks for prompt logprobs (cached positions
+        have no logits: it computes them all)."""
         self._matches = {}
         if self.chunked is not None:
             yield self.chunked.prefill_view()
         for state in self.waiting:
-            if self.cache is None:
+            if self.cache is None or state.computes_prompt_logprobs:
                 yield state.prefill_view()
                 continue
             path = self._matches[state.req.request_id] = self.cache.match(state.page_hashes, len(state.prompt_ids))
@@ -290,15 +299,17 @@ class ColocatedEngine(GuardedStep):
             plan.append((state, chunk))
         return plan
 
-    def _postprocess(self, plan: Plan, decodes: list[ColocatedState], logits: torch.Tensor) -> None:
+    def _postprocess(self, plan: Plan, decodes: list[ColocatedState], logits: torch.Tensor,
+                     full: list[torch.Tensor | None]) -> None:
         """Decodes first, then prefill chunks (pdsim's order); a last chunk of a fresh prompt
-        yields the first token, a recomputed one (after retraction) none."""
+        yields the first token, a recomputed one (after retraction) none. `full`: per chunk of the
+        plan, the logits of every token where it computes prompt logprobs."""
         rows = [(i, s) for i, (s, c) in enumerate(plan) if c.is_last and not s.output_ids]
         rows += [(len(plan) + j, s) for j, s in enumerate(decodes)]
         picked = logits if len(rows) == logits.shape[0] else logits[[i for i, _ in rows]]
         tokens = sample(picked, [s.req.sampling for _, s in rows], [len(s.output_ids) for _, s in rows]) if rows else []
         params = [s.req.sampling for _, s in rows]
-        logprobs = token_logprobs(picked, tokens, params) if any(p.logprobs >= 0 for p in params) else []
+        logprobs = token_logprobs(picked, tokens, params)  # None for rows that do not ask
         token_of = {id(s): t for (_, s), t in zip(rows, tokens, strict=True)}
         logprob_of = {id(s): lp for (_, s), lp in zip(rows, logprobs, strict=True)}
         now = self.clock()
@@ -308,7 +319,10 @@ class ColocatedEngine(GuardedStep):
             if self._done(state):
                 self.running.remove(state)
                 self._finish(state, STATUS_FINISHED, "")
-        for state, chunk in plan:
+        for (state, chunk), rows in zip(plan, full, strict=True):
+            if rows is not None:
+                state.prompt_logprobs += prompt_chunk_logprobs(rows, state.prompt_ids, chunk.context_tokens,
+                                                               state.req.sampling.prompt_logprobs)
             state.prefilled_tokens += chunk.new_tokens
             if not chunk.is_last:
                 self.chunked = state
@@ -325,10 +339,13 @@ class ColocatedEngine(GuardedStep):
                 self.running.append(state)
 
     def _append_token(self, state: ColocatedState, token: int, now: float, logprob: Any = None) -> None:
+        """Emit a token; the first one carries the prompt logprobs when asked."""
+        prompt = (None, *state.prompt_logprobs) if state.computes_prompt_logprobs else ()
         state.output_ids.append(token)
         state.token_times_s.append(now)
         self._outputs.append(RequestOutput(state.req.request_id, (token,),
-                                           logprobs=(logprob,) if logprob is not None else ()))
+                                           logprobs=(logprob,) if logprob is not None else (),
+                                           prompt_logprobs=prompt))
 
     def _done(self, state: ColocatedState) -> bool:
         return stop_reached(state.output_ids, state.req.sampling, self.eos_ids)

@@ -53,8 +53,15 @@ class ModelRunner:
         return self.config.page_size_tokens
 
     def forward(self, chunks: list[SeqChunk], num_decodes: int | None = None) -> torch.Tensor:
-        """Logits of each chunk's last token. `num_decodes`: the last that many chunks are decodes
-        (the caller knows; None = every chunk is a decode iff each adds one token to cached context)."""
+        """Logits [len(chunks), vocab] of each chunk's last token. `num_decodes`: the last that many
+        chunks are decodes (the caller knows; None = every chunk is a decode iff each adds one token
+        to cached context)."""
+        return self.forward_logits(chunks, num_decodes)[0]
+
+    def forward_logits(self, chunks: list[SeqChunk], num_decodes: int | None = None
+                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """(each chunk's last-token logits [len(chunks), vocab], per chunk the logits of every new
+        token [new tokens, vocab] where it asked with `all_logits`, else None)."""
         if num_decodes is None:
             num_decodes = len(chunks) if all(len(c.token_ids) == 1 and c.start > 0 for c in chunks) else 0
         if not 0 <= num_decodes <= len(chunks):
@@ -70,8 +77,11 @@ class ModelRunner:
         self.steps.append(StepRecord(time.monotonic(), kind, len(chunks), sum(len(c.token_ids) for c in chunks),
                                      sum(c.start for c in chunks), end - start, len(decodes),
                                      sum(c.start for c in decodes)))
-        return logits
-
+        if logits.shape[0] == len(chunks):
+            return logits, [logits[i:i + 1] if c.all_logits else None for i, c in enumerate(chunks)]
+        full = [logits[row + 1 - len(c.token_ids):row + 1] if c.all_logits else None
+                for c, row in zip(chunks, batch.last_rows, strict=True)]
+        return logits[list(batch.last_rows)], full
 
     def offload_kv(self, pages: list[int], num_tokens: int) -> torch.Tensor:
         """Copy a retracted request's KV pages (holding num_tokens tokens) to host memory

@@ -21,6 +21,7 @@ from pdreal.engine.prefill import PrefillEngine
 class RequestResult:
     request_id: int
     token_ids: list[int] = field(default_factory=list)
+    prompt_logprobs: tuple[Any, ...] = ()  # when asked (SamplingParams.prompt_logprobs)
     prefill_row: dict[str, Any] | None = None
     decode_row: dict[str, Any] | None = None
 
@@ -38,6 +39,7 @@ def collect(results: dict[int, RequestResult], outputs: list[RequestOutput], sid
         result = results[out.request_id]
         if side == "decode":
             result.token_ids.extend(out.token_ids)
+        result.prompt_logprobs = result.prompt_logprobs or out.prompt_logprobs
         if out.finished:
             setattr(result, f"{side}_row", out.row)
 
@@ -65,6 +67,7 @@ class ColocatedResult:
     request_id: int
     token_ids: list[int] = field(default_factory=list)
     row: dict[str, Any] | None = None
+    prompt_logprobs: tuple[Any, ...] = ()  # when asked (SamplingParams.prompt_logprobs)
 
 
 def run_colocated(engine: ColocatedEngine, requests: list[EngineRequest], add_every_steps: int = 0,
@@ -83,6 +86,7 @@ def run_colocated(engine: ColocatedEngine, requests: list[EngineRequest], add_ev
                 break
         for out in engine.step():
             results[out.request_id].token_ids.extend(out.token_ids)
+            results[out.request_id].prompt_logprobs += out.prompt_logprobs
             if out.finished:
                 results[out.request_id].row = out.row
         steps += 1

@@ -49,7 +49,7 @@ from pdreal.engine.common import (
 from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
-from pdreal.model.sampling import sample, token_logprobs
+from pdreal.model.sampling import prompt_chunk_logprobs, sample, token_logprobs
 from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
 from pdreal.transfer.common import Clock
 from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
@@ -75,6 +75,11 @@ class PrefillState:
     page_hashes: tuple[int, ...] = ()  # prefix cache: the prompt's page hashes
     prefix: CachedPrefix = field(default_factory=CachedPrefix)  # its locked cached pages (head of `pages`)
     cached_tokens: int = 0
+    prompt_logprobs: list[Any] = field(default_factory=list)  # entries of prompt tokens 1.., when asked
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.req.sampling.prompt_logprobs >= 0
 
     def view(self) -> RequestView:
         return RequestView(self.req.request_id, len(self.req.input_ids), 1,
@@ -150,8 +155,8 @@ class PrefillEngine(GuardedStep):
         self._poll_bootstrap()
         plan = self._schedule()
         if plan:
-            logits = self.runner.forward([chunk for _, _, chunk in plan])
-            self._postprocess(plan, logits)
+            logits, full = self.runner.forward_logits([chunk for _, _, chunk in plan])
+            self._postprocess(plan, logits, full)
         self._batch = []
         self._poll_inflight()
 
@@ -219,26 +224,31 @@ class PrefillEngine(GuardedStep):
             start = chunk.context_tokens
             tokens = list(state.req.input_ids[start:start + chunk.new_tokens])
             state.times.setdefault("prefill_start_s", now)
-            plan.append((state, chunk, SeqChunk(tokens, start, state.pages)))
+            plan.append((state, chunk, SeqChunk(tokens, start, state.pages, state.wants_prompt_logprobs)))
         if self.decisions is not None and plan:
             self.decisions.prefill(now, f"prefill:{self.config.instance_id}", [c for _, c, _ in plan])
         return plan
 
     def _view(self, state: PrefillState, matches: dict[int, list[int]]) -> RequestView:
-        """A candidate's view; a waiting request starts with its cached prefix (looked up now)."""
-        if self.cache is None or state is self.chunked:
+        """A candidate's view; a waiting request starts with its cached prefix (looked up now),
+        unless it asks for prompt logprobs (cached positions have no logits: it computes them all)."""
+        if self.cache is None or state is self.chunked or state.wants_prompt_logprobs:
             return state.view()
         path = matches[state.req.request_id] = self.cache.match(state.page_hashes, len(state.req.input_ids))
         cached = len(path) * self.config.page_size_tokens
         return RequestView(state.req.request_id, len(state.req.input_ids), 1, prefilled_tokens=cached,
                            cached_tokens=cached)
 
-    def _postprocess(self, plan: list[tuple[PrefillState, PrefillChunk, SeqChunk]], logits: Any) -> None:
+    def _postprocess(self, plan: list[tuple[PrefillState, PrefillChunk, SeqChunk]], logits: Any,
+                     full: list[Any]) -> None:
         params = [s.req.sampling for s, _, _ in plan]
         firsts = sample(logits, params, [0] * len(plan))
         logprobs = token_logprobs(logits, firsts, params)
         now = self.clock()
-        for (state, chunk, _), token, logprob in zip(plan, firsts, logprobs, strict=True):
+        for (state, chunk, _), token, logprob, rows in zip(plan, firsts, logprobs, full, strict=True):
+            if rows is not None:
+                state.prompt_logprobs += prompt_chunk_logprobs(rows, state.req.input_ids, chunk.context_tokens,
+                                                               state.req.sampling.prompt_logprobs)
             state.prefilled_tokens += chunk.new_tokens
             if not chunk.is_last:
                 full = state.prefilled_tokens // self.config.page_size_tokens
@@ -294,7 +304,8 @@ class PrefillEngine(GuardedStep):
                         cached_prefix_tokens=state.cached_tokens, **state.times)
         tokens = (state.first_token,) if state.first_token >= 0 else ()
         logprobs = (state.first_logprob,) if tokens and state.first_logprob is not None else ()
-        self._outputs.append(RequestOutput(req.request_id, tokens, True, status, reason, row, logprobs))
+        prompt = (None, *state.prompt_logprobs) if tokens and state.wants_prompt_logprobs else ()
+        self._outputs.append(RequestOutput(req.request_id, tokens, True, status, reason, row, logprobs, prompt))
 
     def abort(self, request_id: int, reason: str) -> bool:
         """Fail a request wherever it is (client gone); False if it is not here."""

@@ -263,9 +263,10 @@ class TPModelRunner(ModelRunner):
         super().__init__(shard_model(full, 0, config.tp_size, _all_reduce(self.tp.group, dist.ReduceOp.SUM)),
                          config)
 
-    def forward(self, chunks: list[SeqChunk], num_decodes: int | None = None) -> torch.Tensor:
+    def forward_logits(self, chunks: list[SeqChunk], num_decodes: int | None = None
+                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         self.tp.post(("forward", chunks, num_decodes))
-        return super().forward(chunks, num_decodes)
+        return super().forward_logits(chunks, num_decodes)
 
     def offload_kv(self, pages: list[int], num_tokens: int) -> torch.Tensor:
         """Every rank's head slice of the pages, joined into one host tensor of the whole pool's

@@ -3,7 +3,10 @@
 A batch is a list of sequence chunks. Chunk i has `q_len` new tokens at positions
 [start, start + q_len) and attends to all `kv_len = start + q_len` tokens of its sequence, whose
 pages are `page_table`. Decode steps are chunks with q_len == 1; prefill chunks may continue a
-cached prefix (chunked prefill, prefix reuse). Page tables are also given in the CSR form that
+cached prefix (chunked prefill, prefix reuse). A chunk with `all_logits` asks for the logits of
+every new token (prompt logprobs), the others only for their last one: `logits_indices` lists
+the token rows the model computes logits for, `last_rows` which of them is each chunk's last.
+Page tables are also given in the CSR form that
 paged-attention kernels take (`kv_indptr`, `kv_indices`, `kv_last_page_len`, int32).
 """
 
@@ -24,6 +27,7 @@ class SeqChunk:
     token_ids: list[int]
     start: int
     page_table: list[int]
+    all_logits: bool = False  # logits of every new token, not only the last (prompt logprobs)
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,13 @@ class ForwardBatch:
     q_lens: tuple[int, ...]
     kv_lens: tuple[int, ...]
     page_tables: tuple[tuple[int, ...], ...]
-    logits_indices: torch.Tensor  # [B] int64: last new token of each chunk
+    logits_indices: torch.Tensor  # [R] int64: the token rows logits are computed for (R = B without all_logits)
     qo_indptr: torch.Tensor  # [B+1] int32
     kv_indptr: torch.Tensor  # [B+1] int32
     kv_indices: torch.Tensor  # [sum pages] int32
     kv_last_page_len: torch.Tensor  # [B] int32
     page_size_tokens: int
+    last_rows: tuple[int, ...] = ()  # per chunk: its last token's row among the logits rows
 
     @property
     def batch_size(self) -> int:
@@ -60,7 +65,7 @@ class ForwardBatch:
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
-        q_lens, kv_lens, tables, last_index, last_page_len = [], [], [], [], []
+        q_lens, kv_lens, tables, logit_tokens, last_rows, last_page_len = [], [], [], [], [], []
         for chunk in chunks:
             q_len, kv_len = len(chunk.token_ids), chunk.start + len(chunk.token_ids)
             if q_len < 1:
@@ -74,7 +79,8 @@ class ForwardBatch:
             q_lens.append(q_len)
             kv_lens.append(kv_len)
             tables.append(tuple(chunk.page_table[:used]))
-            last_index.append(len(ids) - 1)
+            logit_tokens.extend(range(len(ids) - q_len, len(ids)) if chunk.all_logits else (len(ids) - 1,))
+            last_rows.append(len(logit_tokens) - 1)
             last_page_len.append(kv_len - (used - 1) * page_size_tokens)
         qo_indptr = [0]
         kv_indptr = [0]
@@ -92,10 +98,11 @@ class ForwardBatch:
             q_lens=tuple(q_lens),
             kv_lens=tuple(kv_lens),
             page_tables=tuple(tables),
-            logits_indices=as_tensor(last_index, torch.long),
+            logits_indices=as_tensor(logit_tokens, torch.long),
             qo_indptr=as_tensor(qo_indptr, torch.int32),
             kv_indptr=as_tensor(kv_indptr, torch.int32),
             kv_indices=as_tensor([p for table in tables for p in table], torch.int32),
             kv_last_page_len=as_tensor(last_page_len, torch.int32),
             page_size_tokens=page_size_tokens,
+            last_rows=tuple(last_rows),
         )

@@ -1,7 +1,7 @@
 """A Llama-family decoder in plain torch: RMSNorm, RoPE (rotate-half), GQA attention, SwiGLU.
 
 `forward(batch, pool, attention)` runs a ragged batch over the paged KV pool and returns the
-logits of each chunk's last token. `forward_dense(token_ids)` runs one sequence with no cache at
+logits of each chunk's last token (of every token of a chunk that asks: `ForwardBatch.last_rows`). `forward_dense(token_ids)` runs one sequence with no cache at
 all (full causal SDPA): the reference the paged path is tested against.
 """
 
@@ -135,7 +135,8 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, pool: KVPool, attention: AttentionBackend) -> torch.Tensor:
-        """Logits [batch_size, vocab] (fp32) of each chunk's last new token."""
+        """Logits [rows, vocab] (fp32) of `batch.logits_indices`: each chunk's last new token, every
+        new token of an `all_logits` chunk."""
         s = self.spec
         attention.plan(batch, s.num_heads, s.num_kv_heads, s.head_dim, self.dtype)
 

@@ -27,6 +27,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     # -1: no logprobs; k >= 0: each output token's logprob and the k most likely tokens' (MAX_TOP_LOGPROBS)
     logprobs: int = -1
+    # -1: none; k >= 0: each prompt token's logprob (given the tokens before it) and the k most
+    # likely tokens' there (echo + logprobs); computed by the prefill forward, never from the prefix cache
+    prompt_logprobs: int = -1
 
     def __post_init__(self) -> None:
         """Every value a client can send is checked here, so no request reaches an engine with a
@@ -43,6 +46,9 @@ class SamplingParams:
             raise ValueError(f"field 'ignore_eos' must be true or false, got {self.ignore_eos!r}")
         if not _is_int(self.logprobs) or not -1 <= self.logprobs <= MAX_TOP_LOGPROBS:
             raise ValueError(f"field 'logprobs' must be an integer in [-1, {MAX_TOP_LOGPROBS}], got {self.logprobs!r}")
+        if not _is_int(self.prompt_logprobs) or not -1 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"field 'prompt_logprobs' must be an integer in [-1, {MAX_TOP_LOGPROBS}], "
+                             f"got {self.prompt_logprobs!r}")
         bad = next((t for t in self.stop_token_ids if not _is_int(t) or t < 0), None)
         if bad is not None:
             raise ValueError(f"field 'stop_token_ids': {bad!r} is not a token id (an integer >= 0)")
@@ -120,3 +126,25 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], params: list[Samplin
         out[i] = [float(logp[j, tokens[i]]), top]
     return out
 
+
+
+def logprob_entries(logits: torch.Tensor, targets: list[int], top_k: int) -> list[list[Any]]:
+    """Per row of [rows, vocab] logits: [logprob of its target token, [[token id, logprob], ...] of
+    the top_k most likely], from the log-softmax of the raw logits (before temperature and top-p,
+    as token_logprobs). A prompt's rows: position i's target is prompt token i + 1."""
+    import torch
+
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logp.gather(1, torch.tensor(targets, dtype=torch.long, device=logp.device)[:, None])[:, 0].tolist()
+    if not top_k:
+        return [[value, []] for value in chosen]
+    values, ids = torch.topk(logp, top_k, dim=-1)
+    return [[value, [[int(t), float(v)] for t, v in zip(row_ids, row_values, strict=True)]]
+            for value, row_ids, row_values in zip(chosen, ids.tolist(), values.tolist(), strict=True)]
+
+
+def prompt_chunk_logprobs(logits: torch.Tensor, prompt_ids: tuple[int, ...], start: int, top_k: int) -> list[list[Any]]:
+    """The logprob entries of prompt tokens start + 1 .. start + rows (those that exist) from the
+    logits [rows, vocab] of a prompt chunk's tokens at positions start .. start + rows - 1."""
+    targets = list(prompt_ids[start + 1:start + 1 + logits.shape[0]])
+    return logprob_entries(logits[:len(targets)], targets, top_k) if targets else []

@@ -53,11 +53,14 @@ class ApiCall:
             await response.prepare(request)
         events = run_choices(self.router, self.req, self.choices, self.req.request_id)
         try:
-            if self.req.echo:
+            if self.req.echo and self.req.sampling.prompt_logprobs < 0:  # the prompt's text at once
                 for c in self.choices:
-                    await self._out(response, c, self._prompt_text(c), ())
+                    await self._echo(response, c)
             async for index, event in events:
                 choice = self.choices[index]
+                choice.prompt_logprobs = choice.prompt_logprobs or event.prompt_logprobs
+                if self.req.echo and not choice.echoed:  # with its first event (the prompt's logprobs)
+                    await self._echo(response, choice)
                 if not isinstance(event, FinalEvent):
                     delta = choice.add(event) if self.req.generate_tokens else ""
                     if delta or self.fmt.kind == "generate":
@@ -77,13 +80,21 @@ class ApiCall:
             await events.aclose()
         return await self._finish(response)
 
+    async def _echo(self, response: web.StreamResponse | None, choice: Choice) -> None:
+        """The prompt heading a choice (echo): its text, and with logprobs the prompt tokens'
+        entries, in the choice's first chunk (they come with its first token)."""
+        choice.echoed = True
+        await self._out(response, choice, self._prompt_text(choice), (), entries=self._prompt_entries(choice))
+
     async def _out(self, response: web.StreamResponse | None, choice: Choice, delta: str,
-                   token_ids: tuple[int, ...], reason: str | None = None) -> None:
-        """Text (and the logprobs of the tokens it completes) of a choice: streamed or kept."""
+                   token_ids: tuple[int, ...], reason: str | None = None,
+                   entries: list[tuple[int, Any]] | None = None) -> None:
+        """Text (and the logprobs of the tokens it completes, or `entries`) of a choice: streamed or kept."""
         self.texts[choice.index] += delta
         if response is None:
             return
-        logprobs = self._logprobs(choice, choice.new_logprobs(), len(self.texts[choice.index]) - len(delta))
+        entries = choice.new_logprobs() if entries is None else entries
+        logprobs = self._logprobs(choice, entries, len(self.texts[choice.index]) - len(delta))
         await response.write(self.fmt.sse(self.fmt.chunk(choice.index, delta, token_ids, logprobs, reason)))
 
     async def _end_choice(self, response: web.StreamResponse | None, choice: Choice) -> None:
@@ -155,9 +166,9 @@ class ApiCall:
 
     def _prompt_entries(self, choice: Choice) -> list[tuple[int, Any]]:
         """Echo with logprobs: the prompt's tokens (the first has no logprob), before the output's."""
-        if not (self.req.echo and self.req.sampling.logprobs >= 0) or choice.final is None:
+        if self.req.sampling.prompt_logprobs < 0:
             return []
-        prompt, found = self.req.prompts[choice.prompt_index], list(choice.final.prompt_logprobs)
+        prompt, found = self.req.prompts[choice.prompt_index], list(choice.prompt_logprobs)
         found = found[-(len(prompt) - 1):] if len(prompt) > 1 else []
         return [(t, found[i - 1] if 0 < i <= len(found) else None) for i, t in enumerate(prompt)]
 

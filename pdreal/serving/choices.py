@@ -39,6 +39,8 @@ class Choice:
     logprobs: list[Any] = field(default_factory=list)  # per output token as it arrived
     logprobs_sent: int = 0
     final: FinalEvent | None = None
+    prompt_logprobs: tuple[Any, ...] = ()  # echo + logprobs: per prompt token (the first None), with its first token
+    echoed: bool = False  # echo: the prompt's text is out
 
     def add(self, event: TokenEvent) -> str:
         """The text to show now; sets `stop` once a stop string matched (the router then ends it)."""

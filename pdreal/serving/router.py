@@ -58,6 +58,7 @@ class TokenEvent:
     time_s: float
     # per token when asked (SamplingParams.logprobs >= 0): [logprob, [[token id, logprob], ...]]
     logprobs: tuple[Any, ...] = ()
+    prompt_logprobs: tuple[Any, ...] = ()  # on the first token, when asked (SamplingParams.prompt_logprobs)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class _Flight:
     unavailable: bool = False  # a half was refused because its instance's scheduler is down
     prefilled: asyncio.Event = field(default_factory=asyncio.Event)  # the prefill half has ended
     sampling_logprobs: int = -1  # SamplingParams.logprobs of the request
+    wants_prompt_logprobs: bool = False  # SamplingParams.prompt_logprobs >= 0
+    prompt_logprobs: tuple[Any, ...] = ()  # as they arrived (the first token's line or the prefill half's)
     token_times_s: list[float] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
     pumps: list[_Pump] = field(default_factory=list)
@@ -214,7 +217,8 @@ class Router:
             return
         flight = _Flight(pair[0], pair[1], engine_id=room, stop=stop or asyncio.Event(),
                          prefill_line=dict(NO_PREFILL_HALF) if self.colocated else None,
-                         prefilled=prefilled or asyncio.Event(), sampling_logprobs=sampling.logprobs)
+                         prefilled=prefilled or asyncio.Event(), sampling_logprobs=sampling.logprobs,
+                         wants_prompt_logprobs=sampling.prompt_logprobs >= 0)
         req = EngineRequest(room, input_ids, sampling, bootstrap_room=room, arrival_s=arrival)
         payload = request_to_json(req, "" if self.colocated else flight.prefill.url.removeprefix("http://"))
         flight.prefill.queued[room] = flight.decode.queued[room] = len(input_ids)
@@ -288,7 +292,8 @@ class Router:
                 logprobs = tuple(line.get("logprobs") or ())
                 if not logprobs and flight.sampling_logprobs >= 0:  # the first token: made by prefill
                     logprobs = await self._first_logprobs(flight, len(line["token_ids"]))
-                yield TokenEvent(tuple(line["token_ids"]), t, logprobs)
+                prompt = await self._prompt_logprobs(flight, line) if len(flight.output_ids) == len(line["token_ids"]) else ()
+                yield TokenEvent(tuple(line["token_ids"]), t, logprobs, prompt)
                 if flight.stop.is_set() and not flight.first_failure:
                     flight.first_failure = STOPPED
                     self._spawn(post_abort(self.session, flight.decode, flight.engine_id, STOPPED))
@@ -310,6 +315,18 @@ class Router:
                 await asyncio.wait_for(flight.prefilled.wait(), self.prefill_row_grace_s)
         found = tuple((flight.prefill_line or {}).get("logprobs") or ())
         return found[:count] if len(found) >= count else (None,) * count
+
+    async def _prompt_logprobs(self, flight: _Flight, line: dict[str, Any]) -> tuple[Any, ...]:
+        """With the first token, the prompt's logprobs when asked: on a colocated instance's token
+        line, else on the prefill half's final line (waited for as `_first_logprobs` does)."""
+        if not flight.wants_prompt_logprobs:
+            return ()
+        if not self.colocated:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(flight.prefilled.wait(), self.prefill_row_grace_s)
+        flight.prompt_logprobs = tuple(line.get("prompt_logprobs") or (flight.prefill_line or {}).get("prompt_logprobs")
+                                       or ())
+        return flight.prompt_logprobs
 
     async def _await_prefill(self, flight: _Flight, task: asyncio.Task[None]) -> None:
         """The prefill half normally reports before the first token. After a finished decode half
@@ -360,7 +377,6 @@ class Router:
             row["last_token_s"] = math.nan
         side = "" if row["status"] == STATUS_FINISHED else flight.failure_side or flight.decode.role
         self.metrics.observe(row, len(flight.output_ids), side)
-        prompt_logprobs = tuple((flight.prefill_line or {}).get("prompt_logprobs") or
-                                (flight.decode_line or {}).get("prompt_logprobs") or ())
+        prompt_logprobs = flight.prompt_logprobs or tuple((flight.prefill_line or {}).get("prompt_logprobs") or ())
         return FinalEvent(row["status"], row["failure_reason"], tuple(flight.output_ids), row,
                           unavailable=flight.unavailable, side=side, prompt_logprobs=prompt_logprobs)

@@ -75,14 +75,14 @@ def _timeline(schedule: str, tiny_model) -> tuple[list[tuple], list[tuple]]:  # 
     """A (6 tokens, 3 out) and B (10 tokens, 2 out), page 4, budget and chunk 8, no reserve."""
     clock = StepClock()
     eng = engine(tiny_model, schedule, clock=clock)
-    forward = eng.runner.forward
+    forward = eng.runner.forward_logits  # what forward() calls too
 
     def counted(chunks, **kwargs):  # noqa: ANN001, ANN003, ANN202
         out = forward(chunks, **kwargs)
         clock.t += 1
         return out
 
-    eng.runner.forward = counted
+    eng.runner.forward_logits = counted
     a, b = requests([6, 10], max_new=[3, 2])
     results = run_colocated(eng, [a, b])
     eng.check_invariants()

@@ -155,8 +155,9 @@ def test_echo_n_batches_and_token_limits() -> None:
     assert req.prompt_texts == ("ab", "cd") and req.sampling.max_new_tokens == 1
     with pytest.raises(ValueError, match="'max_tokens' must be >= 1, got 0"):
         parse_completion({"prompt": "ab", "max_tokens": 0}, codec)
-    with pytest.raises(ValueError, match="'echo' with 'logprobs'"):  # prompt logprobs: not yet
-        parse_completion({"prompt": "ab", "echo": True, "logprobs": 1}, codec)
+    both = parse_completion({"prompt": "ab", "echo": True, "logprobs": 1}, codec)  # was a 400
+    assert both.sampling.prompt_logprobs == 1 and both.sampling.logprobs == 1
+    assert parse_completion({"prompt": "ab", "logprobs": 1}, codec).sampling.prompt_logprobs == -1
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9, "max_completion_tokens": 2}
     assert parse_chat(chat, codec).sampling.max_new_tokens == 2  # before: max_tokens (9) won
     assert parse_chat({**chat, "logprobs": True}, codec).sampling.logprobs == 0

@@ -23,12 +23,13 @@ def _req(rid: int, length: int = 9, max_new: int = 4) -> EngineRequest:
 
 
 class Boom:
-    """Makes the runner's forward raise on its `fail_on`-th call (counted from 1), then work again."""
+    """Makes the runner's forward raise on its `fail_on`-th call (counted from 1), then work again
+    (`forward_logits`, which `forward` calls too)."""
 
     def __init__(self, runner: ModelRunner, fail_on: int) -> None:
-        self.forward, self.calls, self.fail_on = runner.forward, 0, fail_on
+        self.forward, self.calls, self.fail_on = runner.forward_logits, 0, fail_on
         self.failed_chunks = 0  # sequences in the forward that raised
-        runner.forward = self  # type: ignore[method-assign]
+        runner.forward_logits = self  # type: ignore[method-assign]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
