@@ -35,6 +35,7 @@ def test_tiny_frontier_writes_points_frontier_best_chart_and_page(launcher: str,
     assert set(points["deployment"]) == {"co-tp1x2", "co-tp2x1", "pd-tp1x1-tp1x1"}
     assert (points["scenario"] == "frontier_1k1k").all() and (points["gpus"] == 2).all()
     assert set(points["family"]) == {"colocated", "disaggregated"} and points["on_frontier"].any()
+    assert points["steady_state_reached"].all() and (points["requests"] >= 2 * points["concurrency"]).all()
     sized = points["concurrency"] + (2 * points["concurrency"]).clip(lower=8)  # warm-up + max(rounds x C, 8)
     assert (points["point_requests"] == sized).all()
     best = json.loads((sweep / "best.json").read_text())
