@@ -8,6 +8,8 @@ File conventions, all optional except the trace itself:
                               numeric columns (per-queue lengths, kv_used_fraction, ...);
                               `timeseries.parquet` in the same directory (what `pdsim run`
                               writes beside trace.parquet) is used when this is absent
+    *.jsonl                   NVIDIA AIPerf's per-request export (profile_export.jsonl), read
+                              as a measured trace (analysis/aiperf.py: what maps to what)
 
 Every problem a user can cause raises `pdsim.trace.TraceError` with a one-line message naming
 the file, the field and the value.
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.aiperf import is_aiperf_export, read_aiperf_export
 from pdsim.trace import (
     FIELDS,
     FLOAT,
@@ -92,8 +95,13 @@ def checked_frame(df: pd.DataFrame, source: str) -> pd.DataFrame:
 def load_trace(
     path: Path | str, label: str | None = None, timeseries: Path | str | None = None
 ) -> LoadedTrace:
-    """Read a trace plus its summary and timeseries (given, or found beside it)."""
+    """Read a trace plus its summary and timeseries (given, or found beside it); an AIPerf
+    export (.jsonl) is read as a trace with neither."""
     path = Path(path)
+    if is_aiperf_export(path):
+        frame = checked_frame(read_aiperf_export(path), str(path))
+        log.info("loaded %s: %d requests (AIPerf export)", path, len(frame))
+        return LoadedTrace(label or path.stem, frame, str(path))
     frame = checked_frame(read_trace(path), str(path))
     summary_path = path.with_name(path.stem + ".summary.json")
     summary = read_summary(summary_path) if summary_path.is_file() else None
