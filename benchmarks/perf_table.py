@@ -5,9 +5,10 @@
 Errors are (predicted - measured) / measured; tables give the median and p90 of |error| and the
 median signed error ("bias"). Sections (sources and licences: pdsim/perf/data/SOURCES.md):
 
-- `ops`: AIConfigurator tables, every (GPU, engine) set: the grid the model interpolates is the
-  fit part; the held-back rows (GEMMs with n or k off the power-of-two grid, attention with a
-  head count off it) are predicted by interpolation. By operator and shape.
+- `ops`: AIConfigurator tables, every (GPU, engine) set and every quant table (GEMM per quant
+  mode, decode attention per KV dtype): the grid the model interpolates is the fit part; the
+  held-back rows (GEMMs with n or k off the power-of-two grid, attention with a head count off
+  it) are predicted by interpolation. By operator and shape.
 - `engines`: cross-engine: steps composed from SGLang 0.5.10 tables vs the same steps from
   vLLM 0.14.0 tables on the same GPU (catalog models, decode and prefill shapes).
 - `vidur`: cross-source: AIConfigurator GEMMs (SGLang 0.5.10) vs Vidur's measured projection
@@ -36,7 +37,17 @@ from pdsim.paths import resolve_data_path
 from pdsim.perf import build_latency_model, catalog
 from pdsim.perf.engine_fit import fit_engine, predict_s
 from pdsim.perf.fitted import load_fitted
-from pdsim.perf.optables import AIC_DIR, DATA_DIR, LogGrid, load_tables, table_sets
+from pdsim.perf.measured import TABLE_QUANTS
+from pdsim.perf.optables import (
+    AIC_DIR,
+    DATA_DIR,
+    LogGrid,
+    load_kv_generation,
+    load_quant_gemm,
+    load_tables,
+    table_file,
+    table_sets,
+)
 from pdsim.perf.profile import ProfilePoint, read_splitwise_csv
 from pdsim.perf.roofline import RooflineModel
 
@@ -73,17 +84,25 @@ def section_ops() -> None:
     rows = []
     for name in table_sets():
         tables, folder = load_tables(name), AIC_DIR / name
-        g = pd.read_csv(folder / "heldout_gemm.csv")
-        pred = [tables.gemm(m, n, k) for m, n, k in zip(g.m, g.n, g.k, strict=True)]
-        rows.append(g.assign(set=name, op="gemm", err=np.array(pred) / g.latency_ms - 1,
-                             shape=_bucket(g.m, (16, 512), "m")))
-        for phase, axis, heads in (("context", "isl", tables.context_attention),
-                                   ("generation", "step", tables.generation_attention)):
-            a = pd.read_csv(folder / f"heldout_{phase}_attention.csv")
-            pred = [heads(h, kv, b, t) for h, kv, b, t in
+        for quant in ("", *TABLE_QUANTS):
+            path = table_file(folder, f"heldout_gemm{'_' + quant if quant else ''}")
+            if path is None:
+                continue
+            g, grid = pd.read_csv(path), load_quant_gemm(name, quant) if quant else tables.gemm
+            pred = [grid(m, n, k) for m, n, k in zip(g.m, g.n, g.k, strict=True)]
+            rows.append(g.assign(set=name, op=f"gemm_{quant or 'bf16'}", err=np.array(pred) / g.latency_ms - 1,
+                                 shape=_bucket(g.m, (16, 512), "m")))
+        for phase, axis, kv in (("context", "isl", ""), ("generation", "step", ""), ("generation", "step", "fp8")):
+            path = table_file(folder, f"heldout_{phase}_attention{'_' + kv if kv else ''}")
+            if path is None:
+                continue
+            heads = tables.context_attention if phase == "context" else (
+                load_kv_generation(name, kv) if kv else tables.generation_attention)
+            a = pd.read_csv(path)
+            pred = [heads(h, k, b, t) for h, k, b, t in
                     zip(a.num_heads, a.num_key_value_heads, a.batch_size, a[axis], strict=True)]
-            rows.append(a.assign(set=name, op=f"{phase}_attn", err=np.array(pred) / a.latency_ms - 1,
-                                 shape=_bucket(a[axis], (512, 4096), "len")))
+            rows.append(a.assign(set=name, op=f"{phase}_attn{'_kv_' + kv if kv else ''}",
+                                 err=np.array(pred) / a.latency_ms - 1, shape=_bucket(a[axis], (512, 4096), "len")))
     df = pd.concat(rows, ignore_index=True)
     print_groups("ops: AIConfigurator held-back rows, by operator and set", df, ["op", "set"])
     print_groups("ops: by operator and shape (all sets)", df, ["op", "shape"])

@@ -30,7 +30,8 @@ MODELS: dict[str, str] = {
     "deepseek-ai/DeepSeek-R1": "deepseek_v3",  # same architecture as V3 (config.json)
 }
 # silicon system -> catalog hardware (the operator tables of that GPU: hardware.op_tables)
-SYSTEMS: dict[str, str] = {"h100_sxm": "h100", "b200_sxm": "b200", "h200_sxm": "h200"}
+SYSTEMS: dict[str, str] = {"h100_sxm": "h100", "b200_sxm": "b200", "h200_sxm": "h200", "b300_sxm": "b300",
+                           "gb200": "gb200", "gb300": "gb300"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Engine:
     tables: str
     colocated_schedule: str
     tables_version: str  # operator-table version the rows run on (pinned: reproducible numbers)
+    # KV-cache dtype of a quantized (fp8 / nvfp4 GEMM) deployment: the engine's default. vLLM and
+    # SGLang default to the model dtype ("auto"); TRT-LLM's quantized checkpoints carry an fp8 KV cache
+    quantized_kv_dtype: str = "bf16"
 
 
 # backend -> Engine. SGLang runs a waiting prefill batch before decoding and mixes the two only
@@ -52,9 +56,13 @@ class Engine:
 ENGINES: dict[str, Engine] = {
     "sglang": Engine("measured", "sglang", "prefill_priority", "0.5.10"),
     "vllm": Engine("measured_vllm", "vllm", "mixed", "0.14.0"),
+    # TRT-LLM's in-flight batching puts context (chunked) and generation requests in one batch
+    "trtllm": Engine("measured_trtllm", "trtllm", "mixed", "1.3.0rc20", "fp8"),
 }
-# quant modes the measured perf model composes ("" = the checkpoint's own dtype, bf16 here)
-SUPPORTED_QUANT = {"", "bf16"}
+# quant modes the measured perf model composes ("" = the checkpoint's own dtype, bf16 here); a
+# pinned table version without the mode's tables gives way to the newest set that has them
+SUPPORTED_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo"}
+SUPPORTED_MOE_QUANT = {"", "bf16"}  # MoE quant modes: issue 40
 ISSUE_PRECISION, ISSUE_MOE = "issue 39", "issue 40"
 
 
@@ -196,7 +204,7 @@ def _model_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, list[str]]:
     if moe:
         quant["moe_quant_mode"] = row.moe_quant
     for field_name, mode in quant.items():
-        if mode not in SUPPORTED_QUANT:
+        if mode not in (SUPPORTED_MOE_QUANT if field_name == "moe_quant_mode" else SUPPORTED_QUANT):
             gaps.append(f"{field_name} {mode} not modelled ({ISSUE_PRECISION})")
     if not row.gemm_quant and row.precision not in SUPPORTED_QUANT:
         gaps.append(f"precision {row.precision} not modelled ({ISSUE_PRECISION})")
@@ -212,11 +220,38 @@ def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[s
     if row.backend not in ENGINES:
         return hardware, "", [*gaps, f"backend {row.backend} not modelled (no operator tables, {ISSUE_PRECISION})"]
     engine = ENGINES[row.backend]
-    system = cat.hardware_tables.get(hardware or "", "")
-    if hardware in cat.hardware and f"{system}_{engine.tables}_{engine.tables_version}" not in cat.table_sets:
-        gaps.append(f"no {engine.tables} {engine.tables_version} operator tables for {row.system} ({ISSUE_PRECISION})")
-    preset = engine.preset
-    return hardware, preset, gaps
+    if hardware in cat.hardware and not _table_set(row, cat, hardware or ""):
+        gaps.append(f"no {engine.tables} operator tables for {row.system} with {row.gemm_quant or 'bf16'} "
+                    f"GEMMs ({ISSUE_PRECISION})")
+    return hardware, engine.preset, gaps
+
+
+def precision_of(row: SiliconRow) -> tuple[str, str]:
+    """(model.gemm_quant, model.kv_dtype) of a row: its GEMM quant mode, and the KV dtype its
+    engine defaults to for that mode (Engine.quantized_kv_dtype)."""
+    quant = row.gemm_quant if row.gemm_quant not in ("", "bf16") else ""
+    engine = ENGINES.get(row.backend)
+    kv = engine.quantized_kv_dtype if quant and engine else "bf16"
+    return quant, kv
+
+
+def _table_set(row: SiliconRow, cat: Catalog, hardware: str) -> str:
+    """The operator-table set the row runs on ("" = none has the tables its precision needs)."""
+    import dataclasses
+
+    from pdsim.perf import catalog
+    from pdsim.perf.measured import needed_tables
+    from pdsim.perf.optables import resolve_set
+
+    engine, model = ENGINES[row.backend], MODELS.get(row.model_path, "")
+    quant, kv = precision_of(row)
+    needs = ()
+    if model in cat.models:
+        needs = needed_tables(dataclasses.replace(catalog.load_model(model), gemm_quant=quant, kv_dtype=kv))
+    try:
+        return resolve_set(cat.hardware_tables.get(hardware, ""), engine.tables, engine.tables_version, needs)
+    except ValueError:
+        return ""
 
 
 def _side_gaps(side: Side, label: str, moe: bool) -> list[str]:
@@ -270,7 +305,8 @@ def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
         return RowPlan(row, missing=tuple(gaps))
     overrides = (
         f"scenario={SCENARIO}", f"model={model}", f"hardware={hardware}", f"perf={preset}",
-        f"perf.engine_version={ENGINES[row.backend].tables_version}",
+        f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
+        f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
         f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",
         "cluster.prefix_cache=false", "progress=false", *cluster,
@@ -280,6 +316,5 @@ def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
 
 def _version_note(row: SiliconRow, cat: Catalog, hardware: str) -> str:
     """Which operator tables stand in for the row's engine version."""
-    engine = ENGINES[row.backend]
-    used = f"{cat.hardware_tables.get(hardware, '')}_{engine.tables}_{engine.tables_version}"
+    used = _table_set(row, cat, hardware)
     return f"{row.backend} {row.backend_version or '(unstated)'} row on {used} tables"

@@ -117,10 +117,10 @@ def test_no_tables_falls_back_to_roofline_and_bad_engine_names_the_sets():
     hw.op_tables = ""
     fallback = build_latency_model(MEASURED, catalog.load_model("llama3_8b"), hw, 1)
     assert isinstance(fallback, RooflineModel)
-    with pytest.raises(ValueError, match="engine='trtllm'.*have \\["):
-        _build("llama3_8b", "h100", 1, PerfConfig(kind="measured", engine="trtllm"))
-    with pytest.raises(ValueError, match="system='b200_sxm' engine='vllm'"):
-        _build("llama3_8b", "b200", 1, PerfConfig(kind="measured", engine="vllm"))
+    with pytest.raises(ValueError, match="engine='lmdeploy'.*this system has \\["):
+        _build("llama3_8b", "h100", 1, PerfConfig(kind="measured", engine="lmdeploy"))
+    # no vLLM 0.14.0 (the default) on B200: the newest set it has
+    assert _build("llama3_8b", "b200", 1, PerfConfig(kind="measured", engine="vllm")).tables.source == "b200_sxm_vllm_0.24.0"
 
 
 def test_table_sets_and_newest_version():
@@ -177,6 +177,10 @@ def test_never_faster_than_the_physical_roofline(hw):
     """Every GPU (own tables or scaled ones) stays at or above 100% MFU/MBU with free launches."""
     for name, tp in (("llama3_8b", 1), ("llama3_70b", 8), ("qwen3_30b_a3b", 2)):
         m, h = catalog.load_model(name), catalog.load_hardware(hw)
+        if hw == "gb200" and tp > 4:  # SGLang's all-reduce on GB200 measured within a 4-GPU tray only
+            with pytest.raises(ValueError, match=f"no all-reduce rows for tp={tp}"):
+                build_latency_model(MEASURED, m, h, tp)
+            continue
         measured = build_latency_model(MEASURED, m, h, tp)
         bound = RooflineModel(m, h, tp, mfu=1.0, mbu=1.0, overhead_s=0.0, comm_latency_s=0.0)
         for b, ctx in ((1, 512), (64, 64 * 4096)):
