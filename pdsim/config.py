@@ -325,7 +325,7 @@ class PlanConfig:
     # latencies (pdsim.search.planner.MIN_LIFETIMES), within [min_requests, max_requests]
     num_requests: int = 0
     min_requests: int = 100
-    max_requests: int = 4000
+    max_requests: int = 8000
     verify_top: int = 3  # candidates per mode re-checked with a full-fleet goodput search
     helper_instances: int = 4  # other-role instances (at the largest TP) when measuring one role
     colocated: bool = True  # also plan the best colocated fleet and report the gain

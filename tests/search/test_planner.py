@@ -148,7 +148,7 @@ def test_goodput_probes_get_their_sizes(compose_config, monkeypatch) -> None:
     assert simulated_goodput(cfg, 1.0) == 4.0
     lone = fleet_lone_s(cfg)
     assert 1.0 < lone < 10.0  # ~3000-token prompt, ~150 tokens out, on H100s
-    assert sizes and all(n == min(4000, max(100, math.ceil(MIN_LIFETIMES * lone * r))) for r, n in sizes)
+    assert sizes and all(n == min(cfg.plan.max_requests, max(100, math.ceil(MIN_LIFETIMES * lone * r))) for r, n in sizes)
 
 
 @pytest.mark.slow
