@@ -152,10 +152,12 @@ def helper_counts(cfg: Config, top: int, evaluate: Evaluate) -> tuple[dict[str, 
     other = {PREFILL: DECODE, DECODE: PREFILL}
     helpers = {PREFILL: cfg.plan.helper_instances, DECODE: cfg.plan.helper_instances}
     g = {role: _measure(cfg, role, top, top, helpers[role], evaluate) for role in (PREFILL, DECODE)}
-    for _ in range(MAX_DOUBLINGS):
+    for doublings in range(MAX_DOUBLINGS + 1):
         short = [r for r in (PREFILL, DECODE) if g[r] > 0 and HEADROOM * g[r] > helpers[r] * g[other[r]]]
         if not short:
             return helpers, g
+        if doublings == MAX_DOUBLINGS:
+            break
         for role in short:
             helpers[role] *= 2
             g[role] = _measure(cfg, role, top, top, helpers[role], evaluate)

@@ -16,6 +16,7 @@ from pdsim.search.planner import (
     disaggregated_candidates,
     fitting_tps,
     fleet_lone_s,
+    helper_counts,
     plan,
     simulated_goodput,
     small_probes,
@@ -159,3 +160,15 @@ def test_default_70b_plan_on_16_h100_reaches_steady_state(compose_config) -> Non
     assert result.small_probes == () and result.best is not None
     decode_tp8 = next(r for r in result.roles if (r.role, r.tp) == ("decode", 8))
     assert decode_tp8.goodput_rps < 200  # 300-request probes claimed 10,000 req/s
+
+
+def test_helpers_enough_after_the_last_doubling_do_not_warn(compose_config, caplog) -> None:
+    """One decode instance at 62 req/s needs 32 prefill helpers at 7 req/s: three doublings of 4."""
+    cfg = compose_config("plan.helper_instances=4")
+
+    def evaluate(fleet: Config, start_rps: float) -> float:
+        return 7.0 if fleet.cluster.prefill == 1 else 62.0
+
+    helpers, g = helper_counts(cfg, 8, evaluate)
+    assert helpers == {"prefill": 4, "decode": 32} and g == {"prefill": 7.0, "decode": 62.0}
+    assert "helpers still within" not in caplog.text
