@@ -340,6 +340,8 @@ class FrontierConfig:
     gpus: int = 16  # GPU budget (of hardware.name); every deployment uses all of it
     tp_options: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     modes: list[str] = field(default_factory=lambda: ["colocated", "disaggregated"])
+    # precisions to compare, "GEMM[.kvKV]" each (e.g. bf16, fp8.kvfp8, nvfp4.kvfp8); [] = the model's own
+    precisions: list[str] = field(default_factory=list)
     deployments: list[str] = field(default_factory=list)  # labels to draw ([] = every one enumerated)
     deployment: str = ""  # this job's label (set per hydra job by `pdsim frontier`)
     rounds: int = 6  # requests per point = concurrency x (1 warm-up round + rounds); 6: within ~1% of 12

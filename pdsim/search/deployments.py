@@ -2,14 +2,16 @@
 
 A deployment is a fleet shape: colocated (n instances of one layout) or disaggregated (n_p
 prefill instances of one layout, n_d decode instances of another). A layout is how one instance
-is parallelised; today that is its TP degree. Precision, expert parallelism and attention data
-parallelism (issues 39 and 40) become further `Layout` fields, further tokens of its label and
-further options in `layouts`; enumeration, labels and configs pass layouts through unchanged.
+is parallelised; today that is its TP degree (expert parallelism and attention data parallelism,
+issue 40, become further `Layout` fields). Precision is a property of the whole deployment (both
+sides serve the same checkpoint): `Deployment.precision`, a `@GEMM[.kvKV]` label suffix
+(docs/PRECISION.md), enumerated over `frontier.precisions`.
 
 Labels are the hydra sweep values of `pdsim frontier` (no commas, no spaces):
 
     co-tp4x4            4 colocated instances at TP4
     pd-tp4x2-tp8x1      2 prefill instances at TP4, 1 decode instance at TP8
+    co-tp2x8@fp8.kvfp8  8 colocated instances at TP2, fp8 GEMMs and an fp8 KV cache
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pdsim.config import Config
+from pdsim.config import GEMM_QUANTS, KV_DTYPES, Config
 from pdsim.perf import kv_capacity_tokens
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ class Deployment:
     colocated: Side | None = None
     prefill: Side | None = None
     decode: Side | None = None
+    precision: str = ""  # "GEMM[.kvKV]" (model.gemm_quant, model.kv_dtype); "" = the model's own
 
     @property
     def sides(self) -> tuple[Side, ...]:
@@ -95,18 +98,38 @@ class Deployment:
     @property
     def label(self) -> str:
         prefix = "co" if self.mode == COLOCATED else "pd"
-        return "-".join([prefix, *(s.token for s in self.sides)])
+        return "-".join([prefix, *(s.token for s in self.sides)]) + (f"@{self.precision}" if self.precision else "")
 
     @property
     def text(self) -> str:
         """For people: `colocated 4xTP4`, `PD 2xTP4 + 1xTP8`."""
+        at = f" {self.precision}" if self.precision else ""
         if self.mode == COLOCATED:
-            return f"colocated {self.sides[0].text}"
-        return f"PD {self.sides[0].text} + {self.sides[1].text}"
+            return f"colocated {self.sides[0].text}{at}"
+        return f"PD {self.sides[0].text} + {self.sides[1].text}{at}"
+
+
+def parse_precision(text: str) -> tuple[str, str]:
+    """(model.gemm_quant, model.kv_dtype) of a precision token `GEMM[.kvKV]` ("" = unchanged)."""
+    gemm, _, kv = text.partition(".kv")
+    if gemm not in GEMM_QUANTS or kv not in KV_DTYPES or (text and not gemm):
+        raise ValueError(f"frontier: precision {text!r} is not GEMM[.kvKV] with GEMM in {GEMM_QUANTS[1:]} "
+                         f"and KV in {KV_DTYPES[1:]}")
+    return gemm, kv
+
+
+def with_precision(cfg: Config, precision: str) -> Config:
+    """`cfg` with the model at `precision` (unchanged for "")."""
+    if not precision:
+        return cfg
+    gemm, kv = parse_precision(precision)
+    return replace(cfg, model=replace(cfg.model, gemm_quant=gemm, kv_dtype=kv or cfg.model.kv_dtype))
 
 
 def parse_label(label: str) -> Deployment:
     """The deployment a label names; ValueError naming the label otherwise."""
+    label, _, precision = label.partition("@")
+    parse_precision(precision)
     parts = label.split("-")
     sides = [_SIDE.match(p) for p in parts[1:]]
     if parts[0] not in ("co", "pd") or len(sides) != (1 if parts[0] == "co" else 2) or not all(sides):
@@ -115,8 +138,8 @@ def parse_label(label: str) -> Deployment:
     if any(s.count < 1 or s.layout.tp < 1 for s in made):
         raise ValueError(f"frontier: deployment label {label!r} has a count or TP below 1")
     if parts[0] == "co":
-        return Deployment(COLOCATED, colocated=made[0])
-    return Deployment(DISAGG, prefill=made[0], decode=made[1])
+        return Deployment(COLOCATED, colocated=made[0], precision=precision)
+    return Deployment(DISAGG, prefill=made[0], decode=made[1], precision=precision)
 
 
 def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int, budget: str = "frontier.gpus") -> list[Layout]:
@@ -161,7 +184,10 @@ def frontier_deployments(cfg: Config) -> list[Deployment]:
     budget, each side's layout fitting the model), or every one the budget holds."""
     fr = cfg.frontier
     if not fr.deployments:
-        deps = enumerate_deployments(fitting_layouts(cfg, fr.tp_options, fr.gpus), fr.gpus, fr.modes)
+        deps = []
+        for precision in fr.precisions or [""]:
+            fits = fitting_layouts(with_precision(cfg, precision), fr.tp_options, fr.gpus)
+            deps += [replace(d, precision=precision) for d in enumerate_deployments(fits, fr.gpus, fr.modes)]
         if not deps:
             raise ValueError(f"frontier: no deployment of modes {list(fr.modes)} fits frontier.gpus={fr.gpus}")
         return deps
@@ -170,12 +196,13 @@ def frontier_deployments(cfg: Config) -> list[Deployment]:
         if dep.gpus > fr.gpus:
             raise ValueError(f"frontier: deployment {dep.label} needs {dep.gpus} GPUs, over frontier.gpus={fr.gpus}")
         for side in dep.sides:
-            fitting_layouts(cfg, [side.layout.tp], fr.gpus)
+            fitting_layouts(with_precision(cfg, dep.precision), [side.layout.tp], fr.gpus)
     return deps
 
 
 def deployment_config(cfg: Config, dep: Deployment) -> Config:
-    """`cfg` with its cluster shaped as `dep` (other cluster fields kept)."""
+    """`cfg` with its cluster shaped as `dep` and the model at its precision (other fields kept)."""
+    cfg = with_precision(cfg, dep.precision)
     c = cfg.cluster
     if dep.mode == COLOCATED:
         assert dep.colocated is not None

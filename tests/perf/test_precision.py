@@ -104,3 +104,30 @@ def test_nvl72_domain_spans_nodes():
         topo.place("decode:0", 8)
         path = topo.path("prefill:0", "decode:0")
         assert (path[0].name.endswith("nvl_out")) is over_nvlink
+
+
+def test_frontier_deployments_take_precision_as_an_axis():
+    from pdsim.search.deployments import deployment_config, parse_label
+
+    dep = parse_label("co-tp2x8@fp8.kvfp8")
+    assert (dep.precision, dep.label, dep.text) == ("fp8.kvfp8", "co-tp2x8@fp8.kvfp8", "colocated 8xTP2 fp8.kvfp8")
+    assert parse_label("pd-tp4x2-tp8x1@nvfp4").precision == "nvfp4"
+    assert parse_label("co-tp2x8").precision == ""
+    with pytest.raises(ValueError, match="^frontier: precision 'fp6'"):
+        parse_label("co-tp2x8@fp6")
+    from hydra import compose, initialize_config_dir
+
+    from pdsim.config import register_configs, to_config
+    from pdsim.paths import SCENARIOS_DIR
+    from pdsim.search.deployments import frontier_deployments
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(SCENARIOS_DIR), version_base="1.3"):
+        cfg = to_config(compose("config", overrides=[
+            "model=llama3_70b", "hardware=h100", "frontier.gpus=8", "frontier.modes=[colocated]",
+            "frontier.precisions=[bf16,fp8.kvfp8]"]))
+    labels = [d.label for d in frontier_deployments(cfg)]
+    # 131 GiB of bf16 weights need TP2 on 80 GB H100s; fp8's 68 GiB fit one GPU
+    assert "co-tp1x8@fp8.kvfp8" in labels and "co-tp1x8@bf16" not in labels and "co-tp2x4@bf16" in labels
+    run = deployment_config(cfg, parse_label("co-tp1x8@fp8.kvfp8"))
+    assert (run.model.gemm_quant, run.model.kv_dtype, run.cluster.colocated) == ("fp8", "fp8", 8)
