@@ -1,0 +1,203 @@
+"""NVIDIA AIPerf and `pdreal replay` on the same closed loop against one `pdreal serve`.
+
+    python benchmarks/aiperf_vs_replay.py                      # starts pdreal serve (1P1D SmolLM2)
+    python benchmarks/aiperf_vs_replay.py --url http://127.0.0.1:8000 --rounds 1
+
+Both tools run C clients, each sending its next request when the previous one ended, with N
+requests of ISL prompt tokens and OSL output tokens (EOS ignored), streamed: AIPerf 0.13.0
+(`/v1/completions`, text prompts from its synthetic generator, from its own venv) and `pdreal
+replay --concurrency C scenario=bench_random` (`/generate`, token ids). The rounds are interleaved
+(AIPerf, replay, AIPerf, replay) so drift of a shared machine hits both. Each tool's per-request
+records (AIPerf's profile_export.jsonl through analysis/aiperf.py, the replay's trace.parquet)
+give every statistic, the same way, over all requests and over the steady-state window of
+docs/CLOSED_LOOP.md (first C sends and the drain left out; AIPerf has no warm-up unless asked,
+so its own statistics are the "all" column). Requests of all rounds are pooled per tool.
+
+Metrics (AIPerf's definitions, aiperf/metrics/types in 0.13.0, applied to both traces):
+TTFT = first token - request start; TPOT = (last token - first token) / (output tokens - 1),
+which AIPerf calls inter_token_latency (ITL); gap = every gap between consecutive tokens (AIPerf's
+inter_chunk_latency, one token per chunk here); request latency = last token - request start
+(AIPerf stops at the last content chunk, not the end of the stream); output tokens/s = all output
+tokens / (last token - first request start) over all requests, completions in the window / its
+length over the window; tokens/s per user = 1 / TPOT per request.
+
+Writes into --out (default outputs/aiperf_vs_replay/<time>): round<i>/aiperf, round<i>/replay,
+table.md. AIPerf's venv (--venv, default outputs/aiperf-venv, git-ignored) is created when
+missing; its tokenizer folder is written from pdreal's own SmolLM2 tokenizer (AIPerf offline:
+a local folder with tokenizer.json and tokenizer_config.json, HF_HUB_OFFLINE unset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from analysis.aiperf import read_aiperf_export  # noqa: E402
+from pdsim.trace import read_trace  # noqa: E402
+from pdsim.workload.closed_loop import steady_window  # noqa: E402
+
+AIPERF_VERSION = "0.13.0"
+MODEL = "smollm2"
+
+
+def ensure_venv(folder: Path) -> Path:
+    """The aiperf executable of `folder`'s venv, created with aiperf==AIPERF_VERSION if missing."""
+    aiperf = folder / "bin" / "aiperf"
+    if not aiperf.exists():
+        print(f"creating AIPerf's venv in {folder} (about a minute)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+        subprocess.run([str(folder / "bin" / "pip"), "install", "-q", f"aiperf=={AIPERF_VERSION}"], check=True)
+    return aiperf
+
+
+def write_tokenizer(folder: Path) -> Path:
+    """A local tokenizer folder AIPerf reads offline, from pdreal's SmolLM2 tokenizer."""
+    from pdreal.serving.api import load_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    load_tokenizer(MODEL).save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text('{"model_max_length": 8192}\n')
+    return folder
+
+
+def start_server(out: Path, timeout_s: float = 300.0) -> tuple[subprocess.Popen, str]:
+    """`pdreal serve` (default 1P1D) on a free port; (process, router URL) once it is ready."""
+    log_path = out / "serve.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "pdreal.cli", "serve", "node.port=0"], stdout=log,
+                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log_path.read_text().splitlines():
+            if "ready at " in line:
+                return proc, line.split("ready at ", 1)[1].split()[0]
+        if proc.poll() is not None:
+            raise SystemExit(f"pdreal serve exited with code {proc.returncode}; its log: {log_path}")
+        time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit(f"pdreal serve not ready after {timeout_s:g} s; its log: {log_path}")
+
+
+def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace, out: Path) -> Path:
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # set, AIPerf takes the folder for a hub id
+    command = [str(aiperf), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions",
+               "--streaming", "--concurrency", str(args.concurrency), "--request-count", str(args.requests),
+               "--tokenizer", str(tokenizer), "--synthetic-input-tokens-mean", str(args.isl),
+               "--isl-stddev", "0", "--output-tokens-mean", str(args.osl),
+               "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true", "--ui-type", "none",
+               "--artifact-dir", str(out)]
+    with (out.parent / "aiperf.log").open("w") as log:
+        subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return out / "profile_export.jsonl"
+
+
+def run_replay(url: str, args: argparse.Namespace, out: Path) -> Path:
+    command = [sys.executable, "-m", "pdreal.cli", "replay", "--url", url, "--out", str(out), "--no-progress",
+               "--concurrency", str(args.concurrency), "--max-requests", str(args.requests),
+               "scenario=bench_random", f"scenario.input.value={args.isl}", f"scenario.output.value={args.osl}"]
+    with (out.parent / "replay.log").open("w") as log:
+        subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    return out / "trace.parquet"
+
+
+def statistics(frames: list[pd.DataFrame], concurrency: int, steady: bool) -> dict[str, tuple[float, float]]:
+    """(mean, p50) of each metric over the rounds' finished requests pooled (module docstring);
+    throughput is the mean over rounds."""
+    rows, rates = [], []
+    for df in frames:
+        df = df[df["status"] == "finished"].reset_index(drop=True)
+        if steady:
+            window = steady_window(df["arrival_s"].to_numpy(), df["finish_s"].to_numpy(), concurrency, concurrency)
+            done = (df["finish_s"] > window.start_s) & (df["finish_s"] <= window.end_s)
+            rates.append(df.loc[done, "output_tokens"].sum() / window.length_s)
+            df = df[window.counted]
+        else:
+            rates.append(df["output_tokens"].sum() / (df["last_token_s"].max() - df["arrival_s"].min()))
+        rows.append(df)
+    df = pd.concat(rows, ignore_index=True)
+    tpot = (df["last_token_s"] - df["first_token_s"]) / (df["output_tokens"] - 1)
+    gaps = np.concatenate([np.diff(np.asarray(t, dtype=float)) for t in df["token_times_s"]])
+    series = {"TTFT (ms)": (df["first_token_s"] - df["arrival_s"]) * 1e3, "TPOT = AIPerf ITL (ms)": tpot * 1e3,
+              "token gap = AIPerf ICL (ms)": pd.Series(gaps * 1e3), "request latency (ms)":
+              (df["last_token_s"] - df["arrival_s"]) * 1e3, "tokens/s per user": 1 / tpot}
+    out = {name: (float(s.mean()), float(s.median())) for name, s in series.items()}
+    out["output tokens/s"] = (float(np.mean(rates)), float("nan"))
+    out["requests counted"] = (float(len(df)), float("nan"))
+    return out
+
+
+def table(aiperf: list[pd.DataFrame], replay: list[pd.DataFrame], concurrency: int) -> str:
+    cols = {(tool, steady): statistics(frames, concurrency, steady)
+            for tool, frames in (("aiperf", aiperf), ("replay", replay)) for steady in (False, True)}
+    lines = ["| metric | stat | AIPerf all | replay all | diff | AIPerf steady | replay steady | diff |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name in cols[("aiperf", False)]:
+        for k, stat in enumerate(("mean", "p50")):
+            values = [cols[key][name][k] for key in (("aiperf", False), ("replay", False), ("aiperf", True),
+                                                     ("replay", True))]
+            if any(np.isnan(values)):
+                continue
+            a, r, sa, sr = values
+            lines.append(f"| {name} | {stat} | {a:,.1f} | {r:,.1f} | {_diff(r, a)} | {sa:,.1f} | {sr:,.1f} | "
+                         f"{_diff(sr, sa)} |")
+    return "\n".join(lines)
+
+
+def _diff(value: float, reference: float) -> str:
+    return f"{(value - reference) / reference:+.1%}" if reference else "-"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring "
+                                "for what each metric means and how the windows are cut.")
+    p.add_argument("--url", help="router of a running pdreal serve (default: start one, 1P1D SmolLM2)")
+    p.add_argument("--concurrency", type=int, default=4, help="closed-loop clients (default 4)")
+    p.add_argument("--requests", type=int, default=24, help="requests per run (default 24)")
+    p.add_argument("--isl", type=int, default=64, help="prompt tokens per request (default 64)")
+    p.add_argument("--osl", type=int, default=16, help="output tokens per request, EOS ignored (default 16)")
+    p.add_argument("--rounds", type=int, default=2, help="AIPerf + replay pairs, interleaved (default 2)")
+    p.add_argument("--out", type=Path, help="output folder (default outputs/aiperf_vs_replay/<time>)")
+    p.add_argument("--venv", type=Path, default=ROOT / "outputs" / "aiperf-venv",
+                   help="AIPerf's venv, created when missing (default outputs/aiperf-venv)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = args.out or ROOT / "outputs" / "aiperf_vs_replay" / datetime.now().strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    aiperf_bin, tokenizer = ensure_venv(args.venv), write_tokenizer(out / "tokenizer")
+    server, url = (None, args.url) if args.url else start_server(out)
+    aiperf, replay = [], []
+    try:
+        for i in range(args.rounds):
+            folder = out / f"round{i}"
+            folder.mkdir(exist_ok=True)
+            print(f"round {i}: aiperf", flush=True)
+            aiperf.append(read_aiperf_export(run_aiperf(aiperf_bin, url, tokenizer, args, folder / "aiperf")))
+            print(f"round {i}: pdreal replay", flush=True)
+            replay.append(read_trace(run_replay(url, args, folder / "replay")))
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+    text = table(aiperf, replay, args.concurrency)
+    (out / "table.md").write_text(text + "\n")
+    print(text)
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
