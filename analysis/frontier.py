@@ -100,11 +100,23 @@ def frontier_plot(points: pd.DataFrame, meta: dict[str, Any]) -> Plot:
     return render(fig, "frontier", title, caption)
 
 
+def _verdict(meta: dict[str, Any]) -> str:
+    """One sentence: the best deployment at the target, per family, and the gain."""
+    target, best = meta["target_tokens_per_s_per_user"], meta.get("best")
+    if best is None:
+        return f"No deployment reaches {target:g} tokens/s/user while meeting {meta['slo_text']}."
+    parts = [f"At {target:g} tokens/s/user meeting {meta['slo_text']}: best {best['deployment_text']}, "
+             f"{best[Y_AT]:.0f} output tokens/s per GPU"]
+    for family, name in NAMES.items():
+        other = meta.get(family)
+        parts.append(f"best {name}: " + ("none" if other is None else f"{other['deployment_text']} ({other[Y_AT]:.0f})"))
+    gain = meta.get("gain_disaggregated_over_colocated")
+    return "; ".join(parts) + (f"; disaggregated / colocated x{gain:.2f}." if gain else ".")
+
+
 def frontier_document(points: pd.DataFrame, meta: dict[str, Any], plot: Plot) -> Document:
     target = meta["target_tokens_per_s_per_user"]
-    gain = meta.get("gain_disaggregated_over_colocated")
-    text = (f"Best deployment at >= {target:g} tokens/s/user meeting {meta['slo_text']}"
-            + (f"; disaggregated / colocated x{gain:.2f}." if gain else "."),
+    text = (_verdict(meta),
             "Closed loop: C clients, each sending its next request when its previous one ends; every point sends "
             "C x (1 + frontier.rounds) requests and is measured over its steady-state window (warm-up burst and "
             "drain excluded). tokens/s per user = 1 / TPOT per request, TPOT = (last token - first token) / "
