@@ -79,6 +79,7 @@ def running_capacity(cfg: Config, dep: Deployment) -> int:
 
     side = dep.colocated if dep.mode == COLOCATED else dep.decode
     assert side is not None
+    cfg = deployment_config(cfg, dep)  # the model at the deployment's precision (KV bytes per token)
     c = cfg.cluster
     kv_tokens = c.kv_capacity_tokens or kv_capacity_tokens(cfg.model, cfg.hardware, side.layout.tp,
                                                            c.gpu_memory_utilization)

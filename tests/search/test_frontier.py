@@ -173,6 +173,8 @@ def test_running_capacity_is_bounded_by_batch_slots_or_kv(compose_config) -> Non
     assert running_capacity(cfg, parse_label("pd-tp4x2-tp8x1")) == 256
     # TP2 keeps ~10 GiB per GPU for KV: a few dozen requests per instance
     assert 8 <= running_capacity(cfg, parse_label("co-tp2x8")) < 8 * 64
+    # an fp8 KV cache holds twice the tokens
+    assert running_capacity(cfg, parse_label("co-tp2x8@bf16.kvfp8")) >= 2 * running_capacity(cfg, parse_label("co-tp2x8")) - 8
 
 
 def test_deployments_given_by_label_are_checked(compose_config) -> None:
