@@ -19,7 +19,8 @@ The steady-state window (docs/CLOSED_LOOP.md):
   short ones sent late and drops the long ones, which biases latencies low: 10% on a 200-request
   RAG run). Latency statistics are over the counted requests, throughputs over the completions
   inside the window divided by its length; Little's law then holds:
-  throughput = C / (mean latency + think time).
+  throughput = C / (mean latency + think time). A window that counts fewer than C requests (not
+  one request per client) is no steady state: the run reports every request and says so.
 """
 
 from __future__ import annotations
@@ -105,6 +106,6 @@ def steady_window(
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
     counted = (rank >= warmup_requests) & (arrival < end_s)
-    if not end_s > start_s:
+    if not end_s > start_s or counted.sum() < concurrency:  # (not one full round of the clients)
         return empty
     return SteadyWindow(counted, start_s, end_s)

@@ -36,6 +36,11 @@ def test_window_with_think_time_and_more_warmup() -> None:
 def test_too_few_requests_reach_no_steady_state() -> None:
     w = steady_window(np.zeros(3), np.array([1.0, 2.0, 3.0]), concurrency=3, warmup_requests=3)
     assert not w.reached and not w.counted.any()
+    # a window exists (opens at 1, closes at the 4th of 6 ends = 4) but counts 2 < C = 3 requests
+    sent = np.array([0.0, 0.0, 0.0, 1.0, 2.0, 3.5])
+    ends = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert not steady_window(sent, ends, concurrency=3, warmup_requests=4).reached
+    assert steady_window(sent, ends, concurrency=3, warmup_requests=3).reached  # 3 counted
 
 
 def _trace(sent: list[float], ends: list[float], outputs: int = 5) -> pd.DataFrame:
