@@ -96,7 +96,7 @@ def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace
                "--tokenizer", str(tokenizer), "--synthetic-input-tokens-mean", str(args.isl),
                "--isl-stddev", "0", "--output-tokens-mean", str(args.osl),
                "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true", "--ui-type", "none",
-               "--artifact-dir", str(out)]
+               "--artifact-dir", str(out), *args.aiperf_args]
     with (out.parent / "aiperf.log").open("w") as log:
         subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
     return out / "profile_export.jsonl"
@@ -168,6 +168,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--osl", type=int, default=16, help="output tokens per request, EOS ignored (default 16)")
     p.add_argument("--rounds", type=int, default=2, help="AIPerf + replay pairs, interleaved (default 2)")
     p.add_argument("--out", type=Path, help="output folder (default outputs/aiperf_vs_replay/<time>)")
+    p.add_argument("--aiperf-arg", dest="aiperf_args", action="append", default=[], metavar="ARG",
+                   help="one more aiperf profile argument (repeatable), e.g. --aiperf-arg=--workers-max=1: "
+                        "AIPerf's own processes share the CPU with a CPU server")
     p.add_argument("--venv", type=Path, default=ROOT / "outputs" / "aiperf-venv",
                    help="AIPerf's venv, created when missing (default outputs/aiperf-venv)")
     return p.parse_args(argv)
