@@ -63,6 +63,11 @@ ENGINES: dict[str, Engine] = {
 # pinned table version without the mode's tables gives way to the newest set that has them
 SUPPORTED_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo"}
 SUPPORTED_MOE_QUANT = {"", "bf16"}  # MoE quant modes: issue 40
+# Engine step overhead (ms per step, perf.overhead_s) per (engine, operator-table version): the
+# median of measured - predicted TPOT over the dev split's dense rows run with none, clamped at 0
+# (docs/PRECISION.md). One number per engine and version; nothing per row.
+STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm", "0.24.0"): 0.0,
+                    ("trtllm", "1.3.0rc20"): 0.0}
 ISSUE_PRECISION, ISSUE_MOE = "issue 39", "issue 40"
 
 
@@ -235,6 +240,10 @@ def precision_of(row: SiliconRow) -> tuple[str, str]:
     return quant, kv
 
 
+def step_overhead_s(backend: str, table_set: str) -> float:
+    return STEP_OVERHEAD_MS.get((backend, table_set.rsplit("_", 1)[1]), 0.0) / 1e3
+
+
 def _table_set(row: SiliconRow, cat: Catalog, hardware: str) -> str:
     """The operator-table set the row runs on ("" = none has the tables its precision needs)."""
     import dataclasses
@@ -306,6 +315,7 @@ def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
     overrides = (
         f"scenario={SCENARIO}", f"model={model}", f"hardware={hardware}", f"perf={preset}",
         f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
+        f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
         f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",

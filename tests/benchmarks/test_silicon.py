@@ -48,17 +48,18 @@ ROWS = [
     row("unknown_model", model_path="acme/Nope-1B"),
     row("minimax", model_path="MiniMaxAI/MiniMax-M2.5"),
     row("disagg_no_workers", **DISAGG),
+    row("nvfp4_h100", precision="fp4", gemm_quant_mode="nvfp4"),
     row("dsr1_wide_ep", **{**DISAGG, "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm",
                            "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block",
                            "prefill_num_workers": "1", "prefill_tp_size": "8", "prefill_moe_tp_size": "1",
                            "prefill_moe_ep_size": "8", "decode_num_workers": "1", "decode_tp_size": "8",
                            "decode_attention_dp_size": "8", "decode_moe_tp_size": "1", "decode_moe_ep_size": "8"}),
 ]
+# expressed since issue 39: the operator-table set each runs on (precision picks the set)
+EXPRESSED = {"fp8": "h100_sxm_sglang_0.5.14", "b300": "b300_sxm_sglang_0.5.14",
+             "trtllm": "h100_sxm_trtllm_1.3.0rc20", "vllm_b200": "b200_sxm_vllm_0.24.0"}
 EXPECTED = {
-    "fp8": "gemm_quant_mode fp8 not modelled (issue 39)",
-    "b300": "hardware b300_sxm not in catalog (issue 39)",
-    "trtllm": "backend trtllm not modelled",
-    "vllm_b200": "no vllm 0.14.0 operator tables for b200_sxm (issue 39)",
+    "nvfp4_h100": "no sglang operator tables for h100_sxm with nvfp4 GEMMs (issue 39)",
     "unknown_model": "model acme/Nope-1B not in catalog",
     "minimax": "model MiniMaxAI/MiniMax-M2.5 not in catalog (MoE, issue 40)",
     "disagg_no_workers": "disagg row without worker counts",
@@ -83,17 +84,19 @@ def test_statuses_reasons_and_a_finite_prediction(tmp_path: Path, capsys: pytest
     assert ok.status == "ok" and "h100_sxm_sglang_0.5.10" in ok.reason
     assert math.isfinite(float(ok.pdsim_ttft_ms)) and float(ok.pdsim_ttft_ms) > 0
     assert math.isfinite(float(ok.pdsim_tpot_ms)) and float(ok.pdsim_tpot_ms) > 0
+    for row_id, tables in EXPRESSED.items():
+        assert pred.loc[row_id].status == "ok" and tables in pred.loc[row_id].reason, (row_id, pred.loc[row_id].reason)
     for row_id, reason in EXPECTED.items():
         assert pred.loc[row_id].status == "unsupported", row_id
         assert reason in pred.loc[row_id].reason, (row_id, pred.loc[row_id].reason)
         assert pred.loc[row_id].pdsim_ttft_ms == ""
     wide = pred.loc["dsr1_wide_ep"].reason  # every gap named, not only the first
-    for gap in ("gemm_quant_mode fp8_block not modelled (issue 39)", "moe_quant_mode fp8_block not modelled",
+    for gap in ("moe_quant_mode fp8_block not modelled",
                 "prefill MoE expert parallelism (moe_ep_size=8) not modelled (issue 40)",
                 "decode attention DP (attention_dp_size=8) not modelled (issue 40)"):
         assert gap in wide
     printed = capsys.readouterr().out
-    assert "| all | 1 | pdsim | 1 (100%) |" in printed
+    assert "| all | 5 | pdsim | 5 (100%) |" in printed
 
 
 def test_plans_carry_the_row_shape() -> None:
