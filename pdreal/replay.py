@@ -4,16 +4,17 @@ Open loop: every request is sent at its (sped-up) arrival time whether or not ea
 finished. Closed loop (`ReplayOptions.loop`, pdsim.workload.closed_loop, the very loop pdsim
 simulates): C clients send the requests in the workload's order, the first C at once, then one
 whenever a client's request ends (after its think time), until the workload or the loop's
-duration runs out. Each request is sent as `POST /generate` with token ids (`input_tokens` of them: prefix blocks sharing a hash id get
-identical tokens, the rest come from the request's own seeded stream), `max_new_tokens =
-output_tokens`, greedy, `ignore_eos` so the output length is the workload's.
+duration runs out. Each request is `input_tokens` token ids (prefix blocks sharing a hash id get
+identical tokens, the rest come from the request's own seeded stream), asking for
+`output_tokens` greedy tokens with EOS ignored, streamed to `POST /generate` (default) or
+`POST /v1/completions` (`ReplayOptions.endpoint`; pdreal.replay_send says what each records).
 
 Timestamps (all seconds since the replay started, on the client's monotonic clock):
 - client-side: arrival_s (request sent), first_token_s / last_token_s / token_times_s (tokens
   received), finish_s (response complete);
-- server-side: route_s and every queue time, from the router's trace row, moved from the
-  router's clock to the client's (exactly when both share a boot clock, else by the offset
-  measured with /health round trips).
+- server-side (generate only: the OpenAI stream carries no trace row): route_s and every queue
+  time, from the router's trace row, moved from the router's clock to the client's (exactly
+  when both share a boot clock, else by the offset measured with /health round trips).
 
 Every planned request ends in exactly one row: HTTP 400 and 429 answers are 'rejected', errors
 and requests still running when the replay is stopped are 'failed' with the reason.
@@ -22,7 +23,6 @@ and requests still running when the replay is stopped are 'failed' with the reas
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,9 +31,10 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from pdreal.replay_send import ENDPOINTS, SENDERS, SendResult
 from pdreal.serving.timebase import ClockSync, clock_id, now_s
 from pdsim.rng import stream
-from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
+from pdsim.trace import STATUS_FAILED, STATUS_FINISHED
 from pdsim.workload import Request, Workload
 from pdsim.workload.closed_loop import ClosedLoop
 
@@ -49,6 +50,7 @@ class ReplayOptions:
     seed: int = 0
     request_timeout_s: float = 600.0
     loop: ClosedLoop | None = None  # closed loop (send times then come from it); None = open loop
+    endpoint: str = "generate"  # generate | completions (pdreal.replay_send)
 
     def __post_init__(self) -> None:
         if self.speedup <= 0:
@@ -56,6 +58,8 @@ class ReplayOptions:
         for name in ("max_requests", "max_input_tokens", "max_output_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {ENDPOINTS}, got {self.endpoint!r}")
 
 
 @dataclass(frozen=True)
@@ -115,50 +119,7 @@ async def measure_clock(session: aiohttp.ClientSession, url: str, samples: int =
     return sync
 
 
-@dataclass
-class _Result:
-    status: str = ""  # '' until the final event (then finished | failed | rejected)
-    reason: str = ""
-    sent_s: float = math.nan
-    finish_s: float = math.nan
-    token_times_s: list[float] | None = None
-    server_row: dict[str, Any] | None = None
-
-
-async def _send(session: aiohttp.ClientSession, url: str, req: PlannedRequest, ids: list[int],
-                result: _Result, timeout_s: float) -> None:
-    payload = {"input_ids": ids, "stream": True, "rid": req.request_id,
-               "sampling_params": {"max_new_tokens": req.output_tokens, "temperature": 0.0, "ignore_eos": True}}
-    result.token_times_s, result.sent_s = [], now_s()
-    try:
-        async with session.post(f"{url}/generate", json=payload,
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            if resp.status != 200:
-                body = await resp.json(content_type=None)
-                result.status = STATUS_REJECTED if resp.status in (400, 429) else STATUS_FAILED
-                result.reason = body.get("error", {}).get("message", f"HTTP {resp.status}")
-                result.server_row = (body.get("meta_info") or {}).get("trace")
-                return
-            async for raw in resp.content:
-                line = raw.decode().strip()
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                _on_event(json.loads(line[6:]), result)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-        result.status, result.reason = STATUS_FAILED, f"client: {type(exc).__name__}: {exc}"
-    finally:
-        result.finish_s = now_s()
-
-
-def _on_event(event: dict[str, Any], result: _Result) -> None:
-    if event.get("output_ids"):
-        result.token_times_s.extend([now_s()] * len(event["output_ids"]))
-    meta = event.get("meta_info") or {}
-    if "status" in meta:
-        result.status, result.reason, result.server_row = meta["status"], meta["failure_reason"], meta.get("trace")
-
-
-def _row(req: PlannedRequest, result: _Result, start_s: float, sync: ClockSync) -> dict[str, Any]:
+def _row(req: PlannedRequest, result: SendResult, start_s: float, sync: ClockSync) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for key, value in (result.server_row or {}).items():
         if key.endswith("_s") and key != "token_times_s":
@@ -167,8 +128,9 @@ def _row(req: PlannedRequest, result: _Result, start_s: float, sync: ClockSync) 
             row[key] = value
     times = [t - start_s for t in result.token_times_s or []]
     finished = result.status == STATUS_FINISHED
+    counted = len(times) if result.output_tokens is None else result.output_tokens
     row.update(request_id=req.request_id, session_id=req.session_id, input_tokens=req.input_tokens,
-               output_tokens=len(times) if finished else req.output_tokens, status=result.status,
+               output_tokens=counted if finished else req.output_tokens, status=result.status,
                failure_reason="" if finished else result.reason, arrival_s=result.sent_s - start_s,
                finish_s=result.finish_s - start_s, token_times_s=times,
                first_token_s=times[0] if times else math.nan, last_token_s=times[-1] if times else math.nan)
@@ -185,7 +147,7 @@ async def replay(url: str, requests: list[PlannedRequest], vocab_size: int, opti
     ends (progress)."""
     url = url.rstrip("/")
     prompts = [prompt_ids(r, vocab_size, options.seed) for r in requests]
-    results = [_Result() for _ in requests]
+    results = [SendResult() for _ in requests]
     sender = _Sender(url, options, on_done, on_sent)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         sync = await measure_clock(session, url)
@@ -206,12 +168,12 @@ async def replay(url: str, requests: list[PlannedRequest], vocab_size: int, opti
     facts = {"url": url, "router_clock_offset_s": sync.offset_s, "same_clock": sync.same_clock,
              "send_lag_s_max": float(np.max(lags)) if lags else 0.0, "wall_s": stopped_s,
              "requests_unfinished_at_stop": len(pending), "sent": len(sender.tasks),
-             "concurrency": options.loop.concurrency if options.loop is not None else 0}
+             "concurrency": options.loop.concurrency if options.loop is not None else 0, "endpoint": options.endpoint}
     sent = set(map(id, sender.tasks.values()))
     return [_row(r, res, sender.start, sync) for r, res in zip(requests, results, strict=True) if id(res) in sent], facts
 
 
-_Item = tuple[PlannedRequest, list[int], _Result]
+_Item = tuple[PlannedRequest, list[int], SendResult]
 
 
 class _Sender:
@@ -221,12 +183,13 @@ class _Sender:
                  on_sent: Callable[[], None] | None) -> None:
         self.url, self.options, self.on_done, self.on_sent = url, options, on_done, on_sent
         self.start = 0.0
-        self.tasks: dict[asyncio.Task[None], _Result] = {}
+        self.tasks: dict[asyncio.Task[None], SendResult] = {}
         self.lags: list[float] = []  # open loop: how late each request left
 
     def send(self, session: aiohttp.ClientSession, item: _Item) -> asyncio.Task[None]:
         req, ids, result = item
-        task = asyncio.create_task(_send(session, self.url, req, ids, result, self.options.request_timeout_s))
+        send = SENDERS[self.options.endpoint]
+        task = asyncio.create_task(send(session, self.url, req, ids, result, self.options.request_timeout_s))
         if self.on_sent is not None:
             self.on_sent()
         if self.on_done is not None:

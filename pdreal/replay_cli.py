@@ -21,6 +21,8 @@ from typing import Any
 DEFAULT_SCENARIO = "scenario=chat"
 TIMESTAMPS = ("client-side: arrival_s (sent), first_token_s, last_token_s, token_times_s (received), finish_s; "
               "server-side (router clock mapped to the client's): route_s and every queue time")
+TIMESTAMPS_COMPLETIONS = ("client-side only (/v1/completions carries no trace row): arrival_s (sent), "
+                          "first_token_s, last_token_s, token_times_s (content chunks received), finish_s")
 
 
 def add_replay_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:
@@ -28,7 +30,8 @@ def add_replay_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.
                        description="Sends each request of a pdsim workload (or trace) at its arrival time "
                                    "(divided by --speedup), or with --concurrency C as C closed-loop clients "
                                    "(each sends the next request in the workload's order when its previous one "
-                                   "ended, as benchmark clients do), to ROUTER/generate and writes trace.parquet + "
+                                   "ended, as benchmark clients do), to ROUTER/generate (or /v1/completions, "
+                                   "--endpoint) and writes trace.parquet + "
                                    "trace.summary.json in pdsim's schema; a closed loop's statistics are over "
                                    "its steady-state window, as pdsim's (docs/CLOSED_LOOP.md).")
     p.add_argument("--url", required=True, help="router URL, e.g. http://127.0.0.1:8000")
@@ -47,6 +50,10 @@ def add_replay_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.
     p.add_argument("--max-input-tokens", type=int, default=0, help="clip prompt lengths (0 = no clip)")
     p.add_argument("--max-output-tokens", type=int, default=0, help="clip output lengths (0 = no clip)")
     p.add_argument("--seed", type=int, default=0, help="prompt token seed")
+    p.add_argument("--endpoint", choices=("generate", "completions"), default="generate",
+                   help="generate (default): /generate with token ids, the router's trace row per request; "
+                        "completions: /v1/completions streamed as an OpenAI client (AIPerf) sends it, the same "
+                        "token ids as the prompt, times per content chunk, client-side times only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help=f"pdsim config overrides (default {DEFAULT_SCENARIO})")
     p.set_defaults(func=func)
@@ -128,7 +135,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
     cfg = compose_pdsim(list(args.overrides))
     loop = replay_loop(cfg, args)
     options = ReplayOptions(args.speedup, args.max_requests, args.max_duration_s, args.drain_timeout_s,
-                            args.max_input_tokens, args.max_output_tokens, args.seed, loop=loop)
+                            args.max_input_tokens, args.max_output_tokens, args.seed, loop=loop,
+                            endpoint=getattr(args, "endpoint", "generate"))
     requests = plan_requests(load_workload(args, cfg), options)
     if not requests:
         raise ValueError("the workload has no requests inside --max-requests / --max-duration-s")
@@ -152,7 +160,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
     summary = summarize(df, Slo(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.attainment_target), cfg.slo.tpot_definition,
                         loop)
     summary.update(replay={**facts, "speedup": args.speedup, "workload": cfg.scenario.name if args.trace is None
-                           else str(args.trace), "timestamps": TIMESTAMPS, "routing": before.get("routing"),
+                           else str(args.trace), "routing": before.get("routing"),
+                           "timestamps": TIMESTAMPS if options.endpoint == "generate" else TIMESTAMPS_COMPLETIONS,
                            "admission": before.get("admission")},
                    instances_after=instances_after(router_state(args.url)))
     out = args.out or Path("outputs") / "replay" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")

@@ -1,5 +1,5 @@
 """A 1P1D SmolLM2 cluster (prefill, decode, router subprocesses on loopback, Mooncake TCP):
-OpenAI completions and chat, /generate, bad input, /metrics, and a 10-request replay."""
+OpenAI completions and chat, /generate, bad input, /metrics, and replays (/generate and /v1/completions)."""
 
 from __future__ import annotations
 
@@ -192,3 +192,24 @@ def test_closed_loop_replay_keeps_concurrency_and_counts_the_steady_window(clust
     loop = summary["closed_loop"]
     assert loop["concurrency"] == 3 and loop["steady_state_reached"] and loop["counted_requests"] == summary["requests"]
     assert summary["replay"]["concurrency"] == 3 and summary["tokens_per_s_per_user"]["mean"] > 0
+
+
+def test_closed_loop_replay_on_completions_times_content_chunks(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    from pdreal.replay_cli import run_replay_command
+
+    out = tmp_path / "completions"
+    args = argparse.Namespace(
+        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=6, max_duration_s=0.0, drain_timeout_s=120.0,
+        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=2, think_s=None,
+        endpoint="completions", overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=5"])
+    assert run_replay_command(args) == 0
+    df = read_trace(out / "trace.parquet").sort_values("arrival_s")
+    assert sorted(df["request_id"]) == list(range(6)) and (df["status"] == "finished").all(), df["failure_reason"]
+    assert (df["output_tokens"] == 5).all() and (df["input_tokens"] == 40).all()  # usage: ignore_eos held
+    chunks = df["token_times_s"].map(len)
+    assert ((chunks >= 1) & (chunks <= 5)).all()  # one per content chunk (a held-back character merges two)
+    assert (df["first_token_s"] > df["arrival_s"]).all() and (df["finish_s"] >= df["last_token_s"]).all()
+    assert df["route_s"].isna().all()  # no trace row on the OpenAI stream: client-side times only
+    summary = json.loads((out / "trace.summary.json").read_text())
+    assert summary["replay"]["endpoint"] == "completions" and summary["replay"]["sent"] == 6
+    assert summary["replay"]["timestamps"].startswith("client-side only")
