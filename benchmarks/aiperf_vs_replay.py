@@ -6,8 +6,13 @@
 Both tools run C clients, each sending its next request when the previous one ended, with N
 requests of ISL prompt tokens and OSL output tokens (EOS ignored), streamed: AIPerf 0.13.0
 (`/v1/completions`, text prompts from its synthetic generator, from its own venv) and `pdreal
-replay --concurrency C scenario=bench_random` (`/generate`, token ids). The rounds are interleaved
-(AIPerf, replay, AIPerf, replay) so drift of a shared machine hits both. Each tool's per-request
+replay --concurrency C scenario=bench_random` on each of --replay-endpoints (`completions`: the
+same endpoint as AIPerf, token-id prompts; `generate`: `/generate`, token ids). The runs are
+interleaved (AIPerf, replay on each endpoint, AIPerf, ...) so drift of a shared machine hits all.
+Around every run the router's /metrics are read: the differences of its TTFT and TPOT histogram
+sums and counts are the server-side means of that run (router arrival to first token received
+from the decode instance; TPOT after the first token), the same for every client, which tells
+"the client measured differently" from "the server ran slower". Each tool's per-request
 records (AIPerf's profile_export.jsonl through analysis/aiperf.py, the replay's trace.parquet)
 give every statistic, the same way, over all requests and over the steady-state window of
 docs/CLOSED_LOOP.md (first C sends and the drain left out; AIPerf has no warm-up unless asked,
@@ -21,8 +26,8 @@ inter_chunk_latency, one token per chunk here); request latency = last token - r
 tokens / (last token - first request start) over all requests, completions in the window / its
 length over the window; tokens/s per user = 1 / TPOT per request.
 
-Writes into --out (default outputs/aiperf_vs_replay/<time>): round<i>/aiperf, round<i>/replay,
-table.md. AIPerf's venv (--venv, default outputs/aiperf-venv, git-ignored) is created when
+Writes into --out (default outputs/aiperf_vs_replay/<time>): round<i>/aiperf,
+round<i>/replay-<endpoint>, table.md. AIPerf's venv (--venv, default outputs/aiperf-venv, git-ignored) is created when
 missing; its tokenizer folder is written from pdreal's own SmolLM2 tokenizer (AIPerf offline:
 a local folder with tokenizer.json and tokenizer_config.json, HF_HUB_OFFLINE unset).
 """
@@ -34,6 +39,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -44,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.aiperf import read_aiperf_export  # noqa: E402
+from pdreal.serving.metrics import parse_metrics, sample_value  # noqa: E402
 from pdsim.trace import read_trace  # noqa: E402
 from pdsim.workload.closed_loop import steady_window  # noqa: E402
 
@@ -52,12 +59,17 @@ MODEL = "smollm2"
 
 
 def ensure_venv(folder: Path) -> Path:
-    """The aiperf executable of `folder`'s venv, created with aiperf==AIPERF_VERSION if missing."""
+    """The aiperf executable of `folder`'s venv, created with aiperf==AIPERF_VERSION if missing;
+    RuntimeError with the end of pip's output when the install fails (e.g. no network)."""
     aiperf = folder / "bin" / "aiperf"
     if not aiperf.exists():
         print(f"creating AIPerf's venv in {folder} (about a minute)", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-        subprocess.run([str(folder / "bin" / "pip"), "install", "-q", f"aiperf=={AIPERF_VERSION}"], check=True)
+        for command in ([sys.executable, "-m", "venv", "--clear", str(folder)],
+                        [str(folder / "bin" / "pip"), "install", "-q", f"aiperf=={AIPERF_VERSION}"]):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                tail = " ".join((done.stderr or done.stdout).split())[-400:]
+                raise RuntimeError(f"{' '.join(command[:3])} failed (exit {done.returncode}): {tail}")
     return aiperf
 
 
@@ -91,7 +103,8 @@ def start_server(out: Path, timeout_s: float = 300.0) -> tuple[subprocess.Popen,
 
 def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace, out: Path) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # set, AIPerf takes the folder for a hub id
-    command = [str(aiperf), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions",
+    niced = ["nice", "-n", str(args.aiperf_nice)] if getattr(args, "aiperf_nice", 0) else []
+    command = [*niced, str(aiperf), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions",
                "--streaming", "--concurrency", str(args.concurrency), "--request-count", str(args.requests),
                "--tokenizer", str(tokenizer), "--synthetic-input-tokens-mean", str(args.isl),
                "--isl-stddev", "0", "--output-tokens-mean", str(args.osl),
@@ -102,13 +115,33 @@ def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace
     return out / "profile_export.jsonl"
 
 
-def run_replay(url: str, args: argparse.Namespace, out: Path) -> Path:
+def run_replay(url: str, args: argparse.Namespace, out: Path, endpoint: str) -> Path:
     command = [sys.executable, "-m", "pdreal.cli", "replay", "--url", url, "--out", str(out), "--no-progress",
+               "--endpoint", endpoint,
                "--concurrency", str(args.concurrency), "--max-requests", str(args.requests),
                "scenario=bench_random", f"scenario.input.value={args.isl}", f"scenario.output.value={args.osl}"]
-    with (out.parent / "replay.log").open("w") as log:
+    with (out.parent / f"{out.name}.log").open("w") as log:
         subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     return out / "trace.parquet"
+
+
+SERVER_HISTOGRAMS = {"server TTFT (ms)": "pdreal_ttft_seconds", "server TPOT (ms)": "pdreal_tpot_seconds"}
+
+
+def router_sums(url: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of the router's TTFT and TPOT histograms now."""
+    with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=10) as resp:
+        samples = parse_metrics(resp.read().decode())
+    return {name: (sample_value(samples, f"{metric}_sum"), sample_value(samples, f"{metric}_count"))
+            for name, metric in SERVER_HISTOGRAMS.items()}
+
+
+def server_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """A run's server-side means (ms) and requests from the router's sums around it."""
+    out = {name: 1e3 * (after[name][0] - before[name][0]) / max(1.0, after[name][1] - before[name][1])
+           for name in SERVER_HISTOGRAMS}
+    out["server requests"] = after["server TTFT (ms)"][1] - before["server TTFT (ms)"][1]
+    return out
 
 
 def statistics(frames: list[pd.DataFrame], concurrency: int, steady: bool) -> dict[str, tuple[float, float]]:
@@ -137,21 +170,30 @@ def statistics(frames: list[pd.DataFrame], concurrency: int, steady: bool) -> di
     return out
 
 
-def table(aiperf: list[pd.DataFrame], replay: list[pd.DataFrame], concurrency: int) -> str:
-    cols = {(tool, steady): statistics(frames, concurrency, steady)
-            for tool, frames in (("aiperf", aiperf), ("replay", replay)) for steady in (False, True)}
-    lines = ["| metric | stat | AIPerf all | replay all | diff | AIPerf steady | replay steady | diff |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for name in cols[("aiperf", False)]:
+def table(runs: dict[str, list[pd.DataFrame]], servers: dict[str, list[dict[str, float]]], concurrency: int,
+          steady: bool) -> str:
+    """One markdown table: each tool's statistics (pooled rounds), diffs relative to AIPerf (the
+    first tool), then the server-side means (mean over rounds) under each client."""
+    tools = list(runs)
+    cols = {tool: statistics(frames, concurrency, steady) for tool, frames in runs.items()}
+    head = " | ".join(f"{t} | diff" if i else t for i, t in enumerate(tools))
+    lines = [f"| metric | stat | {head} |", "|---|---|" + "---:|" * (2 * len(tools) - 1)]
+    for name in cols[tools[0]]:
         for k, stat in enumerate(("mean", "p50")):
-            values = [cols[key][name][k] for key in (("aiperf", False), ("replay", False), ("aiperf", True),
-                                                     ("replay", True))]
-            if any(np.isnan(values)):
-                continue
-            a, r, sa, sr = values
-            lines.append(f"| {name} | {stat} | {a:,.1f} | {r:,.1f} | {_diff(r, a)} | {sa:,.1f} | {sr:,.1f} | "
-                         f"{_diff(sr, sa)} |")
+            values = [cols[t][name][k] for t in tools]
+            if not any(np.isnan(values)):
+                lines.append(f"| {name} | {stat} | " + " | ".join(_cell(v, values[0], i) for i, v in enumerate(values))
+                             + " |")
+    if not steady:
+        for name in servers[tools[0]][0]:
+            values = [float(np.mean([run[name] for run in servers[t]])) for t in tools]
+            lines.append(f"| {name} | mean | " + " | ".join(_cell(v, values[0], i) for i, v in enumerate(values))
+                         + " |")
     return "\n".join(lines)
+
+
+def _cell(value: float, reference: float, index: int) -> str:
+    return f"{value:,.1f}" if index == 0 else f"{value:,.1f} | {_diff(value, reference)}"
 
 
 def _diff(value: float, reference: float) -> str:
@@ -166,11 +208,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=24, help="requests per run (default 24)")
     p.add_argument("--isl", type=int, default=64, help="prompt tokens per request (default 64)")
     p.add_argument("--osl", type=int, default=16, help="output tokens per request, EOS ignored (default 16)")
-    p.add_argument("--rounds", type=int, default=2, help="AIPerf + replay pairs, interleaved (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="AIPerf + replays rounds, interleaved (default 2)")
+    p.add_argument("--replay-endpoints", default="completions,generate",
+                   help="the replay's endpoints, each run once per round (default completions,generate)")
     p.add_argument("--out", type=Path, help="output folder (default outputs/aiperf_vs_replay/<time>)")
     p.add_argument("--aiperf-arg", dest="aiperf_args", action="append", default=[], metavar="ARG",
                    help="one more aiperf profile argument (repeatable), e.g. --aiperf-arg=--workers-max=1: "
                         "AIPerf's own processes share the CPU with a CPU server")
+    p.add_argument("--aiperf-nice", type=int, default=0,
+                   help="run AIPerf under `nice -n N` (its processes then yield the CPU to the server's)")
     p.add_argument("--venv", type=Path, default=ROOT / "outputs" / "aiperf-venv",
                    help="AIPerf's venv, created when missing (default outputs/aiperf-venv)")
     return p.parse_args(argv)
@@ -182,20 +228,29 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     aiperf_bin, tokenizer = ensure_venv(args.venv), write_tokenizer(out / "tokenizer")
     server, url = (None, args.url) if args.url else start_server(out)
-    aiperf, replay = [], []
+    endpoints = [e for e in args.replay_endpoints.split(",") if e]
+    runs: dict[str, list[pd.DataFrame]] = {"AIPerf": [], **{f"replay {e}": [] for e in endpoints}}
+    servers: dict[str, list[dict[str, float]]] = {tool: [] for tool in runs}
     try:
         for i in range(args.rounds):
             folder = out / f"round{i}"
             folder.mkdir(exist_ok=True)
-            print(f"round {i}: aiperf", flush=True)
-            aiperf.append(read_aiperf_export(run_aiperf(aiperf_bin, url, tokenizer, args, folder / "aiperf")))
-            print(f"round {i}: pdreal replay", flush=True)
-            replay.append(read_trace(run_replay(url, args, folder / "replay")))
+            for tool in runs:
+                print(f"round {i}: {tool}", flush=True)
+                before = router_sums(url)
+                if tool == "AIPerf":
+                    runs[tool].append(read_aiperf_export(run_aiperf(aiperf_bin, url, tokenizer, args,
+                                                                    folder / "aiperf")))
+                else:
+                    endpoint = tool.split()[1]
+                    runs[tool].append(read_trace(run_replay(url, args, folder / f"replay-{endpoint}", endpoint)))
+                servers[tool].append(server_means(before, router_sums(url)))
     finally:
         if server is not None:
             server.terminate()
             server.wait(30)
-    text = table(aiperf, replay, args.concurrency)
+    text = (f"All requests:\n\n{table(runs, servers, args.concurrency, False)}\n\n"
+            f"Steady-state windows:\n\n{table(runs, servers, args.concurrency, True)}")
     (out / "table.md").write_text(text + "\n")
     print(text)
     print(f"written to {out}")
