@@ -123,6 +123,8 @@ def test_replay_plan_bounds_and_prompts() -> None:
     assert prompt_ids(PlannedRequest(5, 0.0, 40, 1), 1000, 0) == prompt_ids(PlannedRequest(5, 0.0, 40, 1), 1000, 0)
     with pytest.raises(ValueError, match="speedup"):
         ReplayOptions(speedup=0)
+    with pytest.raises(ValueError, match="endpoint must be one of"):
+        ReplayOptions(endpoint="chat")
 
 
 def test_profiled_decode_batches_mix_context_lengths() -> None:
