@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
 
 # model_path -> catalog model. Instruct / quantized checkpoints share their base model's
 # architecture (config.json); their quantization comes from the row's quant modes.
@@ -246,19 +247,23 @@ def step_overhead_s(backend: str, table_set: str) -> float:
 
 def _table_set(row: SiliconRow, cat: Catalog, hardware: str) -> str:
     """The operator-table set the row runs on ("" = none has the tables its precision needs)."""
+    model = MODELS.get(row.model_path, "")
+    return _resolve(row.backend, model if model in cat.models else "", *precision_of(row),
+                    cat.hardware_tables.get(hardware, ""))
+
+
+@cache
+def _resolve(backend: str, model: str, quant: str, kv: str, system: str) -> str:
     import dataclasses
 
     from pdsim.perf import catalog
     from pdsim.perf.measured import needed_tables
     from pdsim.perf.optables import resolve_set
 
-    engine, model = ENGINES[row.backend], MODELS.get(row.model_path, "")
-    quant, kv = precision_of(row)
-    needs = ()
-    if model in cat.models:
-        needs = needed_tables(dataclasses.replace(catalog.load_model(model), gemm_quant=quant, kv_dtype=kv))
+    engine = ENGINES[backend]
+    needs = needed_tables(dataclasses.replace(catalog.load_model(model), gemm_quant=quant, kv_dtype=kv)) if model else ()
     try:
-        return resolve_set(cat.hardware_tables.get(hardware, ""), engine.tables, engine.tables_version, needs)
+        return resolve_set(system, engine.tables, engine.tables_version, needs)
     except ValueError:
         return ""
 
