@@ -131,3 +131,18 @@ def test_frontier_deployments_take_precision_as_an_axis():
     assert "co-tp1x8@fp8.kvfp8" in labels and "co-tp1x8@bf16" not in labels and "co-tp2x4@bf16" in labels
     run = deployment_config(cfg, parse_label("co-tp1x8@fp8.kvfp8"))
     assert (run.model.gemm_quant, run.model.kv_dtype, run.cluster.colocated) == ("fp8", "fp8", 8)
+
+
+def test_plan_fits_tps_at_the_models_precision():
+    from hydra import compose, initialize_config_dir
+
+    from pdsim.config import register_configs, to_config
+    from pdsim.paths import SCENARIOS_DIR
+    from pdsim.search.planner import fitting_tps
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(SCENARIOS_DIR), version_base="1.3"):
+        base = ["model=llama3_70b", "hardware=h100", "plan.gpus=8"]
+        bf16 = to_config(compose("config", overrides=base))
+        fp8 = to_config(compose("config", overrides=[*base, "model.gemm_quant=fp8", "model.kv_dtype=fp8"]))
+    assert 1 not in fitting_tps(bf16) and 1 in fitting_tps(fp8)
