@@ -85,10 +85,16 @@ class FakeRunner:
         return self.latency.mixed_time_s(items, len(decodes), ctx)
 
     def forward(self, chunks: list[SeqChunk], num_decodes: int | None = None) -> torch.Tensor:
+        return self.forward_logits(chunks, num_decodes)[0]
+
+    def forward_logits(self, chunks: list[SeqChunk], num_decodes: int | None = None
+                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """ModelRunner.forward_logits: last-token logits, and every new token's where a chunk asks."""
         if num_decodes is None:
             num_decodes = 0 if self.role == "prefill" else len(chunks)
         self.clock.t += self.step_s(chunks, num_decodes)
-        return torch.zeros((len(chunks), VOCAB))
+        full = [torch.zeros((len(c.token_ids), VOCAB)) if c.all_logits else None for c in chunks]
+        return torch.zeros((len(chunks), VOCAB)), full
 
     def offload_kv(self, pages: list[int], num_tokens: int) -> int:
         return num_tokens
