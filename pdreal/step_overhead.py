@@ -34,12 +34,13 @@ def _instrument(engine: Any, group: Callable[[str], str], publish: Callable[[lis
     `group(kind of that forward)`. Each step's outputs go through `publish` (the scheduler
     process's event send, pdreal.serving.scheduler.EventPublisher) inside the timed step, as served."""
     clocks: dict[str, _StepClock] = {}
-    forward, step, pending = engine.runner.forward, engine.step, {"forward_s": 0.0, "forwards": 0}
+    # every forward goes through forward_logits (ModelRunner.forward calls it too): timed once there
+    forward, step, pending = engine.runner.forward_logits, engine.step, {"forward_s": 0.0, "forwards": 0}
 
-    def timed_forward(chunks: Any, **kwargs: Any) -> Any:
+    def timed_forward(chunks: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return forward(chunks, **kwargs)
+            return forward(chunks, *args, **kwargs)
         finally:
             pending["forward_s"] += time.perf_counter() - start
             pending["forwards"] += 1
@@ -56,7 +57,7 @@ def _instrument(engine: Any, group: Callable[[str], str], publish: Callable[[lis
             clock.steps_with_forward += 1
         return outputs
 
-    engine.runner.forward, engine.step = timed_forward, timed_step
+    engine.runner.forward_logits, engine.step = timed_forward, timed_step
     return clocks
 
 
