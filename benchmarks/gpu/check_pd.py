@@ -30,12 +30,15 @@ def serve_overrides(shape: Shape, device: str, attention: str) -> tuple[str, ...
 
 
 def run(shape: Shape, device: str, attention: str, work: Path) -> object:
-    from analysis.fidelity.cli import workload_overrides
+    from analysis.fidelity.cli import build_parser, workload_overrides
     from analysis.fidelity.loop import FidelityOptions, run_fidelity
     from analysis.fidelity.real import ServeShape
 
-    workload = argparse.Namespace(requests=shape.pd_requests, rate=shape.pd_rate_rps, input=shape.pd_input,
-                                  output=shape.pd_output, seed=0, slo_ttft_s=2.0, slo_tpot_s=0.35, overrides=[])
+    # `pdsim fidelity`'s own parser (its defaults for every option this check does not set)
+    workload = build_parser().parse_args([
+        "--requests", str(shape.pd_requests), "--rate", str(shape.pd_rate_rps),
+        "--input", f"{shape.pd_input[0]}:{shape.pd_input[1]}", "--output", f"{shape.pd_output[0]}:{shape.pd_output[1]}",
+        "--seed", "0", "--slo-ttft-s", "2.0", "--slo-tpot-s", "0.35"])
     options = FidelityOptions(out_dir=work, shape=ServeShape(1, 1, serve_overrides(shape, device, attention)),
                               workload_overrides=tuple(workload_overrides(workload)),
                               sim_overrides=shape.sim_model_overrides, sim_model=shape.sim_model,
