@@ -103,16 +103,32 @@ def start_server(out: Path, timeout_s: float = 300.0) -> tuple[subprocess.Popen,
 
 def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace, out: Path) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # set, AIPerf takes the folder for a hub id
-    niced = ["nice", "-n", str(args.aiperf_nice)] if getattr(args, "aiperf_nice", 0) else []
-    command = [*niced, str(aiperf), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions",
+    nice = getattr(args, "aiperf_nice", 0)
+    command = [str(aiperf), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions",
                "--streaming", "--concurrency", str(args.concurrency), "--request-count", str(args.requests),
                "--tokenizer", str(tokenizer), "--synthetic-input-tokens-mean", str(args.isl),
                "--isl-stddev", "0", "--output-tokens-mean", str(args.osl),
                "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true", "--ui-type", "none",
                "--artifact-dir", str(out), *args.aiperf_args]
     with (out.parent / "aiperf.log").open("w") as log:
-        subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT,
+                       **({"start_new_session": True, "preexec_fn": _niced(nice)} if nice else {}))
     return out / "profile_export.jsonl"
+
+
+def _niced(nice: int):
+    """AIPerf's child setup for --aiperf-nice: its own session, niced, and that session's autogroup
+    niced. Where the kernel groups CPU time by session (/proc/sys/kernel/sched_autogroup_enabled=1,
+    the default on most distributions) `nice -n` alone only ranks AIPerf against the processes of its
+    own session: against `pdreal serve` (its own session) AIPerf's group kept an equal share, ~1 of 2
+    cores (docs/PDREAL.md, AIPerf vs replay, 2026-11-29). Runs after setsid, before exec."""
+    def apply() -> None:
+        os.nice(nice)
+        try:
+            Path("/proc/self/autogroup").write_text(f"{nice}\n")
+        except OSError:  # no autogroups (kernel option off or absent): plain nice is all there is
+            pass
+    return apply
 
 
 def run_replay(url: str, args: argparse.Namespace, out: Path, endpoint: str) -> Path:
@@ -216,7 +232,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="one more aiperf profile argument (repeatable), e.g. --aiperf-arg=--workers-max=1: "
                         "AIPerf's own processes share the CPU with a CPU server")
     p.add_argument("--aiperf-nice", type=int, default=0,
-                   help="run AIPerf under `nice -n N` (its processes then yield the CPU to the server's)")
+                   help="run AIPerf niced by N in its own session, that session's autogroup niced too (its "
+                        "processes then yield the CPU to a server on the same machine)")
     p.add_argument("--venv", type=Path, default=ROOT / "outputs" / "aiperf-venv",
                    help="AIPerf's venv, created when missing (default outputs/aiperf-venv)")
     return p.parse_args(argv)
