@@ -13,11 +13,15 @@ agree within SERVER_AGREEMENT with the router's own means over the same run (its
 histogram sums: AIPerf measures what the server did; 1.4% and 0.4% apart on 2026-11-29); and the
 replay's means are within a factor REPLAY_FACTOR of AIPerf's. Not the 5% issue 41 asks for: on
 the shared 2-core CPU machine the server itself runs slower while AIPerf drives it (router-side
-TPOT 252 vs 167 ms under the replay on the same endpoint, 2026-11-29; unchanged with AIPerf lean
-and under `nice -n 19`, and not the endpoint: /v1/completions vs /generate moved the replay's
-ITL by 3-6%), so the two clients see different servers here (docs/PDREAL.md, "AIPerf vs
-`pdreal replay`"). The factor still catches a wrong unit, start time or token count in either
-tool's records; the measured ratios were 0.63-0.73.
+TPOT 252 vs 167 ms under the replay on the same endpoint, 2026-11-29; not the endpoint:
+/v1/completions vs /generate moved the replay's ITL by 3-6%; not the request bodies). The cause is
+AIPerf's own CPU: its processes took ~0.94 of the 2 cores while requests were in flight, and a
+plain `nice` could not lower that against `pdreal serve`, which runs in another session (the
+kernel shares CPU between sessions first, sched_autogroup). With AIPerf in its own niced session
+(`benchmarks/aiperf_vs_replay.py --aiperf-nice 19`) TPOT agrees (server 81 vs 87 ms) while TTFT
+stays ~75% higher under AIPerf (445 vs 254 ms), not yet explained (docs/PDREAL.md, "AIPerf vs
+`pdreal replay`"). So the two clients see different servers here. The factor still catches a
+wrong unit, start time or token count in either tool's records; the measured ratios were 0.63-0.73.
 """
 
 from __future__ import annotations
