@@ -42,10 +42,6 @@ class ClosedLoop:
     duration_s: float = 0.0  # 0 = no time limit: every request of the workload is sent
     warmup_requests: int = 0
 
-    def next_send_s(self, end_s: float) -> float:
-        """When a client whose request ended at `end_s` sends its next one."""
-        return end_s + self.think_s
-
     def may_send(self, send_s: float, sent: int, total: int) -> bool:
         """Whether a request may still be sent at `send_s` with `sent` of `total` already out."""
         return sent < total and (self.duration_s <= 0 or send_s < self.duration_s)
