@@ -85,7 +85,8 @@ def workload_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.fidelity.loop import FidelityOptions, run_fidelity
+    from analysis.fidelity.loop import run_fidelity
+    from analysis.fidelity.options import FidelityOptions
     from analysis.fidelity.real import ServeShape
 
     args = build_parser().parse_args(argv)

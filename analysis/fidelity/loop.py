@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ import pandas as pd
 
 from analysis.fidelity.compare import DEFINITIONS, error_table, format_report, slo_scan
 from analysis.fidelity.facts import EngineFacts, sim_overrides
-from analysis.fidelity.real import RealCluster, ServeShape, merge_probe, requests_csv, run_profile
+from analysis.fidelity.options import FidelityOptions
+from analysis.fidelity.real import RealCluster, merge_probe, requests_csv, run_profile
 from analysis.fidelity.runs import Measured, load_measured, other_run_steps, recorded_options
 from analysis.fidelity.served import slowdown, steps_frame
 from pdsim.config import Config
@@ -45,23 +46,6 @@ from pdsim.metrics import Slo, summarize
 from pdsim.workload.closed_loop import ClosedLoop, closed_loop_of
 
 log = logging.getLogger(__name__)
-SIM_MODEL = "smollm2_135m"
-
-
-@dataclass(frozen=True)
-class FidelityOptions:
-    out_dir: Path
-    shape: ServeShape = field(default_factory=ServeShape)
-    workload_overrides: tuple[str, ...] = ()  # pdsim overrides: scenario.*, slo.*, seed
-    sim_overrides: tuple[str, ...] = ()  # extra pdsim overrides for the simulation only
-    sim_model: str = SIM_MODEL  # pdsim model config matching the served model
-    profile_dir: Path | None = None  # reuse this profile (profile.csv + engine.json) instead
-    quick_profile: bool = False
-    profile_repeats: int = 0
-    num_probes: int = 8
-    report: bool = True
-    from_run: Path | None = None  # re-simulate this finished run folder (no profile, serve or replay)
-    scale_from: Path | None = None  # served slowdown from this other run's fidelity.json (same profile)
 
 
 @dataclass

@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
+from analysis.fidelity.options import FidelityOptions
 from analysis.fidelity.real import ServeShape
-
-if TYPE_CHECKING:
-    from analysis.fidelity.loop import FidelityOptions
 
 MEASURED_FILES = ("engine_json", "profile_csv", "requests_csv", "served_steps_csv", "real_trace")
 
