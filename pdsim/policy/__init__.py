@@ -7,6 +7,7 @@ deterministic given a seeded numpy Generator argument. Modules:
 - batching.py: PrefillAdder (token budget, chunked prefill, prefix reuse, mixed-batch budget).
 - memory.py: decode pre-allocation (allocatable-tokens rule), retraction victims.
 - request_aware.py: cache-aware and length-bucket routing (registered in routing.py).
+- routing_state.py: RouterState (the caller-owned routing state) and RoutingParams.
 - admission.py: accept_all, threshold, token_bucket, early_reject (predicted TTFT/TBT vs SLO).
 - scaling.py: P:D rebalancer proposing role moves (hysteresis, warm-up delay).
 
@@ -61,9 +62,9 @@ from pdsim.policy.prefill_step import (
     plan_prefill_step,
     prefill_budget,
 )
-from pdsim.policy.request_aware import RoutingParams
 from pdsim.policy.router import RouterDecision, RouterPolicy
-from pdsim.policy.routing import RouteDecision, RouterState, route, routing_policy_names
+from pdsim.policy.routing import RouteDecision, route, routing_policy_names
+from pdsim.policy.routing_state import RouterState, RoutingParams
 from pdsim.policy.scaling import (
     ScalingDecision,
     ScalingParams,

@@ -37,15 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pdsim.policy.request_aware import prefix_hit_tokens
+from pdsim.policy.routing_state import RouterState
 from pdsim.policy.views import InstanceView, RequestView
-
-if TYPE_CHECKING:
-    from pdsim.policy.routing import RouterState
 
 TIER_GPU, TIER_HOST, TIER_SSD, TIER_STORE = 0, 1, 2, 3
 TIER_NAMES: tuple[str, ...] = ("gpu", "host", "ssd", "store")

@@ -18,38 +18,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdsim.policy.routing_state import RouterState
 from pdsim.policy.views import InstanceView, RequestView
-
-if TYPE_CHECKING:
-    from pdsim.policy.routing import RouterState
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingParams:
-    """Parameters of the request-aware routing policies (from `policy.*` in the config).
-
-    block_tokens: tokens per prefix block (the workload's hash_ids granularity).
-    """
-
-    cache_weight: float = 1.0
-    length_buckets: tuple[int, ...] = ()
-    block_tokens: int = 512
-
-    def __post_init__(self) -> None:
-        if self.cache_weight < 0:
-            raise ValueError(f"policy: field 'cache_weight' must be >= 0, got {self.cache_weight}")
-        if self.block_tokens < 1:
-            raise ValueError(f"routing: block_tokens must be >= 1, got {self.block_tokens}")
-        bounds = self.length_buckets
-        if any(b <= 0 for b in bounds) or any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
-            raise ValueError(
-                f"policy: field 'length_buckets' must be positive and strictly increasing, got {list(bounds)}"
-            )
 
 
 def _least_loaded(views: Sequence[InstanceView]) -> InstanceView:

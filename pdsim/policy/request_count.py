@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pdsim.policy.routing_state import RouterState
 from pdsim.policy.views import ROLE_PREFILL, InstanceView, RequestView
 
 
@@ -23,7 +24,7 @@ def request_load(view: InstanceView) -> int:
 
 
 def choose_least_requests(
-    request: RequestView, views: Sequence[InstanceView], side: str, state: object,
+    request: RequestView, views: Sequence[InstanceView], side: str, state: RouterState,
     rng: np.random.Generator,
 ) -> int:
     """Minimum (request_load, instance_id) over the healthy instances."""

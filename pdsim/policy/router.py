@@ -26,8 +26,8 @@ from pdsim.policy.admission import (
     SloPredictor,
     admit,
 )
-from pdsim.policy.request_aware import RoutingParams
-from pdsim.policy.routing import RouterState, route, routing_policy_names
+from pdsim.policy.routing import route, routing_policy_names
+from pdsim.policy.routing_state import RouterState, RoutingParams
 from pdsim.policy.views import InstanceView, RequestView
 
 ROUTED: Final = "routed"

@@ -14,36 +14,16 @@ cache-aware) plug into the same registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 from pdsim.policy.kv_centric import choose_kv_centric
-from pdsim.policy.request_aware import RoutingParams, choose_cache_aware, choose_length_bucket
+from pdsim.policy.request_aware import choose_cache_aware, choose_length_bucket
 from pdsim.policy.request_count import choose_least_requests
+from pdsim.policy.routing_state import RouterState
 from pdsim.policy.views import InstanceView, RequestView
-
-
-@dataclass
-class RouterState:
-    """Mutable routing state owned by the caller (one per router): round-robin cursors.
-
-    params: the request-aware policies' parameters (request_aware.py), fixed per router.
-    """
-
-    cursors: dict[str, int] = field(default_factory=dict)
-    params: RoutingParams = field(default_factory=RoutingParams)
-    # per side: the last views tuple and its healthy instances (tuples of frozen views cannot
-    # change, so a caller passing the same tuple again gets the same list without a sort)
-    healthy_memo: dict[str, tuple[Sequence[InstanceView], list[InstanceView]]] = field(
-        default_factory=dict, repr=False, compare=False)
-
-    def advance(self, side: str, modulo: int) -> int:
-        """Return the cursor for `side` and move it on by one."""
-        value = self.cursors.get(side, 0) % modulo
-        self.cursors[side] = value + 1
-        return value
 
 
 @dataclass(init=False, slots=True, unsafe_hash=True)
