@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
-from pdsim.sim.clock import SimEnvironment, Tick, now_s
+from pdsim.sim.events import SimEnvironment, Tick, now_s
 from pdsim.sim.state import SimRequest
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from pdsim.perf import LatencyModel
 from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
-from pdsim.sim.clock import Wait, now_s
+from pdsim.sim.events import Wait, now_s
 from pdsim.sim.decode_plan import (
     PREALLOC_LOOKAHEAD,
     admit_handed_off,

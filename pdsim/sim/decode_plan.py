@@ -19,7 +19,7 @@ from pdsim.policy import (
     prealloc_free_slots,
 )
 from pdsim.policy.memory import need_now_tokens
-from pdsim.sim.clock import now_s
+from pdsim.sim.events import now_s
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.state import (
     FIRST_TOKEN_S,

@@ -17,7 +17,7 @@ from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
 from pdsim.policy.kvpoll import KVPoll, advance_poll
-from pdsim.sim.clock import SimEnvironment, Tick, now_s
+from pdsim.sim.events import SimEnvironment, Tick, now_s
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance

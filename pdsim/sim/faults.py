@@ -22,7 +22,7 @@ from typing import Any
 
 from pdsim.config import FaultConfig
 from pdsim.policy.kvpoll import KVPoll
-from pdsim.sim.clock import now_s
+from pdsim.sim.events import now_s
 
 log = logging.getLogger(__name__)
 

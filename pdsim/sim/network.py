@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pdsim.sim.clock import SimEnvironment, Tick, now_s
+from pdsim.sim.events import SimEnvironment, Tick, now_s
 
 # A flow is complete when what is left would take less than this at its current rate.
 _DONE_EPS_S: Final = 1e-12

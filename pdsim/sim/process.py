@@ -26,7 +26,7 @@ from typing import Any
 
 import simpy
 
-from pdsim.sim.clock import Tick, Wait
+from pdsim.sim.events import Tick, Wait
 
 
 class Resume:

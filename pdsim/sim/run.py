@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from pdsim.config import Config
 from pdsim.policy.decisions import DecisionLog
-from pdsim.sim.clock import now_s
+from pdsim.sim.events import now_s
 from pdsim.sim.engine import Simulation
 from pdsim.sim.records import delivered
 from pdsim.trace import STATUSES

@@ -39,7 +39,7 @@ from pdsim.policy.scaling import (
     propose_move,
 )
 from pdsim.policy.views import ROLE_PREFILL
-from pdsim.sim.clock import now_s
+from pdsim.sim.events import now_s
 from pdsim.sim.instance import InstanceContext
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ import simpy
 from librt.vecs import vec
 from mypy_extensions import i64, trait
 
-from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, Wait, now_s, timeout
+from pdsim.sim.events import EventQueue, SimEnvironment, Tick, Wait, now_s, timeout
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import MAX_SPAN_ITERATIONS, SpanTimes
 from pdsim.sim.state import FIRST_TOKEN_S, InstanceSide, SimRequest

@@ -92,7 +92,7 @@ def test_precision_fields_are_validated_with_one_line_errors():
 
 def test_nvl72_domain_spans_nodes():
     from pdsim.config import ClusterConfig
-    from pdsim.sim.clock import SimEnvironment
+    from pdsim.sim.events import SimEnvironment
     from pdsim.sim.network import Network
     from pdsim.sim.topology import Topology
 

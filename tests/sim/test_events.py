@@ -1,4 +1,4 @@
-"""pdsim.sim.clock: Ticks are simpy timeouts and succeeded events, in the same order."""
+"""pdsim.sim.events: Ticks are simpy timeouts and succeeded events, in the same order."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import simpy
 from simpy.core import EmptySchedule
 
-from pdsim.sim.clock import EventQueue, SimEnvironment, Tick, now_s, timeout
+from pdsim.sim.events import EventQueue, SimEnvironment, Tick, now_s, timeout
 from pdsim.sim.process import start
 from pdsim.sim.span import rearm
 

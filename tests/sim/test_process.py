@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import simpy
 
-from pdsim.sim.clock import SimEnvironment, Tick, now_s, timeout
+from pdsim.sim.events import SimEnvironment, Tick, now_s, timeout
 from pdsim.sim.process import Resume, start
 
 Starter = Callable[[SimEnvironment, Generator[Any, Any, Any]], simpy.Process]

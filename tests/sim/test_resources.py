@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pdsim.policy.prefix_cache import PrefixCache
-from pdsim.sim.clock import SimEnvironment
+from pdsim.sim.events import SimEnvironment
 from pdsim.sim.kv_pool import CACHE_OWNER, KVPool, KVPoolError
 from pdsim.sim.network import Network, connected_flows, fill_rates
 from pdsim.sim.transfer import chunk_pages_to_send
