@@ -29,10 +29,9 @@ from pdsim.policy import (
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
 from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
-from pdsim.sim.events import Wait, now_s, timeout
+from pdsim.sim.events import Wait, now_s, start, timeout
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
-from pdsim.sim.process import start
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.span import BatchClock, BatchOwner, Span
 from pdsim.sim.state import (

@@ -15,14 +15,12 @@ one is pending.
 Every output is what one timer per request gave, because each entry reserves, when it is made,
 the heap key its own timer had: simpy orders events by (time, priority, id), a timer gets
 time `now + delay` and the next id of the environment's counter. An entry takes that id from
-the counter (`env._eid`, clock.EventIds, so later events get the ids they had too) and that time
-(`now + timeout_s`, the same float addition). Its event is pushed with that key onto the
-environment's queue (`env.events`, clock.EventQueue) only once the entries before it are
-settled: still before anything that sorts after it was popped, so the pop order of everything
-is unchanged, ties at the same float time included. simpy has no public call that takes an id
-from its counter; the counter is simpy 4.1's internal (pinned in pyproject.toml;
-clock.EventQueue holds it and checks it is there), as in pdsim.sim.run.events_scheduled and
-pdsim.sim.span.rearm.
+the environment's counter (`events.ids`, events.EventIds, so later events get the ids they had
+too) and that time (`now + timeout_s`, the same float addition). Its event is pushed with that
+key onto the environment's queue (`env.events`, events.EventQueue) only once the entries before
+it are settled: still before anything that sorts after it was popped, so the pop order of
+everything is unchanged, ties at the same float time included. (simpy has no public call that
+takes an id from its counter: pdsim.sim.events, the simpy adapter, holds it.)
 
 - Same decision: an entry is dead once its request is done, on a later attempt or out of that
   instance's bootstrap queue, and none of these reverts for the same attempt, so dropping it

@@ -26,7 +26,6 @@ from typing import Any
 from pdsim.perf import LatencyModel
 from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
-from pdsim.sim.events import Wait, now_s
 from pdsim.sim.decode_plan import (
     PREALLOC_LOOKAHEAD,
     admit_handed_off,
@@ -35,10 +34,10 @@ from pdsim.sim.decode_plan import (
     remaining_tokens,
     request_view,
 )
+from pdsim.sim.events import Wait, now_s, start
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.process import start
 from pdsim.sim.span import BatchClock, BatchOwner, Span
 from pdsim.sim.state import (
     DECODE_WAITING_ENTER_S,

@@ -17,10 +17,10 @@ from pdsim.config import Config
 from pdsim.perf import build_latency_model, kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
 from pdsim.policy.kvpoll import KVPoll, advance_poll
-from pdsim.sim.events import SimEnvironment, Tick, now_s
 from pdsim.sim.colocated import ColocatedInstance
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.decode import DecodeInstance
+from pdsim.sim.events import SimEnvironment, Tick, now_s, start
 from pdsim.sim.faults import FaultInjector
 from pdsim.sim.handoff import validate_handoff
 from pdsim.sim.instance import InstanceContext
@@ -28,7 +28,6 @@ from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.kv_tiers_setup import attach_kv_tiers
 from pdsim.sim.network import Network
 from pdsim.sim.prefill import PrefillInstance
-from pdsim.sim.process import start
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.router import Router, arrivals

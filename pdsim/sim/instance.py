@@ -16,8 +16,8 @@ from pdsim.perf import LatencyModel
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
-from pdsim.sim.events import SimEnvironment, Tick, now_s
 from pdsim.sim.deadlines import BootstrapTimeouts
+from pdsim.sim.events import SimEnvironment, Tick, now_s
 from pdsim.sim.handoff import handoff_at_prefill_end
 from pdsim.sim.span import BatchClock
 from pdsim.sim.state import InstanceSide, SimHooks, SimRequest

@@ -23,11 +23,10 @@ from pdsim.policy.kvpoll import KVPoll, advance_poll
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
 from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
-from pdsim.sim.events import Wait, now_s, timeout
+from pdsim.sim.events import Wait, now_s, start, timeout
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
 from pdsim.sim.prefilltime import prefill_timer
-from pdsim.sim.process import start
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import (
     BOOTSTRAP_ENTER_S,

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import simpy
 from mypy_extensions import mypyc_attr
 from tqdm import tqdm
 
 from pdsim.config import Config
 from pdsim.policy.decisions import DecisionLog
-from pdsim.sim.events import now_s
 from pdsim.sim.engine import Simulation
+from pdsim.sim.events import NoEventsLeft, now_s
 from pdsim.sim.records import delivered
 from pdsim.trace import STATUSES
 from pdsim.workload.request import Workload
@@ -80,7 +79,7 @@ def simulate(
         link_stats=link_stats(sim),
         sim_time_s=float(now_s(sim.events)),
         wall_s=wall_s,
-        events=events_scheduled(sim.env),
+        events=sim.events.scheduled(),
         scaling_events=list(sim.scaler.events) if sim.scaler is not None else [],
     )
 
@@ -103,13 +102,6 @@ def _rare_gc(first_generation: int = 1_000_000) -> Iterator[None]:
         gc.unfreeze()
 
 
-def events_scheduled(env: simpy.Environment) -> int:
-    """How many events simpy scheduled: its event-id counter (private; read once, at the end,
-    because counting in `schedule` would cost a Python call per event)."""
-    counter = getattr(env, "_eid", None)
-    return next(counter) if counter is not None else -1
-
-
 def _run(sim: Simulation) -> None:
     env, limit_s = sim.env, sim.cfg.max_sim_time_s
     if len(sim.workload) == 0:
@@ -117,9 +109,7 @@ def _run(sim: Simulation) -> None:
     until = env.any_of([sim.done, env.timeout(limit_s)]) if limit_s > 0 else sim.done
     try:
         env.events.run_until(until)  # (env.run(until=until), its loop compiled)
-    except RuntimeError as exc:
-        if "until" not in str(exc):
-            raise
+    except NoEventsLeft:
         raise SimulationStuck(_stuck_message(sim)) from None
     if not sim.done.triggered:
         _abort_unfinished(sim, f"unfinished at max_sim_time_s={limit_s}")

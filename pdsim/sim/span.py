@@ -33,7 +33,7 @@ import simpy
 from librt.vecs import vec
 from mypy_extensions import i64, trait
 
-from pdsim.sim.events import EventQueue, SimEnvironment, Tick, Wait, now_s, timeout
+from pdsim.sim.events import SimEnvironment, Wait, now_s, rearm, timeout
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.spantimes import MAX_SPAN_ITERATIONS, SpanTimes
 from pdsim.sim.state import FIRST_TOKEN_S, InstanceSide, SimRequest
@@ -102,7 +102,6 @@ class BatchClock:
     """Plans, waits out and truncates the spans of one instance's running batch."""
 
     def __init__(self, env: SimEnvironment, series: StepSeries, page_size_tokens: int, skip_ahead: bool) -> None:
-        self.env = env
         self.events = env.events
         self.series = series  # (shared by the instances of one latency model)
         self.page = page_size_tokens
@@ -173,8 +172,7 @@ class BatchClock:
         if span is None or process is None:
             return
         now = now_s(self.events)
-        # (simpy's `_active_proc`: its `active_process` property would run an interpreted frame)
-        if span.truncate(now) and self.env._active_proc is not process:
+        if span.truncate(now) and not self.events.is_active(process):
             rearm(process, self.events, hop_delay(now, span.end_s)[0])
 
     def pending_pages(self) -> int:
@@ -270,13 +268,3 @@ class BatchOwner(InstanceSide):
         """The batch ran `iterations` more iterations, which took it to busy_s: update counters."""
         raise NotImplementedError
 
-
-def rearm(process: simpy.Process, events: EventQueue, delay_s: float) -> None:
-    """Wake `process`, which sleeps on a timeout, after delay_s instead: a new timeout takes over
-    its callback. This is what `process.interrupt()` leads to (the sleeper catches the Interrupt
-    and yields a new timeout) without the Interruption event and the exception; it uses
-    simpy 4.1's Process internals (`_resume`, `_target`), as its Interruption does."""
-    resume = process._resume
-    process._target.callbacks.remove(resume)
-    wake: Any = Tick(resume).at(events, delay_s)
-    process._target = wake

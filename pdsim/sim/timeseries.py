@@ -17,10 +17,9 @@ import pandas as pd
 from librt.vecs import append, vec
 from mypy_extensions import i64
 
-from pdsim.sim.events import SimEnvironment, Wait, now_s, timeout
+from pdsim.sim.events import SimEnvironment, Wait, now_s, start, timeout
 from pdsim.sim.instance import QUEUES, InstanceBase
 from pdsim.sim.network import Network
-from pdsim.sim.process import start
 
 COLUMNS = (
     "time_s", "instance_id", "role", "instance",

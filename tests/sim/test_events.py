@@ -10,9 +10,7 @@ import pytest
 import simpy
 from simpy.core import EmptySchedule
 
-from pdsim.sim.events import EventQueue, SimEnvironment, Tick, now_s, timeout
-from pdsim.sim.process import start
-from pdsim.sim.span import rearm
+from pdsim.sim.events import EventQueue, SimEnvironment, Tick, now_s, rearm, start, timeout
 
 
 def test_the_environment_is_simpys() -> None:
@@ -221,5 +219,5 @@ def test_a_negative_delay_is_refused_with_its_value() -> None:
 
 def test_an_environment_without_simpys_queue_is_refused() -> None:
     bare = SimEnvironment.__new__(SimEnvironment)  # (never initialised: no _queue, no _eid)
-    with pytest.raises(RuntimeError, match="simpy 4.1's Environment._queue and _eid"):
+    with pytest.raises(RuntimeError, match="simpy 4.1.2.s Environment._queue and _eid"):
         EventQueue(bare)

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import simpy
 
-from pdsim.sim.events import SimEnvironment, Tick, now_s, timeout
-from pdsim.sim.process import Resume, start
+from pdsim.sim.events import Resume, SimEnvironment, Tick, now_s, start, timeout
 
 Starter = Callable[[SimEnvironment, Generator[Any, Any, Any]], simpy.Process]
 
