@@ -28,6 +28,7 @@ from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_de
 from pdsim.policy.views import ROLE_DECODE, InstanceView
 from pdsim.sim.decode_plan import (
     PREALLOC_LOOKAHEAD,
+    DecodeQueues,
     admit_handed_off,
     apply_plan,
     prealloc_limit,
@@ -38,7 +39,7 @@ from pdsim.sim.events import Wait, now_s, start
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.span import BatchClock, BatchOwner, Span
+from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import (
     DECODE_WAITING_ENTER_S,
     LAST_TOKEN_S,
@@ -49,7 +50,7 @@ from pdsim.sim.state import (
 )
 
 
-class DecodeInstance(InstanceBase, BatchOwner):
+class DecodeInstance(InstanceBase, DecodeQueues):
     role = ROLE_DECODE
 
     def __init__(

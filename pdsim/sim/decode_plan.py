@@ -4,12 +4,15 @@ to its queues, pages and trace marks (`apply_plan`), the pre-allocation of prefi
 would next admit or resume a request (`prealloc_limit`).
 
 The decisions themselves are pdsim.policy's (the same calls pdreal's DecodeEngine makes); these
-functions only carry them out on a `DecodeInstance` (decode.py) in simulated time.
+functions only carry them out in simulated time, on what `DecodeQueues` declares of a decode
+instance (decode.py's DecodeInstance implements it; this module does not import decode.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
+
+from mypy_extensions import trait
 
 from pdsim.policy import (
     DecodeMemoryView,
@@ -18,26 +21,68 @@ from pdsim.policy import (
     plan_preallocation,
     prealloc_free_slots,
 )
+from pdsim.policy.decisions import DecisionLog
+from pdsim.policy.limits import StepLimits
 from pdsim.policy.memory import need_now_tokens
-from pdsim.sim.events import now_s
+from pdsim.sim.events import EventQueue, now_s
+from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.pagegrowth import PageGrowth
+from pdsim.sim.span import BatchOwner
 from pdsim.sim.state import (
     FIRST_TOKEN_S,
     PREALLOC_LEAVE_S,
     RUNNING_ENTER_S,
     TRANSFER_QUEUE_ENTER_S,
+    SimHooks,
     SimRequest,
 )
-
-if TYPE_CHECKING:
-    from pdsim.sim.decode import DecodeInstance
 
 # While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
 # call per boundary): the admission point is found without stepping, at a bounded cost per span.
 PREALLOC_LOOKAHEAD: Final = 64
 
 
-def apply_plan(inst: DecodeInstance, plan: DecodeStepPlan[SimRequest]) -> float:
+@trait
+class DecodeQueues(BatchOwner):
+    """What the functions below use of a decode instance: its queues, pages and counters, and
+    the calls a plan makes back (a mypyc trait, not a Protocol: compiled, these reads are
+    direct, not looked up by name). Queues by request id: prealloc -> transfer -> waiting ->
+    running, and retracted."""
+
+    events: EventQueue
+    hooks: SimHooks
+    decisions: DecisionLog | None
+    limits: StepLimits
+    pool: KVPool
+    page: int  # page size (tokens)
+    reload_s_per_token: float
+    handoff_at_prefill_end: bool
+    control_plane_latency_s: float
+    prealloc: dict[int, SimRequest]
+    retracted: dict[int, SimRequest]
+    transfer: dict[int, SimRequest]
+    waiting: dict[int, SimRequest]
+    ctx_tokens: int
+    remaining_output_tokens: int
+    queued_requests: int
+    queued_tokens: int
+    retractions: int
+
+    def notify(self) -> None:
+        raise NotImplementedError
+
+    def prebuilt(self, sr: SimRequest) -> None:
+        """`sr`'s KV is here: it waits to join the running batch."""
+        raise NotImplementedError
+
+    def finish_request(self, sr: SimRequest) -> None:
+        raise NotImplementedError
+
+    def memory_view(self) -> DecodeMemoryView:
+        raise NotImplementedError
+
+
+def apply_plan(inst: DecodeQueues, plan: DecodeStepPlan[SimRequest]) -> float:
     """Execute a step plan now; returns the KV reload time of the resumed requests."""
     if inst.decisions is not None:
         inst.decisions.decode(now_s(inst.events), inst.name, plan, request_id)
@@ -78,7 +123,7 @@ def apply_plan(inst: DecodeInstance, plan: DecodeStepPlan[SimRequest]) -> float:
     return reload_tokens * inst.reload_s_per_token
 
 
-def _admit(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
+def _admit(inst: DecodeQueues, sr: SimRequest, now: float) -> None:
     """A pre-allocated request: its transfer may start (or, prefill_end hand-off, it joins next)."""
     allocate_now(inst, sr)
     sr.mark(PREALLOC_LEAVE_S, now)
@@ -92,14 +137,14 @@ def _admit(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
     inst.hooks.after(inst.control_plane_latency_s, sr.prefill_side().on_transfer_info, sr, sr.attempt)
 
 
-def allocate_now(inst: DecodeInstance, sr: SimRequest) -> None:
+def allocate_now(inst: DecodeQueues, sr: SimRequest) -> None:
     pages = need_now_tokens(request_view(sr), inst.page) // inst.page
     inst.pool.allocate(sr.rid, pages)
     sr.d_pages = pages
     sr.kv_tokens = sr.req.input_tokens + max(0, sr.generated - 1)
 
 
-def deliver_first_token(inst: DecodeInstance, sr: SimRequest, now: float) -> None:
+def deliver_first_token(inst: DecodeQueues, sr: SimRequest, now: float) -> None:
     """Joining the running batch delivers the first token (made by prefill) - once; a prefill
     that made none (cluster.prefill_emits_token=false) delivers it at the first iteration."""
     if sr.has_time(RUNNING_ENTER_S):
@@ -113,7 +158,7 @@ def deliver_first_token(inst: DecodeInstance, sr: SimRequest, now: float) -> Non
             sr.token_times.append(now)
 
 
-def retract(inst: DecodeInstance, sr: SimRequest) -> None:
+def retract(inst: DecodeQueues, sr: SimRequest) -> None:
     del inst.running[sr.rid]
     inst.remaining_output_tokens -= remaining_tokens(sr)
     inst.ctx_tokens -= sr.kv_tokens
@@ -124,7 +169,7 @@ def retract(inst: DecodeInstance, sr: SimRequest) -> None:
     inst.retracted[sr.rid] = sr
 
 
-def admit_handed_off(inst: DecodeInstance) -> None:
+def admit_handed_off(inst: DecodeQueues) -> None:
     """prefill_end hand-off: requests whose KV is here take their pages by the shared
     pre-allocation rule (retracted requests keep their priority) and wait to join, so the
     step plan joins them at this very boundary."""
@@ -141,7 +186,7 @@ def admit_handed_off(inst: DecodeInstance) -> None:
         inst.prebuilt(sr)
 
 
-def prealloc_limit(inst: DecodeInstance, k: int, n: int, growth: PageGrowth) -> int:
+def prealloc_limit(inst: DecodeQueues, k: int, n: int, growth: PageGrowth) -> int:
     """The first boundary 1..k-1 at which the shared pre-allocation plan would admit or
     resume a request, given the memory those boundaries free up (k if none)."""
     base = inst.memory_view()
