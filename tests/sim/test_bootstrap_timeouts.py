@@ -116,7 +116,7 @@ def test_pending_events_stay_few_with_many_requests_in_flight(monkeypatch: pytes
         sizes = []
         for t_s in range(5, 35, 5):
             sim.env.run(until=float(t_s))
-            sizes.append(len(sim.env._queue))
+            sizes.append(sim.events.pending())
         sim.env.run(until=sim.done)
         assert sim.terminal == 1500
         return sizes, sim

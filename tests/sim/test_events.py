@@ -1,4 +1,5 @@
-"""pdsim.sim.events: Ticks are simpy timeouts and succeeded events, in the same order."""
+"""pdsim.sim.events, the simpy adapter: Ticks are simpy timeouts and succeeded events, in the same
+order; the adapter's other calls against what simpy itself does (its Process: test_process.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ import pytest
 import simpy
 from simpy.core import EmptySchedule
 
-from pdsim.sim.events import EventQueue, SimEnvironment, Tick, now_s, rearm, start, timeout
+from pdsim.sim.events import (
+    SIMPY_VERSION,
+    EventQueue,
+    NoEventsLeft,
+    SimEnvironment,
+    Tick,
+    check_simpy_version,
+    now_s,
+    rearm,
+    start,
+    timeout,
+)
 
 
 def test_the_environment_is_simpys() -> None:
@@ -39,7 +51,7 @@ def test_a_tick_takes_the_event_id_simpy_would_have_given() -> None:
     env.timeout(0.5)
     tick = timeout(env.events, 0.25)
     assert (tick.time_s, tick.event_id) == (0.25, 1)  # (now + delay, the second event id)
-    assert next(env._eid) == 2
+    assert env.events.scheduled() == 2
     assert env.peek() == 0.25
 
 
@@ -186,11 +198,12 @@ def test_run_until_is_simpys_run_until_an_event() -> None:
     assert runs[1][1] == 2.0  # (stopped at the succeeded event; the rest still queued, the same in both)
 
 
-def test_run_until_an_event_that_never_fires_is_simpys_error() -> None:
+def test_run_until_an_event_that_never_fires_raises_no_events_left() -> None:
+    assert issubclass(NoEventsLeft, RuntimeError)  # (simpy's run raises a RuntimeError there)
     env = SimEnvironment()
     timeout(env.events, 1.0)
     never = env.event()
-    with pytest.raises(RuntimeError, match='No scheduled events left but "until" event was not triggered'):
+    with pytest.raises(NoEventsLeft, match='No scheduled events left but "until" event was not triggered'):
         env.events.run_until(never)
     assert now_s(env.events) == 1.0
     processed = env.timeout(0.5)
@@ -221,3 +234,61 @@ def test_an_environment_without_simpys_queue_is_refused() -> None:
     bare = SimEnvironment.__new__(SimEnvironment)  # (never initialised: no _queue, no _eid)
     with pytest.raises(RuntimeError, match="simpy 4.1.2.s Environment._queue and _eid"):
         EventQueue(bare)
+
+
+def test_the_installed_simpy_is_the_pinned_one_and_another_is_refused() -> None:
+    assert simpy.__version__ == SIMPY_VERSION == "4.1.2"
+    check_simpy_version(simpy.__version__)
+    with pytest.raises(ImportError, match=r"^pdsim.sim.events reads simpy 4.1.2's internals; simpy 4.2.0 is installed$"):
+        check_simpy_version("4.2.0")
+
+
+def test_is_active_is_true_only_inside_the_process_itself() -> None:
+    env = SimEnvironment()
+    seen: list[tuple[str, float, bool]] = []
+    processes: list[simpy.Process] = []
+
+    def worker(name: str) -> Generator[Any, Any, None]:
+        seen.append((name, now_s(env.events), env.events.is_active(processes[0])))
+        yield timeout(env.events, 1.0)
+        seen.append((name, now_s(env.events), env.events.is_active(processes[0])))
+
+    processes.append(start(env, worker("a")))
+    processes.append(start(env, worker("b")))
+    Tick(lambda _e: seen.append(("tick", now_s(env.events), env.events.is_active(processes[0])))).at(env.events, 0.5)
+    env.run()
+    assert seen == [("a", 0.0, True), ("b", 0.0, False), ("tick", 0.5, False), ("a", 1.0, True), ("b", 1.0, False)]
+    assert env.active_process is None and not env.events.is_active(processes[0])
+
+
+def _counted_world(env: simpy.Environment, wait: Callable[[float], Any],
+                   begin: Callable[[Generator[Any, Any, Any]], simpy.Process]) -> list[int]:
+    """A timeout, a process that sleeps twice and one that waits on it; pending counts as it runs."""
+    def sleeper() -> Generator[Any, Any, int]:
+        yield wait(1.0)
+        yield wait(0.5)
+        return 3
+
+    def waiter(other: simpy.Process) -> Generator[Any, Any, None]:
+        yield other
+
+    env.timeout(2.0)
+    sleeper_process = begin(sleeper())
+    begin(waiter(sleeper_process))
+    pending = []
+    while env.peek() < float("inf"):
+        pending.append(len(env._queue) if type(env) is simpy.Environment else env.events.pending())  # type: ignore[attr-defined]
+        env.step()
+    return pending
+
+
+def test_scheduled_and_pending_count_what_plain_simpy_counts() -> None:
+    # ids: timeout 0 (t=2); each Initialize 1, 2; the sleeper's waits 3 (t=1), 4 (t=1.5), its
+    # end 5 (t=1.5), the waiter's end 6; pending before each step: 0 1 2, 0 2 3, 0 3, 0 4, 0 5, 0 6, 0
+    plain = simpy.Environment()
+    plain_pending = _counted_world(plain, plain.timeout, plain.process)
+    env = SimEnvironment()
+    pending = _counted_world(env, lambda delay_s: timeout(env.events, delay_s), lambda gen: start(env, gen))
+    assert env.events.scheduled() == next(plain._eid) == 7  # type: ignore[attr-defined]
+    assert pending == plain_pending == [3, 3, 2, 2, 2, 2, 1]
+    assert env.events.pending() == 0 and now_s(env.events) == 2.0
