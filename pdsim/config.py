@@ -12,11 +12,14 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# omegaconf.MISSING's value: the schema is read without importing omegaconf or hydra (they load
+# when a config is composed or converted; `import pdsim.run` stays light)
+MISSING: Any = "???"
 
 
 @dataclass
@@ -392,6 +395,8 @@ GROUPS: dict[str, type] = {
 
 def register_configs() -> None:
     """Register the schemas with hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for group, schema in GROUPS.items():
@@ -400,6 +405,9 @@ def register_configs() -> None:
 
 def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
     """Convert a composed config into the dataclass tree (done once, at the boundary)."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import ConfigKeyError
+
     # a key the schema does not have (`+unknown.key=1`) is an error, not ignored
     if isinstance(cfg, DictConfig):  # composed against the schema: only `+` keys can be unknown
         unknown = _unknown_key(cfg, Config, "")
@@ -425,6 +433,8 @@ def to_config(cfg: DictConfig | dict[str, Any]) -> Config:
 def _unknown_key(node: DictConfig, schema: type, prefix: str) -> str:
     """The first key of `node` (dotted, from the root) that dataclass `schema` has no field for;
     "" when none. A walk over the keys: a structured merge would cost ~25 ms per run."""
+    from omegaconf import DictConfig
+
     hints = typing.get_type_hints(schema)
     for key in node:
         name = f"{prefix}{key}"

@@ -12,22 +12,20 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import hydra
-import pandas as pd
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from pdsim.config import Config, register_configs, to_config
-from pdsim.metrics import Slo, summarize
 from pdsim.paths import SCENARIOS_DIR
 from pdsim.plugins import run_report_writer
 from pdsim.search.rows import RESULT_FILE, gpus_of, result_row
 from pdsim.summary import format_summary
 from pdsim.trace import write_trace
-from pdsim.workload import build_workload
-from pdsim.workload.closed_loop import closed_loop_of
+
+if TYPE_CHECKING:  # pandas, pyarrow, hydra, numpy load when a run needs them, not on import
+    import pandas as pd
+    from omegaconf import DictConfig
+
+    from pdsim.metrics import Slo
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +41,8 @@ class RunOutput:
 
 
 def slo_of(cfg: Config) -> Slo:
+    from pdsim.metrics import Slo  # (metrics is pandas code)
+
     s = cfg.slo
     return Slo(s.ttft_s, s.tpot_s, s.attainment_target, s.ttft_definition, s.criterion)
 
@@ -50,7 +50,10 @@ def slo_of(cfg: Config) -> Slo:
 def run_simulation(cfg: Config, progress: bool | None = None) -> RunOutput:
     """Build the workload, simulate it, and summarise the trace."""
     from pdsim.compiled import core_compiled
+    from pdsim.metrics import summarize
     from pdsim.sim import simulate
+    from pdsim.workload import build_workload
+    from pdsim.workload.closed_loop import closed_loop_of
 
     log.info("simulator core: %s", "compiled (mypyc)" if core_compiled() else "pure Python (slower; see README)")
     workload = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
@@ -103,8 +106,21 @@ def fail(message: str, out_dir: Path | None = None) -> None:
     sys.exit(1)
 
 
-@hydra.main(config_path=str(SCENARIOS_DIR), config_name="config", version_base="1.3")
-def hydra_run(dcfg: DictConfig) -> dict[str, Any]:
+def hydra_run(dcfg: DictConfig | None = None) -> dict[str, Any] | None:
+    """`pdsim run`'s hydra task: on a composed config (hydra's run_job, pdsim.hydra_task) it
+    runs it; called bare it is `@hydra.main` over sys.argv (hydra's flags, multiruns)."""
+    if dcfg is not None:
+        return _run_task(dcfg)
+    import hydra
+
+    register_configs()
+    hydra.main(config_path=str(SCENARIOS_DIR), config_name="config", version_base="1.3")(_run_task)()
+    return None
+
+
+def _run_task(dcfg: DictConfig) -> dict[str, Any]:
+    from hydra.core.hydra_config import HydraConfig
+
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         cfg = to_config(dcfg)
@@ -119,5 +135,3 @@ def hydra_run(dcfg: DictConfig) -> dict[str, Any]:
         print(f"  {path.relative_to(out_dir)}")
     return out.summary
 
-
-register_configs()

@@ -9,12 +9,11 @@ from pdsim.paths import resolve_data_path
 from pdsim.rng import stream
 from pdsim.workload.distributions import arrival_times_s
 from pdsim.workload.errors import WorkloadError
-from pdsim.workload.loaders import load_azure, load_lengths_csv, load_mooncake, load_plain_csv
 from pdsim.workload.request import Workload, make_workload
 from pdsim.workload.synthetic import generate_synthetic
 
 SOURCES = ("synthetic", "mooncake", "azure", "lengths_csv", "csv")
-_TRACE_LOADERS = {"mooncake": load_mooncake, "azure": load_azure, "csv": load_plain_csv}
+# trace readers (loaders.py, pyarrow) are imported when a trace is read, not with the package
 
 
 def build_workload(cfg: ScenarioConfig, seed: int = 0, data_dir: str = "") -> Workload:
@@ -29,7 +28,10 @@ def build_workload(cfg: ScenarioConfig, seed: int = 0, data_dir: str = "") -> Wo
     path = resolve_data_path(cfg.path, data_dir)
     if cfg.source == "lengths_csv":
         return _sampled_lengths(cfg, path, seed)
-    workload = _TRACE_LOADERS[cfg.source](path, cfg.name)
+    from pdsim.workload import loaders
+
+    read = {"mooncake": loaders.load_mooncake, "azure": loaders.load_azure, "csv": loaders.load_plain_csv}
+    workload = read[cfg.source](path, cfg.name)
     return reshape(workload, cfg)
 
 
@@ -79,6 +81,8 @@ def _subset(workload: Workload, keep: np.ndarray, arrival_s: np.ndarray) -> Work
 
 
 def _sampled_lengths(cfg: ScenarioConfig, path, seed: int) -> Workload:
+    from pdsim.workload.loaders import load_lengths_csv
+
     where = f"scenario {cfg.name}"
     inputs, outputs = load_lengths_csv(path)
     n = cfg.num_requests or inputs.size

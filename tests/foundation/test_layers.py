@@ -6,7 +6,9 @@
 
 pdsim imports neither pdreal nor analysis (pdsim's `report`/`fidelity` commands and run reports
 come from analysis through entry points, pdsim/plugins.py); pdreal does not import analysis; the
-bottom imports nothing heavy or I/O-bound; no module imports itself back through a chain.
+bottom imports nothing heavy or I/O-bound; `import pdsim.run` and the `pdsim` command load no
+pandas, pyarrow or hydra (start-up: benchmarks/startup.py). No module imports itself back through
+a chain, type-only imports included: tests/test_import_graph.py.
 """
 
 from __future__ import annotations
@@ -89,32 +91,6 @@ def test_the_bottom_imports_nothing_heavy() -> None:
     assert bad == []
 
 
-def test_no_import_cycles() -> None:
-    mods = modules()
-    graph = {name: {i for i in imports(path, name) if i in mods and i != name} for name, path in mods.items()}
-    # a package's __init__ re-exporting its submodules is not a cycle through the submodules
-    for name in graph:
-        graph[name] = {i for i in graph[name] if not (i.startswith(name + ".") and mods[name].name == "__init__.py")}
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt, stack)
-        stack.pop()
-        state[node] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
-    assert cycles == []
-
-
 def test_engines_load_no_pandas_or_simulator() -> None:
     code = ("import sys, pdreal.engine.prefill, pdreal.engine.decode, pdreal.engine.colocated\n"
             "print(','.join(m for m in ('pandas', 'pyarrow', 'simpy', 'pdsim.sim', 'analysis') if m in sys.modules))\n")
@@ -127,5 +103,15 @@ def test_http_and_router_processes_load_no_torch() -> None:
     without torch (seconds of start-up and ~150 MB each)."""
     code = ("import sys, pdreal.cli, pdreal.serving.instance, pdreal.serving.api, pdreal.serving.launch\n"
             "print(','.join(m for m in ('torch', 'pandas', 'simpy') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""
+
+
+def test_run_and_cli_import_no_pandas_pyarrow_or_hydra() -> None:
+    """`import pdsim.run` (every run, every sweep job) and `pdsim --help` stay light: pandas,
+    pyarrow, hydra and omegaconf load in the code paths that use them (a proxy for start-up CPU
+    time, which benchmarks/startup.py measures)."""
+    code = ("import sys, pdsim.run, pdsim.cli\n"
+            "print(','.join(m for m in ('pandas', 'pyarrow', 'hydra', 'omegaconf') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""
