@@ -1,4 +1,4 @@
-"""pdsim.sim.process: a started process runs as a plain simpy Process does, its resume compiled."""
+"""pdsim.sim.events.start: a started process runs as a plain simpy Process does, its resume compiled."""
 
 from __future__ import annotations
 
