@@ -42,13 +42,13 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def plan_all(raw: list[dict[str, str]]) -> list[RowPlan | Prediction]:
+def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off") -> list[RowPlan | Prediction]:
     """A plan per row, or an `error` prediction where the row itself cannot be read."""
     catalog = load_catalog()
     out: list[RowPlan | Prediction] = []
     for r in raw:
         try:
-            out.append(plan_row(parse_row(r), catalog))
+            out.append(plan_row(parse_row(r), catalog, prefix_cache))
         except ValueError as exc:
             out.append(Prediction(r.get("id", "?"), float("nan"), float("nan"), STATUS_ERROR, str(exc)))
     return out
@@ -161,6 +161,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--aic-jobs", type=int, default=1, help="AIConfigurator worker processes (default 1)")
     p.add_argument("--limit", type=int, default=0, help="only the first N rows (0 = all)")
     p.add_argument("--report", type=Path, help="also write the report (markdown) to this file")
+    p.add_argument("--prefix-cache", choices=("off", "engine"), default="off",
+                   help="off (default): every prompt computed; engine: AIPerf's 100-prompt pool repeats hit the "
+                        "engine's prefix cache where its deployment enables one (vLLM, SGLang; docs/SILICON.md)")
     return p.parse_args(argv)
 
 
@@ -168,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     raw = read_rows(args.rows)[: args.limit or None]
-    plans = plan_all(raw)
+    plans = plan_all(raw, args.prefix_cache)
     preds = predict_all(plans, args.jobs)
     write_predictions(preds, args.out)
     pdsim_s = time.perf_counter() - start

@@ -176,7 +176,17 @@ def parse_row(raw: dict[str, str]) -> SiliconRow:
 MOE_MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3.5-397B-A17B", "openai/gpt-oss-120b",
               "moonshotai/Kimi-K2.5", "Qwen/Qwen3-235B-A22B-FP8", "zhipuai/GLM-5",
               "nvidia/DeepSeek-R1-NVFP4", "nvidia/DeepSeek-V3.1-NVFP4")
-MIN_REQUESTS, REQUESTS_PER_CLIENT = 60, 21  # C warm-up + 20 C profiled (AIConfigurator's aiperf template)
+# AIConfigurator's aiperf template: 2 C warm-up requests, then 20 C profiled
+MIN_REQUESTS, WARMUP_PER_CLIENT, PROFILED_PER_CLIENT = 60, 2, 20
+# AIPerf's synthetic dataset: 100 prompts (--num-dataset-entries), drawn in shuffled passes by
+# one sampler over warm-up and profiling, so a run of more than 100 requests repeats prompts
+AIPERF_PROMPTS = 100
+# whether the engine serves a repeated prompt from its prefix cache as AIConfigurator's templates
+# deploy it: vLLM (prefix caching on by default since V1) and SGLang (radix cache) unless the
+# template disables them, which it does not by default; TRT-LLM's template writes
+# `enable_block_reuse: false` unless asked (extra_engine_args.*.yaml.j2)
+PREFIX_CACHE = {"vllm": True, "sglang": True, "trtllm": False}
+CACHE_BLOCK_TOKENS = 16  # the engines' KV page (vLLM block-size 16; a repeat hits all but its last block)
 SCENARIO = "bench_random"
 
 
@@ -195,8 +205,22 @@ def load_catalog() -> Catalog:
 
 
 def requests_for(concurrency: int) -> int:
-    """Requests a closed loop of `concurrency` clients sends: warm-up (C) plus a steady state."""
-    return max(MIN_REQUESTS, REQUESTS_PER_CLIENT * concurrency)
+    """Requests a closed loop of `concurrency` clients sends: warm-up (2 C) plus 20 C profiled."""
+    return max(MIN_REQUESTS, (WARMUP_PER_CLIENT + PROFILED_PER_CLIENT) * concurrency)
+
+
+def workload_overrides(row: SiliconRow, prefix_cache: str = "off") -> list[str]:
+    """The row's benchmark as pdsim replays it: AIPerf's closed loop, warm-up and prompt pool;
+    prefix_cache "off" (every repeat computed again) or "engine" (the engine's default as
+    AIConfigurator's templates deploy it, PREFIX_CACHE)."""
+    if prefix_cache not in ("off", "engine"):
+        raise ValueError(f"prefix_cache must be 'off' or 'engine', got {prefix_cache!r}")
+    cache = prefix_cache == "engine" and PREFIX_CACHE.get(row.backend, False)
+    return [f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
+            f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",
+            f"scenario.warmup_requests={WARMUP_PER_CLIENT * row.concurrency}",
+            f"scenario.prefix.prompt_pool={AIPERF_PROMPTS}", f"scenario.prefix.block_tokens={CACHE_BLOCK_TOKENS}",
+            f"cluster.prefix_cache={str(cache).lower()}"]
 
 
 def _model_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, list[str]]:
@@ -304,7 +328,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 
-def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
+def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off") -> RowPlan:
     """The row's pdsim run (hydra overrides), or every feature it lacks."""
     model, gaps = _model_gaps(row, cat)
     hardware, preset, engine_gaps = _engine_gaps(row, cat)
@@ -322,9 +346,7 @@ def plan_row(row: SiliconRow, cat: Catalog) -> RowPlan:
         f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
         f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
-        f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
-        f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",
-        "cluster.prefix_cache=false", "progress=false", *cluster,
+        *workload_overrides(row, prefix_cache), "progress=false", *cluster,
     )
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 

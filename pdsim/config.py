@@ -49,6 +49,11 @@ class PrefixConfig:
     system_prompt_tokens: int = 0
     session_turns: int = 1  # >1: multi-turn sessions; each turn extends the previous context
     think_time_s: float = 0.0  # mean gap between turns of one session (exponential)
+    # >0: requests draw their whole prompt from this many distinct prompts, in shuffled passes
+    # (each pass a new permutation), as AIPerf's synthetic dataset does (100 entries by default,
+    # --num-dataset-entries, sampling "shuffle"): a repeat is a prefix-cache hit of all but its
+    # last token. 0: every prompt is new.
+    prompt_pool: int = 0
 
 
 @dataclass
@@ -77,6 +82,7 @@ class ScenarioConfig:
     client_think_s: float = 0.0  # closed loop: a client's pause between a response and its next request
     duration_s: float = 0.0  # closed loop: no request is sent after this (0 = all num_requests)
     warmup_requests: int = -1  # closed loop: the first N sent are warm-up (-1 = concurrency)
+    client_ramp_s: float = 0.0  # closed loop: client i sends its first request at i * ramp / C (0 = all at t=0)
 
 
 @dataclass

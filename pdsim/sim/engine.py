@@ -155,11 +155,15 @@ class Simulation(SimHooks):
 
     # -- closed loop (pdsim.workload.closed_loop) ------------------------------------------------
     def _send_first(self) -> None:
-        """The closed loop's first wave: one request per client, all at t=0."""
+        """The closed loop's first wave: one request per client, at t=0 or along its ramp."""
         loop = self.loop
         assert loop is not None
-        for _ in range(min(loop.concurrency, self.total_requests)):
-            self._send_next()
+        for client in range(min(loop.concurrency, self.total_requests)):
+            start_s = loop.first_send_s(client)
+            if start_s > 0.0:
+                self.after(start_s, self._send_next)
+            else:
+                self._send_next()
 
     def _send_next(self) -> None:
         """A client sends the workload's next request now, unless none may be sent any more;

@@ -2,7 +2,7 @@
 
 This is how public GPU serving results are taken (sglang / vLLM `bench_serving
 --max-concurrency`, NVIDIA AIPerf `--concurrency`): requests go out in the workload's order, the
-first C at once at t=0, then one each time a request ends (finished, failed or rejected), after
+first C at once at t=0 (or spread over `client_ramp_s`), then one each time a request ends (finished, failed or rejected), after
 the client's think time. A workload's arrival times are ignored; its order and lengths are kept.
 pdsim's simulator and `pdreal replay --concurrency` both run the loop this module describes and
 cut the same steady-state window from the trace (`steady_window`).
@@ -41,10 +41,16 @@ class ClosedLoop:
     think_s: float = 0.0
     duration_s: float = 0.0  # 0 = no time limit: every request of the workload is sent
     warmup_requests: int = 0
+    ramp_s: float = 0.0  # client i sends its first request at i * ramp_s / concurrency (0: all at t=0)
 
     def may_send(self, send_s: float, sent: int, total: int) -> bool:
         """Whether a request may still be sent at `send_s` with `sent` of `total` already out."""
         return sent < total and (self.duration_s <= 0 or send_s < self.duration_s)
+
+    def first_send_s(self, client: int) -> float:
+        """When client `client` (0-based) sends its first request: a ramp of `ramp_s` spreads
+        the first wave evenly (AIPerf's --concurrency-ramp-duration), else all at t=0."""
+        return client * self.ramp_s / self.concurrency
 
 
 def closed_loop_of(cfg: ScenarioConfig) -> ClosedLoop | None:
@@ -54,14 +60,14 @@ def closed_loop_of(cfg: ScenarioConfig) -> ClosedLoop | None:
         raise WorkloadError(where, "concurrency", f"must be >= 0, got {cfg.concurrency}")
     if cfg.concurrency == 0:
         return None
-    for name in ("client_think_s", "duration_s"):
+    for name in ("client_think_s", "duration_s", "client_ramp_s"):
         value = getattr(cfg, name)
         if not value >= 0:
             raise WorkloadError(where, name, f"must be >= 0, got {value}")
     if cfg.warmup_requests < -1:
         raise WorkloadError(where, "warmup_requests", f"must be >= 0 (or -1 = concurrency), got {cfg.warmup_requests}")
     warmup = cfg.concurrency if cfg.warmup_requests == -1 else cfg.warmup_requests
-    return ClosedLoop(cfg.concurrency, cfg.client_think_s, cfg.duration_s, warmup)
+    return ClosedLoop(cfg.concurrency, cfg.client_think_s, cfg.duration_s, warmup, cfg.client_ramp_s)
 
 
 @dataclass(frozen=True)

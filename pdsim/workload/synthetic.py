@@ -13,6 +13,11 @@ the workload is a window of a stationary process, so every moment of it sees the
 steady state. Sessions begin up to `SESSION_LEAD_THINKS` mean think times per later turn before
 the window opens; their turns before it are not issued (the window starts with a cold cache, as a
 window cut from a trace does), and the window holds the first num_requests requests from time 0.
+
+`prefix.prompt_pool=N` replaces sessions and system prompts by a pool of N whole prompts (each
+with its own length and block ids) drawn in shuffled passes, as a benchmark client with a fixed
+dataset sends them (AIPerf: 100 synthetic entries, sampled without replacement, reshuffled after
+each pass; its warm-up draws from the same sampler). Output lengths stay per request.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ def generate_synthetic(cfg: ScenarioConfig, seed: int, data_dir: str = "") -> Wo
         raise WorkloadError(where, "prefix.block_tokens", f"must be >= 1, got {prefix.block_tokens}")
     if prefix.session_turns < 1:
         raise WorkloadError(where, "prefix.session_turns", f"must be >= 1, got {prefix.session_turns}")
+    if prefix.prompt_pool < 0:
+        raise WorkloadError(where, "prefix.prompt_pool", f"must be >= 0, got {prefix.prompt_pool}")
+    if prefix.prompt_pool > 0:
+        return _pooled(cfg, seed, data_dir)
     turns = prefix.session_turns
     lead_s = SESSION_LEAD_THINKS * (turns - 1) * max(prefix.think_time_s, 0.0)
     # sessions over the lead plus the window, with a margin for the arrival process's spread
@@ -117,3 +126,28 @@ def _session_rows(
             rows.append((t, prompt, int(out[i]), s, i, np.asarray(hashes, dtype=np.int64)))
             context = prompt + int(out[i])
     return rows
+
+
+def _pooled(cfg: ScenarioConfig, seed: int, data_dir: str) -> Workload:
+    """Requests whose prompts come from a pool of `prefix.prompt_pool` prompts in shuffled passes."""
+    where = f"scenario {cfg.name}"
+    prefix, n, pool = cfg.prefix, cfg.num_requests, cfg.prefix.prompt_pool
+    if prefix.session_turns != 1 or prefix.num_system_prompts > 0:
+        raise WorkloadError(where, "prefix.prompt_pool", f"{pool} needs session_turns=1 and no system prompts "
+                            f"(got session_turns={prefix.session_turns}, num_system_prompts={prefix.num_system_prompts})")
+    lengths = sample_lengths(cfg.input, pool, stream(seed, "prompt_pool_lengths"), f"{where}.input", data_dir)
+    block, ids = prefix.block_tokens, _BlockIds(0, 0)
+    hashes = [np.asarray([ids.fresh() for _ in range(-(-int(tokens) // block))], dtype=np.int64) for tokens in lengths]
+    draw = stream(seed, "prompt_pool")
+    order = np.concatenate([draw.permutation(pool) for _ in range(-(-n // pool))])[:n]
+    arrivals = arrival_times_s(n, cfg.rate_rps, cfg.arrival, cfg.arrival_cv, stream(seed, "arrivals"), where)
+    out = sample_lengths(cfg.output, n, stream(seed, "output_tokens"), f"{where}.output", data_dir)
+    return make_workload(
+        cfg.name,
+        arrival_s=np.asarray(arrivals, dtype=float),
+        input_tokens=np.asarray(lengths, dtype=np.int64)[order],
+        output_tokens=np.asarray(out, dtype=np.int64),
+        session_id=np.arange(n, dtype=np.int64),
+        hash_lists=[hashes[int(j)] for j in order],
+        block_tokens=block,
+    )

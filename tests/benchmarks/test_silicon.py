@@ -113,6 +113,21 @@ def test_plans_carry_the_row_shape() -> None:
             "cluster.prefill_tp=4", "cluster.decode_tp=8", "scenario.concurrency=4"} <= set(plan.overrides)
 
 
+def test_plans_replay_aiperfs_warmup_and_prompt_pool() -> None:
+    # AIConfigurator's aiperf template: 2 C warm-up + 20 C profiled, 100 dataset prompts; the
+    # prefix cache is off unless asked, then on where the engine's deployment enables it
+    catalog = load_catalog()
+    plan = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog)
+    assert {"scenario.num_requests=176", "scenario.warmup_requests=16", "scenario.prefix.prompt_pool=100",
+            "scenario.prefix.block_tokens=16", "cluster.prefix_cache=false"} <= set(plan.overrides)
+    cached = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog, "engine")
+    assert "cluster.prefix_cache=true" in cached.overrides  # an SGLang row: radix cache on by default
+    trt = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x", backend="trtllm")), catalog, "engine")
+    assert "cluster.prefix_cache=false" in trt.overrides  # the template writes enable_block_reuse: false
+    with pytest.raises(ValueError, match="prefix_cache must be 'off' or 'engine', got 'on'"):
+        plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog, "on")
+
+
 def test_suspect_rows_are_flagged_not_dropped() -> None:
     df = pd.DataFrame([row(f"c{c}", batch_size=f"{c}.0", silicon_tpot_ms=str(t))
                        for c, t in ((4, 10.0), (8, 400.0), (16, 12.0))])

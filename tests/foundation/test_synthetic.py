@@ -72,3 +72,35 @@ def test_sessions_offer_the_requested_request_rate():
         half = wl.arrival_s.max() / 2
         assert (wl.arrival_s < half).sum() == pytest.approx(n / 2, rel=0.15)
     assert len(set(wl.session_id.tolist())) > n / 4  # windows cut sessions: many partial ones
+
+
+def test_prompt_pool_repeats_whole_prompts_in_shuffled_passes() -> None:
+    # AIPerf's dataset: N prompts, each pass a permutation of all N; a repeat carries the same
+    # length and block ids (a prefix-cache hit of all but its last token), outputs stay per request
+    cfg = _cfg(num_requests=25, input=LengthDist(kind="uniform", low=20, high=60), output=LengthDist(value=7),
+               prefix=PrefixConfig(block_tokens=16, prompt_pool=10))
+    wl = build_workload(cfg, seed=3)
+    hashes = [r.hash_ids for r in wl]
+    for start in (0, 10):  # the first two passes each hold every prompt once
+        assert len(set(hashes[start:start + 10])) == 10
+    assert set(hashes[:10]) == set(hashes[10:20]) and set(hashes[20:]) <= set(hashes[:10])
+    for i in range(25):
+        first = hashes.index(hashes[i])
+        assert wl.input_tokens[i] == wl.input_tokens[first]
+        assert len(hashes[i]) == -(-int(wl.input_tokens[i]) // 16)
+    assert len({h for hs in hashes for h in hs}) == sum(len(h) for h in set(hashes))  # no block shared across prompts
+    assert hashes[:10] != hashes[10:20]  # reshuffled
+    assert (wl.output_tokens == 7).all()
+
+
+@pytest.mark.parametrize(("prefix", "message"), [
+    (PrefixConfig(prompt_pool=-1), "must be >= 0, got -1"),
+    (PrefixConfig(prompt_pool=5, session_turns=2), "5 needs session_turns=1 and no system prompts"),
+    (PrefixConfig(prompt_pool=5, num_system_prompts=2, system_prompt_tokens=64), "no system prompts"),
+])
+def test_bad_prompt_pool_names_the_field(prefix: PrefixConfig, message: str) -> None:
+    from pdsim.workload.errors import WorkloadError
+
+    with pytest.raises(WorkloadError, match="prefix.prompt_pool") as err:
+        build_workload(_cfg(num_requests=10, prefix=prefix), seed=1)
+    assert message in str(err.value)

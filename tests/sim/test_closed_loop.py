@@ -49,6 +49,16 @@ def test_two_clients_hand_computed_timeline() -> None:
             ("transfer_end_s", 1.1354), ("first_token_s", 1.1354), ("finish_s", 1.1654)])
 
 
+def test_a_ramp_spreads_the_first_wave() -> None:
+    # C=2, ramp 0.4 s: client 0 sends at 0, client 1 at 0.2 (i * ramp / C). Alone, a request
+    # takes 0.2331 s (prefill 0.2 s from 0.003, transfer, three 10 ms steps); the second one's
+    # prefill (from 0.203) runs while the first decodes on the other side, so it is alone too.
+    cfg = closed(make_config(), 2, client_ramp_s=0.4)
+    trace = simulate(cfg, make_requests([(0.0, 100, 4)] * 2)).trace.sort_values("arrival_s")
+    assert list(trace.arrival_s.round(9)) == [0.0, 0.2]
+    assert [round(e - a, 9) for a, e in zip(trace.arrival_s, trace.finish_s, strict=True)] == [0.2331, 0.2331]
+
+
 def test_a_trace_keeps_its_order_and_lengths_not_its_times() -> None:
     rows = [(0.0, 100, 4), (5.0, 30, 2), (9.0, 50, 3)]
     res = simulate(closed(make_config(), 1), make_requests(rows))
@@ -116,6 +126,7 @@ def test_open_loop_is_unchanged_by_the_new_fields() -> None:
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("concurrency", -1, "must be >= 0, got -1"),
     ("client_think_s", -0.5, "must be >= 0, got -0.5"),
+    ("client_ramp_s", -1.0, "must be >= 0, got -1.0"),
     ("warmup_requests", -2, "must be >= 0 (or -1 = concurrency), got -2"),
 ])
 def test_bad_closed_loop_fields_name_the_field(field: str, value: float, message: str) -> None:
