@@ -94,6 +94,8 @@ def transfer_gbps(layout: KVLayout, pages: int, coalesce: bool, backend: str = "
             if receiver.poll() == KVPoll.Failed:
                 raise RuntimeError(f"benchmark transfer failed: {receiver.failure_reason}")
             aux = receiver.aux()
+            if aux is None:
+                raise RuntimeError("benchmark transfer: the backend reports no transfer times")
             best, nbytes = min(best, aux.transfer_end_s - aux.transfer_start_s), aux.transfer_bytes
             sender.close()
             receiver.close()

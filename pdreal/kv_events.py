@@ -107,12 +107,15 @@ class KVEventPublisher:
 
 @dataclass
 class CacheSummary:
-    """Block hashes each instance holds, as learnt from its events."""
+    """Block hashes each instance holds, as learnt from its events (or a snapshot of frozensets,
+    as the router's follower hands them over: an event then applies to a copy)."""
 
-    blocks: dict[int, set[int]] = field(default_factory=dict)
+    blocks: dict[int, set[int] | frozenset[int]] = field(default_factory=dict)
 
     def apply(self, event: KVEvent) -> None:
-        held = self.blocks.setdefault(event.instance_id, set())
+        held = self.blocks.get(event.instance_id)
+        if not isinstance(held, set):
+            held = self.blocks[event.instance_id] = set(held or ())
         if event.kind == STORED:
             held.update(event.block_hashes)
         elif event.kind == REMOVED:

@@ -192,8 +192,9 @@ class _Sender:
         task = asyncio.create_task(send(session, self.url, req, ids, result, self.options.request_timeout_s))
         if self.on_sent is not None:
             self.on_sent()
-        if self.on_done is not None:
-            task.add_done_callback(lambda _, r=result: self.on_done(r.status or STATUS_FAILED))
+        on_done = self.on_done
+        if on_done is not None:
+            task.add_done_callback(lambda _: on_done(result.status or STATUS_FAILED))
         self.tasks[task] = result
         return task
 

@@ -143,7 +143,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     before = router_state(args.url)
     vocab = int(next(i["stats"]["engine"]["vocab_size"] for i in before["instances"] if i["stats"]))
     bar = tqdm(total=len(requests), unit="req", disable=args.no_progress, file=sys.stderr, desc="replay (ended)")
-    counts = Counter()
+    counts: Counter[str] = Counter()
 
     def note(key: str) -> None:
         counts[key] += 1

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
@@ -38,17 +38,20 @@ class SendResult:
     reason: str = ""
     sent_s: float = math.nan
     finish_s: float = math.nan
-    token_times_s: list[float] | None = None
+    token_times_s: list[float] = field(default_factory=list)
     server_row: dict[str, Any] | None = None  # the router's trace row (generate only)
     output_tokens: int | None = None  # as the server reported it (completions' usage); None: one per time
 
 
 class Planned(Protocol):
-    request_id: int
-    output_tokens: int
+    @property
+    def request_id(self) -> int: ...
+
+    @property
+    def output_tokens(self) -> int: ...
 
 
-Sender = Callable[[aiohttp.ClientSession, str, Planned, list[int], SendResult, float], Awaitable[None]]
+Sender = Callable[[aiohttp.ClientSession, str, Planned, list[int], SendResult, float], Coroutine[Any, Any, None]]
 
 
 def _payload(endpoint: str, req: Planned, ids: list[int]) -> dict[str, Any]:

@@ -28,6 +28,11 @@ class _StepClock:
         return (self.step_s - self.forward_s) / max(1, self.steps_with_forward)
 
 
+def _fixed(group: str) -> Callable[[str], str]:
+    """The clock grouping that puts every forward of an engine in `group`."""
+    return lambda kind: group
+
+
 def _instrument(engine: Any, group: Callable[[str], str], publish: Callable[[list[Any]], None]
                 ) -> dict[str, _StepClock]:
     """Time the engine's steps and forwards; a step with a forward counts in the clock
@@ -129,16 +134,19 @@ def step_overhead_facts(model: Any, config: Any, num_requests: int = 4, prompt_t
     from pdreal.transfer import LocalHub, TransferConfig, make_kv_manager
 
     hub, transfer = LocalHub(), TransferConfig(backend="local")
-    engines, clocks = [], []
     with EventSink() as sink:
-        for cls, instance, role in ((PrefillEngine, 0, "prefill"), (DecodeEngine, 1, "decode")):
-            cfg = replace(config, instance_id=instance)
-            runner = ModelRunner(model, cfg)
-            engines.append(cls(runner, make_kv_manager(transfer, runner.pool, hub), cfg))
-            clocks.append(_instrument(engines[-1], lambda kind, role=role: role, sink.publisher(engines[-1])))
+        cfg = replace(config, instance_id=0)
+        runner = ModelRunner(model, cfg)
+        prefill = PrefillEngine(runner, make_kv_manager(transfer, runner.pool, hub), cfg)
+        clocks = [_instrument(prefill, _fixed("prefill"), sink.publisher(prefill))]
+        cfg = replace(config, instance_id=1)
+        runner = ModelRunner(model, cfg)
+        decode = DecodeEngine(runner, make_kv_manager(transfer, runner.pool, hub), cfg)
+        clocks.append(_instrument(decode, _fixed("decode"), sink.publisher(decode)))
+        engines = (prefill, decode)
         reqs = _overhead_requests(model.spec.vocab_size, num_requests, prompt_tokens, output_tokens)
         try:
-            run_disaggregated(engines[0], engines[1], reqs)
+            run_disaggregated(prefill, decode, reqs)
         finally:
             for engine in engines:
                 engine.kv.close()

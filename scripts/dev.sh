@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run pdsim/pdreal from a fresh clone. Needs only python3 (>= 3.11) and bash.
 #   bash scripts/dev.sh run [pdsim run overrides...]   install core deps, run `pdsim run scenario=rag`
-#   bash scripts/dev.sh test [pytest args...]          install everything, run lint + the whole test suite
+#   bash scripts/dev.sh test [pytest args...]          install everything, run lint (ruff, mypy) + the whole test suite
 # Installing compiles the simulator core with mypyc (a C compiler is needed; `run` falls back to
 # pure Python without one, `test` fails).
 # The virtual environment lives in .venv (override with PDSIM_VENV).
@@ -68,6 +68,8 @@ case "$cmd" in
     install_all
     step "ruff check"
     "$VENV/bin/ruff" check .
+    step "mypy (pdreal, analysis: [tool.mypy] in pyproject.toml)"
+    "$VENV/bin/mypy"
     step "pytest"
     exec "$VENV/bin/python" -m pytest "$@"
     ;;

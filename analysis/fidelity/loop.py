@@ -127,8 +127,9 @@ def run_fidelity(options: FidelityOptions) -> FidelityResult:
         clock = time.perf_counter()
 
     if options.from_run is not None:
+        run_dir = options.from_run
         options = recorded_options(options)
-        measured = load_measured(options.from_run)
+        measured = load_measured(run_dir)
         if options.profile_dir is not None:  # the same replay against another profile of the engine
             measured.paths["profile_csv"] = _profile_csv(options.profile_dir)
     workload_cfg = compose(list(options.workload_overrides))  # fail on a bad override before any work

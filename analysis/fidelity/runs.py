@@ -49,8 +49,11 @@ def load_measured(run_dir: Path) -> Measured:
 
 def recorded_options(options: FidelityOptions) -> FidelityOptions:
     """`options` with the shape, workload and model of the run it re-simulates (options.from_run)."""
+    if options.from_run is None:
+        raise ValueError("recorded_options: options.from_run is not set")
     recorded = _recorded(options.from_run)["options"]
-    shape = ServeShape(**{k: tuple(v) if isinstance(v, list) else v for k, v in recorded["shape"].items()})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded["shape"].items()}
+    shape = ServeShape(**fields)
     return replace(options, shape=shape, workload_overrides=tuple(recorded["workload_overrides"]),
                    sim_model=recorded["sim_model"])
 

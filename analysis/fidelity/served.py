@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,7 @@ def _ratio(rows: pd.DataFrame, model: LatencyModel) -> float:
     return float(served[kept].sum() / predicted[kept].sum()) if len(kept) else math.nan
 
 
-def _predict(model: LatencyModel, r: object) -> float:
+def _predict(model: LatencyModel, r: Any) -> float:  # r: a served_steps.csv row (itertuples)
     if r.kind == "decode":
         return model.decode_time_s(int(r.num_seqs), int(r.context_tokens))
     if r.kind == "mixed":  # the totals minus the decode part are the prefill chunks

@@ -224,7 +224,8 @@ class TorchAttention(AttentionBackend):
         if (space is None or space.shape[2] < rows or space.shape[1] != heads or space.shape[3] != head_dim
                 or space.dtype != source.dtype or space.device != source.device):
             same_shape = space is not None and space.shape[1] == heads and space.shape[3] == head_dim
-            capacity = max(rows, space.shape[2] * 3 // 2 if same_shape else 0)
+            kept_rows = space.shape[2] if space is not None and same_shape else 0
+            capacity = max(rows, kept_rows * 3 // 2)
             space = self._workspace = torch.empty((2, heads, capacity, head_dim), dtype=source.dtype,
                                                   device=source.device)
         return space

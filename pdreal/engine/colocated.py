@@ -284,7 +284,7 @@ class ColocatedEngine(GuardedStep):
                             self.config.page_size_tokens)
         plan: Plan = []
         for i, chunk in enumerate(chunks):
-            state = self.chunked if chunk.request_id == chunked_id else by_id[chunk.request_id]
+            state = by_id[chunk.request_id] if chunk.request_id != chunked_id or self.chunked is None else self.chunked
             pages = allocate_pages(self.cache, self.allocator, chunk.new_pages)
             if pages is None:
                 for dropped in (by_id[c.request_id] for c in chunks[i:] if c.request_id != chunked_id):
@@ -319,9 +319,9 @@ class ColocatedEngine(GuardedStep):
             if self._done(state):
                 self.running.remove(state)
                 self._finish(state, STATUS_FINISHED, "")
-        for (state, chunk), rows in zip(plan, full, strict=True):
-            if rows is not None:
-                state.prompt_logprobs += prompt_chunk_logprobs(rows, state.prompt_ids, chunk.context_tokens,
+        for (state, chunk), prompt_rows in zip(plan, full, strict=True):
+            if prompt_rows is not None:
+                state.prompt_logprobs += prompt_chunk_logprobs(prompt_rows, state.prompt_ids, chunk.context_tokens,
                                                                state.req.sampling.prompt_logprobs)
             state.prefilled_tokens += chunk.new_tokens
             if not chunk.is_last:

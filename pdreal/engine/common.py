@@ -111,7 +111,12 @@ def step_failure_reason(exc: BaseException) -> str:
 def unique_states(states: Iterable[Any]) -> list[Any]:
     """`states` without repeats (by identity), in order: the victims of a failed step."""
     seen: set[int] = set()
-    return [s for s in states if s is not None and not (id(s) in seen or seen.add(id(s)))]
+    out = []
+    for s in states:
+        if s is not None and id(s) not in seen:
+            seen.add(id(s))
+            out.append(s)
+    return out
 
 
 class GuardedStep:

@@ -75,6 +75,12 @@ class DecodeState:
     done: bool = False  # finished (any status): a failed step must not finish it twice
     token_times_s: list[float] = field(default_factory=list)
 
+    @property
+    def kv_receiver(self) -> KVReceiver:
+        """Its KV receiver: made on admission, before the request enters any queue."""
+        assert self.receiver is not None, f"request {self.req.request_id} has no KV receiver"
+        return self.receiver
+
     def view(self) -> RequestView:
         r = self.req
         return RequestView(r.request_id, len(r.input_ids), r.sampling.max_new_tokens,
@@ -148,7 +154,7 @@ class DecodeEngine(GuardedStep):
             state.host_kv = None
             if state.receiver is not None:
                 with contextlib.suppress(Exception):  # its room may be gone already
-                    state.receiver.abort(reason)
+                    state.kv_receiver.abort(reason)
             self._finish(state, STATUS_FAILED, reason)
 
     def _step(self) -> None:
@@ -193,10 +199,10 @@ class DecodeEngine(GuardedStep):
         """Fail requests whose receiver failed; the handshaken ones, in queue order."""
         ready: list[DecodeState] = []
         for state in list(self.prealloc):
-            poll = state.receiver.poll()
+            poll = state.kv_receiver.poll()
             if poll == KVPoll.Failed:
                 self.prealloc.remove(state)
-                self._finish(state, STATUS_FAILED, state.receiver.failure_reason)
+                self._finish(state, STATUS_FAILED, state.kv_receiver.failure_reason)
             elif poll >= KVPoll.WaitingForInput:
                 ready.append(state)
         return ready
@@ -204,14 +210,14 @@ class DecodeEngine(GuardedStep):
     def _poll_transfer(self) -> None:
         """Arrived KV: the request waits to join with its first token (from the aux)."""
         for state in list(self.transfer):
-            poll = state.receiver.poll()
+            poll = state.kv_receiver.poll()
             if poll not in (KVPoll.Success, KVPoll.Failed):
                 continue
             self.transfer.remove(state)
             if poll == KVPoll.Failed:
-                self._finish(state, STATUS_FAILED, state.receiver.failure_reason)
+                self._finish(state, STATUS_FAILED, state.kv_receiver.failure_reason)
                 continue
-            aux, now = state.receiver.aux(), self.clock()
+            aux, now = state.kv_receiver.aux(), self.clock()
             state.times.update(transfer_queue_leave_s=now, decode_waiting_enter_s=now)
             if aux is not None:
                 state.times.update(transfer_start_s=aux.transfer_start_s, transfer_end_s=aux.transfer_end_s)
@@ -233,11 +239,12 @@ class DecodeEngine(GuardedStep):
             self.prealloc.remove(state)
             state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
             state.times.update(prealloc_leave_s=now, transfer_queue_enter_s=now)
-            state.receiver.init(state.pages)
+            state.kv_receiver.init(state.pages)
             self.transfer.append(state)
         for state in plan.resume:
             self.retracted.remove(state)
             state.pages = self.allocator.allocate(need_now_tokens(state.view(), page) // page)
+            assert state.host_kv is not None  # (offloaded when it was retracted)
             self.runner.reload_kv(state.pages, state.host_kv)
             state.host_kv = None
             self.waiting.append(state)
@@ -304,7 +311,7 @@ class DecodeEngine(GuardedStep):
         self.allocator.free(state.pages)
         state.pages = []
         if state.receiver is not None:
-            state.receiver.close()
+            state.kv_receiver.close()
         self.num_finished += status == STATUS_FINISHED
         self.num_failed += status != STATUS_FINISHED
         req, times = state.req, dict(state.times)
@@ -326,7 +333,7 @@ class DecodeEngine(GuardedStep):
                 queue.remove(state)
                 state.host_kv = None
                 if state.receiver is not None:
-                    state.receiver.abort(self._aborts[state.req.request_id])
+                    state.kv_receiver.abort(self._aborts[state.req.request_id])
                 self._finish(state, STATUS_FAILED, self._aborts[state.req.request_id])
         self._aborts.clear()
 

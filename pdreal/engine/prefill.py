@@ -81,6 +81,12 @@ class PrefillState:
     def wants_prompt_logprobs(self) -> bool:
         return self.req.sampling.prompt_logprobs >= 0
 
+    @property
+    def kv_sender(self) -> KVSender:
+        """Its KV sender: made on admission, before the request enters any queue."""
+        assert self.sender is not None, f"request {self.req.request_id} has no KV sender"
+        return self.sender
+
     def view(self) -> RequestView:
         return RequestView(self.req.request_id, len(self.req.input_ids), 1,
                            prefilled_tokens=self.prefilled_tokens, cached_tokens=self.cached_tokens)
@@ -171,15 +177,15 @@ class PrefillEngine(GuardedStep):
         for state in victims:
             if state.sender is not None:
                 with contextlib.suppress(Exception):  # its room may be gone already
-                    state.sender.abort(reason)
+                    state.kv_sender.abort(reason)
             self._finish(state, STATUS_FAILED, reason)
 
     def _poll_bootstrap(self) -> None:
         still: list[PrefillState] = []
         for state in self.bootstrap:
-            poll = state.sender.poll()
+            poll = state.kv_sender.poll()
             if poll == KVPoll.Failed:
-                self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+                self._finish(state, STATUS_FAILED, state.kv_sender.failure_reason)
             elif poll >= KVPoll.WaitingForInput:
                 now = self.clock()
                 state.times.update(bootstrap_leave_s=now, prefill_waiting_enter_s=now)
@@ -187,9 +193,9 @@ class PrefillEngine(GuardedStep):
             else:
                 still.append(state)
         self.bootstrap = still
-        for state in [s for s in self.waiting if s.sender.poll() == KVPoll.Failed]:
+        for state in [s for s in self.waiting if s.kv_sender.poll() == KVPoll.Failed]:
             self.waiting.remove(state)
-            self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+            self._finish(state, STATUS_FAILED, state.kv_sender.failure_reason)
 
     def _schedule(self) -> list[tuple[PrefillState, PrefillChunk, SeqChunk]]:
         """The policy seam: PrefillAdder picks the chunks; prefixes are locked and pages allocated
@@ -251,8 +257,8 @@ class PrefillEngine(GuardedStep):
                                                                state.req.sampling.prompt_logprobs)
             state.prefilled_tokens += chunk.new_tokens
             if not chunk.is_last:
-                full = state.prefilled_tokens // self.config.page_size_tokens
-                self._send(state, state.pages[state.sent_pages:full], None)
+                full_pages = state.prefilled_tokens // self.config.page_size_tokens
+                self._send(state, state.pages[state.sent_pages:full_pages], None)
                 self.chunked = state
                 continue
             state.first_token, state.first_logprob = token, logprob
@@ -265,23 +271,23 @@ class PrefillEngine(GuardedStep):
 
     def _send(self, state: PrefillState, pages: list[int], aux: TransferAux | None) -> None:
         state.sent_pages += len(pages)
-        if state.sender.poll() != KVPoll.Failed:
-            state.sender.send(pages, aux)
+        if state.kv_sender.poll() != KVPoll.Failed:
+            state.kv_sender.send(pages, aux)
 
     def _poll_inflight(self) -> None:
         still: list[PrefillState] = []
         for state in self.inflight:
-            poll = state.sender.poll()
+            poll = state.kv_sender.poll()
             if poll == KVPoll.Success:
                 self._finish(state, STATUS_FINISHED, "")
             elif poll == KVPoll.Failed:
-                self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+                self._finish(state, STATUS_FAILED, state.kv_sender.failure_reason)
             else:
                 still.append(state)
         self.inflight = still
-        if self.chunked is not None and self.chunked.sender.poll() == KVPoll.Failed:
+        if self.chunked is not None and self.chunked.kv_sender.poll() == KVPoll.Failed:
             state, self.chunked = self.chunked, None
-            self._finish(state, STATUS_FAILED, state.sender.failure_reason)
+            self._finish(state, STATUS_FAILED, state.kv_sender.failure_reason)
 
     def _finish(self, state: PrefillState, status: str, reason: str) -> None:
         now = self.clock()
@@ -312,7 +318,7 @@ class PrefillEngine(GuardedStep):
         for queue in (self.bootstrap, self.waiting, self.inflight, [self.chunked] if self.chunked else []):
             for state in list(queue):
                 if state.req.request_id == request_id:
-                    state.sender.abort(reason)
+                    state.kv_sender.abort(reason)
                     return True
         return False
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -66,7 +66,8 @@ def _process_group(setup: RankSetup, store: dist.TCPStore | None = None) -> dist
     if store is None:
         store = dist.TCPStore(setup.host, setup.store_port, setup.tp_size, False, timeout=timeout)
         store.set(f"alive/{setup.rank}", "1")  # rank 0 waits for these, watching the processes
-    return dist.ProcessGroupGloo(store, setup.rank, setup.tp_size, timeout)
+    # torch's collectives take the Gloo backend as a group; its stubs type it as a Backend only
+    return dist.ProcessGroupGloo(store, setup.rank, setup.tp_size, timeout)  # type: ignore[return-value]
 
 
 def _await_ranks(store: dist.TCPStore, processes: list[Any], timeout_s: float) -> None:
@@ -83,7 +84,7 @@ def _await_ranks(store: dist.TCPStore, processes: list[Any], timeout_s: float) -
         time.sleep(0.02)
 
 
-def _all_reduce(group: dist.ProcessGroup, op: dist.ReduceOp) -> Callable[[torch.Tensor], torch.Tensor]:
+def _all_reduce(group: dist.ProcessGroup, op: dist.ReduceOp.RedOpType) -> Callable[[torch.Tensor], torch.Tensor]:
     def reduce(values: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(values, op=op, group=group)
         return values
@@ -149,6 +150,8 @@ class RankWorker:
     def _start_kv(self, transfer: TransferConfig) -> str:
         config = replace(transfer, tp_rank=self.setup.rank, tp_size=self.setup.tp_size)
         manager = make_kv_manager(config, self.runner.pool)
+        if not isinstance(manager, PagedKVManager):
+            raise TypeError(f"TP rank {self.setup.rank}: backend {transfer.backend!r} has no paged KV manager")
         manager.wakeup = self._wake_rank0
         self.rooms = RankRooms(manager)
         return manager.bootstrap_addr
@@ -230,7 +233,7 @@ class TPGroup:
     def _relay_wakes(self) -> None:
         live = list(self.wakes)
         while live:
-            for conn in wait(live):
+            for conn in cast(list[Connection], wait(live)):  # (some of the connections given)
                 try:
                     conn.recv_bytes()
                 except (EOFError, OSError):

@@ -65,7 +65,12 @@ class ForwardBatch:
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
-        q_lens, kv_lens, tables, logit_tokens, last_rows, last_page_len = [], [], [], [], [], []
+        q_lens: list[int] = []
+        kv_lens: list[int] = []
+        tables: list[tuple[int, ...]] = []
+        logit_tokens: list[int] = []
+        last_rows: list[int] = []
+        last_page_len: list[int] = []
         for chunk in chunks:
             q_len, kv_len = len(chunk.token_ids), chunk.start + len(chunk.token_ids)
             if q_len < 1:

@@ -33,8 +33,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class Rope(nn.Module):
-    """cos/sin tables grown on demand; `tables(positions)` once per forward, `apply` per layer
+    """cos/sin tables grown on demand; `tables(positions)` once per forward, `rotate` per layer
     to [tokens, heads, head_dim]."""
+
+    inv_freq: torch.Tensor  # (buffers, registered in __init__)
+    cos: torch.Tensor
+    sin: torch.Tensor
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
@@ -56,7 +60,7 @@ class Rope(nn.Module):
         return self.cos[positions][:, None, :].to(dtype), self.sin[positions][:, None, :].to(dtype)
 
     @staticmethod
-    def apply(x: torch.Tensor, tables: RopeTables) -> torch.Tensor:
+    def rotate(x: torch.Tensor, tables: RopeTables) -> torch.Tensor:
         cos, sin = tables
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -88,7 +92,7 @@ class DecoderLayer(nn.Module):
         q = F.linear(hidden, self.q_proj).view(-1, s.num_heads, s.head_dim)
         k = F.linear(hidden, self.k_proj).view(-1, s.num_kv_heads, s.head_dim)
         v = F.linear(hidden, self.v_proj).view(-1, s.num_kv_heads, s.head_dim)
-        attn = attend(index, Rope.apply(q, rope), Rope.apply(k, rope), v)
+        attn = attend(index, Rope.rotate(q, rope), Rope.rotate(k, rope), v)
         x = x + total(F.linear(attn.reshape(-1, s.q_size), self.o_proj))
         hidden = rms_norm(x, self.ffn_norm, s.rms_eps)
         ffn = F.silu(F.linear(hidden, self.gate_proj)) * F.linear(hidden, self.up_proj)

@@ -118,7 +118,7 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], params: list[Samplin
         return out
     logp = torch.log_softmax(logits[rows].float(), dim=-1)
     top_k = max(params[i].logprobs for i in rows)
-    top_values, top_ids = torch.topk(logp, top_k, dim=-1) if top_k else (None, None)
+    top_values, top_ids = torch.topk(logp, top_k, dim=-1) if top_k else (logp[:, :0], logp[:, :0])
     for j, i in enumerate(rows):
         k = params[i].logprobs
         top = [[int(t), float(v)] for t, v in zip(top_ids[j, :k].tolist(), top_values[j, :k].tolist(),

@@ -65,7 +65,7 @@ def catalog_spec(name_or_path: str, rope_theta: float = 10000.0) -> LlamaSpec:
     """A spec from the model catalog (`scenarios/model/<name>.yaml`) or a YAML path."""
     from pathlib import Path
 
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     from pdsim.paths import SCENARIOS_DIR
 
@@ -75,6 +75,10 @@ def catalog_spec(name_or_path: str, rope_theta: float = 10000.0) -> LlamaSpec:
     if not path.is_file():
         raise FileNotFoundError(f"model catalog entry {name_or_path!r} not found (looked at {path})")
     values = OmegaConf.load(path)
+    if not isinstance(values, DictConfig):
+        raise ValueError(f"{path}: a model entry is a mapping, not a list")
     values.pop("defaults", None)
     model = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), values))
+    if not isinstance(model, ModelConfig):
+        raise TypeError(f"{path}: converted to {type(model).__name__}, expected ModelConfig")
     return LlamaSpec.from_model_config(model, rope_theta)

@@ -58,7 +58,8 @@ def shard_model(model: LlamaModel, rank: int, tp_size: int, reduce: Reduce | Non
         shard = LlamaModel(local, reduce)
     source = dict(model.named_parameters())
     for name, param in shard.named_parameters():
-        leaf, full = name.rsplit(".", 1)[-1], source[name]
+        leaf = name.rsplit(".", 1)[-1]
+        full: torch.Tensor = source[name]
         if leaf in rows:
             full = full[rows[leaf][0]:rows[leaf][1]]
         elif leaf in cols:

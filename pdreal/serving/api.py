@@ -95,7 +95,7 @@ class RouterServer:
             await asyncio.sleep(0.1)
         if not all(u.healthy for u in self.upstreams):
             log.warning("router starts with unhealthy instances: %s", [u.name for u in self.upstreams if not u.healthy])
-        engine = next((u.stats["engine"] for u in self.upstreams if u.stats), {})
+        engine: dict[str, Any] = next((u.stats["engine"] for u in self.upstreams if u.stats), {})
         self.codec.vocab_size = int(engine.get("vocab_size", self.codec.vocab_size))
         self.eos_ids = frozenset(engine.get("eos_token_ids", ()))
         self.context_length = int(engine.get("context_length", 0))
@@ -117,14 +117,15 @@ class RouterServer:
         if self.kv_follower is not None:  # waits for a poll still running on its worker thread
             await asyncio.to_thread(self.kv_follower.close)
         await self.router.drain_background(ABORT_DRAIN_S)  # aborts of requests cut by the shutdown
-        await self.router.session.close()
+        if self.router.session is not None:
+            await self.router.session.close()
         self.parsers.shutdown(wait=False, cancel_futures=True)
 
     async def _poll_once(self) -> None:
         # a poll that misses marks the instance toward unhealthy, which fails its in-flight requests:
         # lenient enough that a busy instance is not taken for a dead one
         timeout = max(1.0, self.router.cfg.node.stats_interval_s * 5)
-        await asyncio.gather(*(u.poll(self.router.session, timeout) for u in self.upstreams))
+        await asyncio.gather(*(u.poll(self.router.http, timeout) for u in self.upstreams))
 
     async def _poll_forever(self) -> None:
         while True:

@@ -75,7 +75,7 @@ class ApiCall:
             log.info("client of %s went away (%s)", self.fmt.id, type(exc).__name__)
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            return response
+            return response if response is not None else web.Response(status=499)  # (no one reads it)
         finally:
             await events.aclose()
         return await self._finish(response)
@@ -112,6 +112,7 @@ class ApiCall:
                 await response.write(self.fmt.sse(self._error_payload(self.failed)))
             elif self.fmt.kind == "generate":
                 c = self.choices[0]
+                assert c.final is not None  # (not failed: every choice ended with its final event)
                 await response.write(self.fmt.sse(self.fmt.generate_last(c.final, self._reason(c), c.output_ids)))
             elif self.fmt.include_usage:
                 await response.write(self.fmt.sse(self.fmt.usage_chunk(self._usage())))
@@ -128,6 +129,7 @@ class ApiCall:
             return web.json_response(self._error_payload(final), status=status, dumps=_dumps, headers=headers)
         if self.fmt.kind == "generate":
             c = self.choices[0]
+            assert c.final is not None  # (not failed: every choice ended with its final event)
             body = self.fmt.generate_last(c.final, self._reason(c), c.output_ids, self.texts[0])
             return web.json_response(body, dumps=_dumps)
         choices = []

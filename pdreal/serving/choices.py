@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -68,7 +68,7 @@ def make_choices(req: ApiRequest, codec: TextCodec) -> list[Choice]:
 
 
 async def run_choices(router: Router, req: ApiRequest, choices: list[Choice],
-                      first_request_id: int | None = None) -> AsyncIterator[tuple[int, Event]]:
+                      first_request_id: int | None = None) -> AsyncGenerator[tuple[int, Event], None]:
     """Dispatch every choice (n > 1: the rest of a prompt's after its first one's prefill) and
     yield (choice index, event) as they come; closing the iterator cancels what still runs
     (the router aborts those requests)."""

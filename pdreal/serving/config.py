@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pdreal.serving.auth import is_loopback
@@ -129,6 +129,8 @@ def _group_file(group: str, name: str) -> Any:
         options = sorted(p.stem for p in (SCENARIOS_DIR / group).glob("*.yaml"))
         raise ValueError(f"{group}={name!r}: no {path} (available: {', '.join(options)})")
     values = OmegaConf.load(path)
+    if not isinstance(values, DictConfig):
+        raise ValueError(f"{group}={name!r}: {path} is a list, not a mapping")
     values.pop("defaults", None)
     return values
 
@@ -153,6 +155,8 @@ def load_serve_config(path: str | Path | None = None, overrides: list[str] | Non
     try:
         if path is not None:
             data = OmegaConf.load(path)
+            if not isinstance(data, DictConfig):
+                raise ValueError(f"{path}: a serve config is a mapping, not a list")
             for group in SHARED_GROUPS:
                 if isinstance(data.get(group), str):
                     data[group] = _group_file(group, data[group])

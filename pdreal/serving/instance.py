@@ -202,6 +202,7 @@ class InstanceServer:
         if self.role == "prefill":
             data["bootstrap"] = self.bootstrap.layout()
         if self.heartbeat is not None:
+            assert self.cache is not None  # (made with the heartbeat)
             data["heartbeat"] = {"peers": [asdict(e) for e in self.cache.entries()], "missed": self.heartbeat.num_missed,
                                  "peers_dead": self.heartbeat.num_dead, "rooms_failed": c.rooms_failed_by_heartbeat,
                                  "bootstrap_failures": self.num_bootstrap_failures}

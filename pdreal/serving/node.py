@@ -91,7 +91,7 @@ def build_engine(cfg: Any, role: str, progress: Any) -> tuple[Any, dict[str, Any
     facts.update(transfer_backend=n.transfer_backend, transfer_protocol=n.transfer_protocol,
                  bootstrap_addr=kv.bootstrap_addr)
     events = None
-    if role == "prefill" and cfg.kv_events_enabled:
+    if isinstance(engine, PrefillEngine) and cfg.kv_events_enabled:  # (role prefill)
         from pdreal.serving.kv_feed import InstanceEvents
 
         events = InstanceEvents.start(config.instance_id, n.host, n.public_host, n.kv_events_port,

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,13 @@ class Router:
         # cache_aware / kv_centric then see them as InstanceView.cached_blocks
         self.kv_summary: CacheSummary | None = CacheSummary() if cfg.kv_events_enabled else None
 
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The client session to the instances (opened when the router's server starts)."""
+        if self.session is None:
+            raise RuntimeError("router: no HTTP session to the instances (the server has not started)")
+        return self.session
+
     def new_request_id(self) -> int:
         self._next_id += 1
         return self._next_id - 1
@@ -198,7 +206,7 @@ class Router:
 
     async def generate(self, input_ids: tuple[int, ...], sampling: SamplingParams, request_id: int,
                        stop: asyncio.Event | None = None,
-                       prefilled: asyncio.Event | None = None) -> AsyncIterator[TokenEvent | FinalEvent]:
+                       prefilled: asyncio.Event | None = None) -> AsyncGenerator[TokenEvent | FinalEvent, None]:
         """Serve one request; setting `stop` (a stop string matched) ends it as finished early;
         `prefilled` is set once its prefill half has ended (its prompt is then in the prefix cache;
         colocated: once it ends), or it could not be dispatched."""
@@ -226,7 +234,7 @@ class Router:
                     bootstrap_room=room)
         self.metrics.inflight += 1
         for upstream in {id(u): u for u in (flight.prefill, flight.decode)}.values():
-            upstream.watchers[room] = lambda why, u=upstream: flight.lose(u, why)
+            upstream.watchers[room] = functools.partial(flight.lose, upstream)
         prefill_task = None
         if not self.colocated:
             prefill_task = asyncio.create_task(self._prefill_half(flight, self._pump(flight, flight.prefill, payload)))
@@ -252,7 +260,7 @@ class Router:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
         async def run() -> None:
-            async for line in stream_half(self.session, upstream, payload, self.cfg.node.request_timeout_s):
+            async for line in stream_half(self.http, upstream, payload, self.cfg.node.request_timeout_s):
                 queue.put_nowait(line)
 
         flight.pumps.append(_Pump(upstream, queue, asyncio.create_task(run())))
@@ -266,7 +274,7 @@ class Router:
             prefill_task.cancel()
         if flight.decode_line is None or flight.prefill_line is None:
             for upstream in {id(u): u for u in (flight.prefill, flight.decode)}.values():
-                self._spawn(post_abort(self.session, upstream, flight.engine_id, CLIENT_GONE))
+                self._spawn(post_abort(self.http, upstream, flight.engine_id, CLIENT_GONE))
         row = {**base, "status": STATUS_FAILED, "failure_reason": CLIENT_GONE, "finish_s": now_s()}
         self.metrics.observe(row, len(flight.output_ids), "client")
 
@@ -279,7 +287,7 @@ class Router:
         flight.note(line, flight.prefill)
         if line["status"] != STATUS_FINISHED and flight.decode_line is None:
             why = f"prefill half {line['status']}: {line['failure_reason']}"
-            self._spawn(post_abort(self.session, flight.decode, flight.engine_id, why))
+            self._spawn(post_abort(self.http, flight.decode, flight.engine_id, why))
 
     async def _decode_half(self, flight: _Flight, queue: asyncio.Queue[dict[str, Any]]) -> AsyncIterator[TokenEvent]:
         while True:
@@ -296,7 +304,7 @@ class Router:
                 yield TokenEvent(tuple(line["token_ids"]), t, logprobs, prompt)
                 if flight.stop.is_set() and not flight.first_failure:
                     flight.first_failure = STOPPED
-                    self._spawn(post_abort(self.session, flight.decode, flight.engine_id, STOPPED))
+                    self._spawn(post_abort(self.http, flight.decode, flight.engine_id, STOPPED))
                 continue
             if flight.first_failure == STOPPED:
                 line = {**line, "status": STATUS_FINISHED, "failure_reason": ""}
@@ -304,7 +312,7 @@ class Router:
             flight.note(line, flight.decode)
             if line["status"] != STATUS_FINISHED and flight.prefill_line is None:
                 why = f"decode half {line['status']}: {line['failure_reason']}"
-                self._spawn(post_abort(self.session, flight.prefill, flight.engine_id, why))
+                self._spawn(post_abort(self.http, flight.prefill, flight.engine_id, why))
             return
 
     async def _first_logprobs(self, flight: _Flight, count: int) -> tuple[Any, ...]:
@@ -351,16 +359,19 @@ class Router:
             flight.prefill_line = line
             flight.note(line, flight.prefill)
             return
-        if decode_ok and flight.prefill_line["status"] != STATUS_FINISHED:  # the KV did arrive
+        prefill_line = flight.prefill_line
+        assert prefill_line is not None, "the prefill half's task ended without its line"
+        if decode_ok and prefill_line["status"] != STATUS_FINISHED:  # the KV did arrive
             log.info("room %d finished although its prefill half reports %s", flight.engine_id,
-                     flight.prefill_line["failure_reason"])
-            flight.prefill_line = {**flight.prefill_line, "status": STATUS_FINISHED, "failure_reason": ""}
+                     prefill_line["failure_reason"])
+            flight.prefill_line = {**prefill_line, "status": STATUS_FINISHED, "failure_reason": ""}
             if flight.first_failure != STOPPED:
                 flight.first_failure = ""
 
     def _final(self, flight: _Flight, base: dict[str, Any]) -> FinalEvent:
         halves = []
         for upstream, line in ((flight.prefill, flight.prefill_line), (flight.decode, flight.decode_line)):
+            assert line is not None, "a final row needs both halves' lines"
             row = upstream.times_to_local(line.get("row") or {})
             row.update(status=line["status"], failure_reason=line["failure_reason"])
             halves.append(row)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import zmq
@@ -104,7 +104,8 @@ class SchedulerClient:
             sys.executable, "-m", "pdreal.serving.scheduler", "--config", str(self.config_path), "--role", self.role,
             "--commands", self.paths.commands, "--events", self.paths.events, stdout=subprocess.DEVNULL)
         exited = asyncio.ensure_future(self.process.wait())
-        done, _ = await asyncio.wait({self._ready, exited}, timeout=self.ready_timeout_s,
+        started: set[asyncio.Future[Any]] = {self._ready, exited}
+        done, _ = await asyncio.wait(started, timeout=self.ready_timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
         if self._ready in done:
             exited.cancel()
@@ -220,7 +221,7 @@ class SchedulerClient:
             if stats is not None:
                 self.stats = decode_stats(stats)
             self.steps.extend(decode_steps(steps))
-            self.counters = LoopCounters(*counters, restarts=self.counters.restarts)
+            self.counters = replace(LoopCounters(*counters), restarts=self.counters.restarts)
         elif kind == "progress":
             self.progress = message[1]
         elif kind == "ready":

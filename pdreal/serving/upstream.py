@@ -104,7 +104,7 @@ class Upstream:
         """A half-row with every time put on the router's clock."""
         if self.sync.same_clock:
             return dict(row)
-        out = {}
+        out: dict[str, Any] = {}
         for key, value in row.items():
             if key.endswith("_s") and isinstance(value, float):
                 out[key] = self.sync.to_local(value)

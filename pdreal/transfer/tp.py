@@ -78,10 +78,11 @@ class RankRooms:
         elif method == "abort":
             self.end(args[0]).abort(args[1])
         elif method == "close":
-            for table in (self.senders, self.receivers):
-                end = table.pop(args[0], None)
-                if end is not None:
-                    end.close()
+            ends: tuple[KVSender | KVReceiver | None, ...] = (self.senders.pop(args[0], None),
+                                                               self.receivers.pop(args[0], None))
+            for closing in ends:
+                if closing is not None:
+                    closing.close()
         elif method == "fail_peer":
             return self.manager.fail_peer(*args)
         else:
