@@ -1,4 +1,4 @@
-"""Builds pdsim's simulator core (pdsim/sim, pdsim/policy) as C extensions with mypyc.
+"""Builds pdsim's simulator core (pdsim/sim, pdsim/policy, pdsim/perf/steps) as C extensions with mypyc.
 
 The same modules run unchanged as pure Python: when the build cannot compile (no C compiler, no
 Python headers, PDSIM_PURE_PYTHON=1) the install goes on without the extensions and says so;
@@ -18,7 +18,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-COMPILED_PACKAGES = ("pdsim/sim", "pdsim/policy")
+COMPILED_PACKAGES = ("pdsim/sim", "pdsim/policy", "pdsim/perf/steps")  # (steps: the perf models' hot paths)
 MANIFEST = ROOT / "pdsim" / "_core_build.json"  # the sources' hashes as compiled (pdsim/compiled.py)
 
 

@@ -1,7 +1,7 @@
 """Which simulator core runs: the mypyc-compiled one (built by setup.py) or the pure-Python sources.
 
-The compiled extension modules of pdsim/sim and pdsim/policy sit next to their sources and
-Python's import system prefers them. pdsim imports the sources instead when
+The compiled extension modules of pdsim/sim, pdsim/policy and pdsim/perf/steps sit next to their
+sources and Python's import system prefers them. pdsim imports the sources instead when
 
 - PDSIM_PURE_PYTHON=1: to profile with cProfile (it cannot see inside compiled functions), to
   debug, or to compare the two (CI checks that both give byte-identical outputs);
@@ -30,7 +30,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-PACKAGES = ("pdsim.sim", "pdsim.policy")
+PACKAGES = ("pdsim.sim", "pdsim.policy", "pdsim.perf.steps")
 PURE_ENV = "PDSIM_PURE_PYTHON"
 STALE_AFTER_S = 1.0  # a wheel unpacks sources and extensions within this of each other
 MANIFEST = "_core_build.json"  # written by setup.py: {"pdsim/sim/x.py": sha256, ...}
@@ -56,10 +56,11 @@ def stale_modules(root: Path) -> list[str]:
     manifest = _manifest(root / MANIFEST)
     stale = []
     for package in PACKAGES:
-        folder = root / package.split(".", 1)[1]
+        parts = package.split(".")[1:]
+        folder = root.joinpath(*parts)
         for source in sorted(folder.glob("*.py")):
             built = [p for p in folder.glob(source.stem + ".*") if p.suffix in (".so", ".pyd")]
-            if built and _differs(source, built, manifest, f"pdsim/{folder.name}/{source.name}"):
+            if built and _differs(source, built, manifest, "/".join(("pdsim", *parts, source.name))):
                 stale.append(f"{package}.{source.stem}")
     return stale
 

@@ -11,14 +11,30 @@ A model answers three questions for one instance (all ranks of one TP group toge
   prefill chunks and decodes sharing the batch.
 
 Times are seconds, deterministic, and must not decrease when any argument grows.
+
+The simulator asks the same questions millions of times, so a model also hands it its hot paths,
+each written next to the formula it repeats and giving the very same floats:
+
+- `decode_step(num_seqs)`: decode_time_s(num_seqs, ctx) as a function of ctx (num_seqs >= 1), a
+  `DecodeStep` (pdsim/perf/steps/decode.py, compiled): a decode span of k iterations reads
+  ctx0, ctx0 + n, ..., and the step adds up their times in one compiled loop. A model with no
+  formula worth compiling returns `CallStep(num_seqs, self.decode_time_s)`.
+- `prefill_timer()`: the function a prefill instance calls for each step's time:
+  prefill_time_s itself, or its compiled twin (pdsim/perf/steps/prefill.py).
+
+The models (linear, roofline, fitted, table, measured, and the step-overhead wrapper around any
+of them) are plain Python; only pdsim/perf/steps is compiled, taking numbers from the models.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from pdsim.perf.steps.decode import DecodeStep
+
 PrefillItem = tuple[int, int]  # (new_tokens, context_tokens)
+PrefillTimer = Callable[[Sequence[PrefillItem]], float]
 
 
 @runtime_checkable
@@ -30,3 +46,7 @@ class LatencyModel(Protocol):
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float: ...
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float: ...
+
+    def decode_step(self, num_seqs: int) -> DecodeStep: ...
+
+    def prefill_timer(self) -> PrefillTimer: ...

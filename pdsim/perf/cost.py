@@ -114,8 +114,9 @@ def _attention_op(
 def attention_factors(model: ModelConfig, tp: int, decode: bool) -> tuple[int, float]:
     """The attention operator's factors: flops per (query, key) pair per layer over all heads,
     and the KV bytes per token one rank reads or writes (over all layers). Its flops are
-    flops_per_pair * pairs * num_layers / tp, in that order (pdsim.sim.stepmodels computes the
-    decode step per context length from these, bit for bit)."""
+    flops_per_pair * pairs * num_layers / tp, in that order (the compiled roofline steps,
+    pdsim/perf/steps, compute a decode step per context length and a dense prefill from these,
+    bit for bit)."""
     qk_dim, v_dim = _attention_dims(model, decode)
     return 2 * model.num_heads * (qk_dim + v_dim), spec.kv_bytes_per_token_per_rank(model, tp)
 

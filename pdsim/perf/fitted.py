@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from pdsim.perf.base import PrefillItem
+from pdsim.perf.base import PrefillItem, PrefillTimer
+from pdsim.perf.steps.decode import FittedStep
 
 Coefficients = tuple[float, float, float]
 
@@ -63,17 +62,15 @@ class FittedModel:
             time_ms = max(time_ms, floor_ms)
         return time_ms / 1e3
 
-    def decode_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
-        """decode_time_s(num_seqs, c) for every c of an int64 array, with the same floating-point
-        operations in the same order (bit-identical: the simulator's decode spans use this)."""
-        if num_seqs <= 0:
-            return np.zeros(context_tokens.shape[0], dtype=np.float64)
-        a, b, c = self.decode_coefficients(num_seqs)
-        time_ms = (a + b * context_tokens) + c * num_seqs
-        if self.batch_floor and num_seqs >= self.batch_threshold:
-            a, b, c = self.decode_small_ms
-            time_ms = np.maximum(time_ms, (a + b * context_tokens) + c * (self.batch_threshold - 1))
-        return time_ms / 1e3
+    def decode_step(self, num_seqs: int) -> FittedStep:
+        """decode_time_s(num_seqs, ctx) as a compiled function of ctx, in its order."""
+        floored = self.batch_floor and num_seqs >= self.batch_threshold
+        a, b, c = (float(x) for x in self.decode_coefficients(num_seqs))  # (floats, as load_fitted reads them)
+        fa, fb, fc = (float(x) for x in self.decode_small_ms)
+        return FittedStep(num_seqs, (a, b, c), (fa, fb, fc) if floored else None, self.batch_threshold - 1)
+
+    def prefill_timer(self) -> PrefillTimer:
+        return self.prefill_time_s
 
     def mixed_time_s(
         self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int

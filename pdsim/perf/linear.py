@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdsim.perf.base import PrefillItem
+from pdsim.perf.base import PrefillItem, PrefillTimer
+from pdsim.perf.steps.decode import LinearStep
+from pdsim.perf.steps.prefill import LinearPrefill
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,14 @@ class LinearModel:
             + self.decode_per_seq_s * num_seqs
             + self.decode_per_ctx_token_s * context_tokens
         )
+
+    def decode_step(self, num_seqs: int) -> LinearStep:
+        # decode_time_s's association: (base + per_seq * n) + per_ctx * ctx
+        return LinearStep(num_seqs, self.decode_base_s + self.decode_per_seq_s * num_seqs,
+                          self.decode_per_ctx_token_s)
+
+    def prefill_timer(self) -> PrefillTimer:
+        return LinearPrefill(self.prefill_base_s, self.prefill_per_token_s).time_s
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
         if not items:

@@ -33,23 +33,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.perf import cost, spec
-from pdsim.perf.base import PrefillItem
+from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.optables import (
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     LogGrid,
     OpTables,
-    Row,
     elementwise_grid,
     load_kv_generation,
     load_quant_gemm,
     load_tables,
     resolve_set,
 )
+from pdsim.perf.steps.decode import CallStep, DecodeStep, TableStep
 
 COMM_LATENCY_S = 1.0e-5  # fixed all-reduce cost in the roofline ratio (small messages)
 _MEMO_ENTRIES = 1 << 16
@@ -286,18 +284,18 @@ class MeasuredModel:
         return (self._per_token_s(num_seqs) + self._lm_head_s(num_seqs)
                 + self.overhead_s + self.overhead_per_seq_s * num_seqs)
 
-    def decode_series_s(self, num_seqs: int, context_tokens: np.ndarray) -> np.ndarray:
-        """decode_time_s for each total context in an array."""
-        return np.array([self.decode_time_s(num_seqs, c) for c in context_tokens.tolist()], dtype=np.float64)
-
-    def decode_terms(self, num_seqs: int) -> tuple[float, int, Row] | None:
-        """decode_time_s(num_seqs, ctx) as data, for pdsim/sim/stepmodels.TableStep to repeat
-        operation for operation: the context-free part, the layer count and the generation
-        table's row at this batch size (LogGrid.second_row). None when the step is not that
+    def decode_step(self, num_seqs: int) -> DecodeStep:
+        """decode_time_s(num_seqs, ctx) as a compiled function of ctx: the context-free part, the
+        layer count and the generation table's row at this batch size (LogGrid.second_row), which
+        TableStep interpolates as at_second does. Called once a step where the step is not that
         (no generation table, or tables scaled from another GPU: a ratio per context)."""
-        if num_seqs <= 0 or self._generation is None or not self.scaling.same:  # type: ignore[attr-defined]
-            return None
-        return self._decode_fixed_s(num_seqs), self.model.num_layers, self._generation.second_row(num_seqs)  # type: ignore[attr-defined]
+        if self._generation is None or not self.scaling.same:  # type: ignore[attr-defined]
+            return CallStep(num_seqs, self.decode_time_s)
+        return TableStep(num_seqs, self._decode_fixed_s(num_seqs), self.model.num_layers,
+                         *self._generation.second_row(num_seqs))  # type: ignore[attr-defined]
+
+    def prefill_timer(self) -> PrefillTimer:
+        return self.prefill_time_s
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
         if not items:

@@ -166,7 +166,7 @@ class LogGrid:
     def at_second(self, x: float, y: float) -> float:
         """Latency (ms) at (x, y) along the row kept for x (`second_row`), with libm's log and
         exp (math): every decode path calls this or repeats it operation for operation
-        (pdsim/sim/stepmodels.TableStep), so they agree bit for bit on any CPU (numpy's own
+        (pdsim/perf/steps/decode.TableStep), so they agree bit for bit on any CPU (numpy's own
         vectorised log and exp differ from libm's in the last bit on some CPUs)."""
         row, drow, axis, width = self.second_row(x)
         log_y = math.log(max(y, 1e-9))

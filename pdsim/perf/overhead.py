@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdsim.perf.base import LatencyModel, PrefillItem
+from pdsim.perf.base import LatencyModel, PrefillItem, PrefillTimer
+from pdsim.perf.steps.decode import OverheadStep
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,6 +65,13 @@ class StepOverheadModel:
         inner_ctx = context_tokens + self.decode_context_offset_tokens * num_seqs
         return (self.decode_scale * self.inner.decode_time_s(num_seqs, inner_ctx) + self.decode_overhead_s
                 + self.per_context_token_s * context_tokens)
+
+    def decode_step(self, num_seqs: int) -> OverheadStep:
+        return OverheadStep(self.inner.decode_step(num_seqs), self.decode_scale, self.decode_overhead_s,
+                            self.per_context_token_s, self.decode_context_offset_tokens)
+
+    def prefill_timer(self) -> PrefillTimer:
+        return self.prefill_time_s
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
         if not items:

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pdsim.perf.base import PrefillItem
+from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.profile import ProfilePoint, read_points
+from pdsim.perf.steps.decode import CallStep
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,12 @@ class TableModel:
         if num_seqs <= 0:
             return 0.0
         return self.decode(num_seqs, context_tokens / num_seqs)
+
+    def decode_step(self, num_seqs: int) -> CallStep:
+        return CallStep(num_seqs, self.decode_time_s)  # (a bilinear lookup: called once a step)
+
+    def prefill_timer(self) -> PrefillTimer:
+        return self.prefill_time_s
 
     def mixed_time_s(
         self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int

@@ -26,7 +26,6 @@ from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
 from pdsim.sim.events import Wait, now_s, start, timeout
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_tiers import InstanceTiers
-from pdsim.sim.prefilltime import prefill_timer
 from pdsim.sim.prompt_kv import PromptKV
 from pdsim.sim.state import (
     BOOTSTRAP_ENTER_S,
@@ -52,7 +51,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         self.chunked: SimRequest | None = None
         self.inflight: dict[int, SimRequest] = {}
         self.timeouts = ctx.bootstrap_timeouts
-        self.prefill_time_s = prefill_timer(latency)  # (roofline: compiled)
+        self.prefill_time_s = latency.prefill_timer()  # (roofline and linear: compiled)
         start(self.env, self.run())
 
     # -- messages -------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A span of k iterations has step times `step_0 .. step_{k-1}` and boundaries `b_0 = start` ..
 `b_k`, `b_{i+1} = b_i + step_i` added one at a time, as simpy adds a timeout's delay to its
 clock. The instance sleeps until the span's end `b_k`, so the end is computed when the span is
-planned: its steps added one at a time, none stored (`StepModel.accumulate`, stepmodels.py).
+planned: its steps added one at a time, none stored (`DecodeStep.accumulate`,
+pdsim/perf/steps/decode.py).
 The rest is read later, and only up to where the span got: about half of all spans are
 truncated (a request joins), on average half-way, and a settle's busy time is its steps summed
 again from the model (`add_steps`), so a span that no one truncates or views stores nothing.
@@ -13,9 +14,9 @@ array (librt.vecs) made for the whole span at the first read; no step is stored.
 boundaries are the same float additions in the same order as the end's, so b_k read from a
 complete prefix is the end, bit for bit.
 
-This is for the linear and roofline steps, cheap to compute again (`StepModel.recompute`). The
-measured table's steps (a log and an exp each) and models without a compiled step give a span's
-steps as an array when it is planned (`span_times`: all computed, none twice).
+This is for the linear, roofline and fitted steps, cheap to compute again (`DecodeStep.recompute`).
+The measured table's steps (a log and an exp each) and steps that call a model give a span's steps
+as an array when it is planned (`span_times`: all computed, none twice).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Final
 from librt.vecs import vec
 from mypy_extensions import i64
 
-from pdsim.sim.stepmodels import StepModel
+from pdsim.perf.steps.decode import DecodeStep
 
 FIRST_STEPS: Final = 32  # steps computed at a span's first read (then at least doubled)
 MAX_SPAN_ITERATIONS: Final = 1024  # longer runs are split into several spans (bounds the work per span)
@@ -40,7 +41,7 @@ class SpanTimes:
     are computed (all of them, and every step, for a span given as an array)."""
 
     def __init__(self, k: int, step0_s: float, end_s: float, steps: vec[float], bounds: vec[float],
-                 model: StepModel | None, ctx0_tokens: int) -> None:
+                 model: DecodeStep | None, ctx0_tokens: int) -> None:
         self.k = k
         self.step0_s = step0_s  # step_0 (read by every span: its busy time)
         self.end_s = end_s  # b_k
@@ -148,7 +149,7 @@ class SpanTimes:
         self.filled = size
 
 
-def model_times(model: StepModel, ctx0_tokens: int, k: int, start_s: float, first_extra_s: float) -> SpanTimes:
+def model_times(model: DecodeStep, ctx0_tokens: int, k: int, start_s: float, first_extra_s: float) -> SpanTimes:
     """A span of k steps of `model` from ctx0_tokens, step_0 first_extra_s longer (a KV reload
     before it; ignored unless positive), starting at start_s: its end computed now, its
     boundaries when read."""

@@ -99,7 +99,10 @@ def test_source_first_finds_only_the_core_packages() -> None:
     assert spec is not None and spec.origin == str(ROOT / "pdsim" / "sim" / "span.py")
     package = finder.find_spec("pdsim.policy", [str(ROOT / "pdsim")])
     assert package is not None and package.origin == str(ROOT / "pdsim" / "policy" / "__init__.py")
-    assert PACKAGES == ("pdsim.sim", "pdsim.policy")
+    steps = finder.find_spec("pdsim.perf.steps.decode", [str(ROOT / "pdsim" / "perf" / "steps")])
+    assert steps is not None and steps.origin == str(ROOT / "pdsim" / "perf" / "steps" / "decode.py")
+    assert finder.find_spec("pdsim.perf.roofline", [str(ROOT / "pdsim" / "perf")]) is None
+    assert PACKAGES == ("pdsim.sim", "pdsim.policy", "pdsim.perf.steps")
 
 
 def test_a_source_that_differs_from_the_build_is_stale_whatever_its_time(tmp_path: Path) -> None:
@@ -122,5 +125,11 @@ def test_a_source_that_differs_from_the_build_is_stale_whatever_its_time(tmp_pat
         os.utime(built, (1e9 + (100 if name == "edited" else -100),) * 2)
     (folder / "added.py").write_text("")  # a source the build never saw
     (folder / "added.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    steps = tmp_path / "perf" / "steps"  # (a compiled package inside a pure one: its path as the key)
+    steps.mkdir(parents=True)
+    recorded["pdsim/perf/steps/decode.py"] = hashlib.sha256(b"b = 1\n").hexdigest()
+    for name, content in (("decode", "b = 1\n"), ("prefill", "b = 2\n")):
+        (steps / f"{name}.py").write_text(content)
+        (steps / f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     (tmp_path / "_core_build.json").write_text(json.dumps(recorded))
-    assert stale_modules(tmp_path) == ["pdsim.sim.added", "pdsim.sim.edited"]
+    assert stale_modules(tmp_path) == ["pdsim.sim.added", "pdsim.sim.edited", "pdsim.perf.steps.prefill"]

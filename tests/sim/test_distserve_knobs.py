@@ -3,7 +3,6 @@ control hop 1 ms, prefill 0.1 s + 1 ms/token, decode iteration 10 ms, 10 us per 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from simkit import make_config, make_requests, rounded, timeline
 
@@ -60,8 +59,8 @@ def test_step_overhead_per_context_token_and_decode_offset() -> None:
     assert m.prefill_time_s([(100, 20)]) == pytest.approx(0.203 + 1.2e-5)
     # decode of 4 sequences over 1000 KV tokens: the inner term reads 1004, the overhead 1000
     assert m.decode_time_s(4, 1000) == pytest.approx(0.01 + 1e-5 * 1004 + 0.002 + 1e-4)
-    series = StepSeries(m).steps(4, 1000, 3)  # the vectorised path agrees bit for bit
-    assert series.tolist() == [m.decode_time_s(4, c) for c in (1000, 1004, 1008)]
+    steps = m.decode_step(4).steps(1000, 3)  # the compiled step agrees bit for bit
+    assert list(steps) == [m.decode_time_s(4, c) for c in (1000, 1004, 1008)]
 
 
 def test_fitted_batch_floor_is_optional() -> None:
@@ -72,18 +71,21 @@ def test_fitted_batch_floor_is_optional() -> None:
 
 
 def test_fitted_step_series_is_bit_identical_to_the_scalar_call() -> None:
-    """Decode spans take a fitted model's steps from decode_series_s: small and large batches, with
-    and without the floor, wrapped in DistServe's overheads, equal decode_time_s bit for bit."""
+    """Decode spans take a fitted model's steps from its decode_step (FittedStep): small and large
+    batches, with and without the floor, wrapped in DistServe's overheads, equal decode_time_s
+    bit for bit, read from a span or as an array."""
     kw = dict(prefill_ms=(1.0, 0.01, 1e-6), decode_small_ms=(12.3, 1.7e-4, 0.31), decode_large_ms=(3.1, 2.9e-4, 0.27),
               batch_threshold=9)
     for model in (FittedModel(**kw), FittedModel(**kw, batch_floor=False)):
         for inner in (model, StepOverheadModel(model, 0.003, 0.002, per_context_token_s=1e-7,
                                                decode_context_offset_tokens=1)):
             for n in (1, 8, 9, 40):
-                steps = StepSeries(inner).steps(n, 777, 200)
-                assert steps.tolist() == [inner.decode_time_s(n, 777 + n * i) for i in range(200)]
-    floored = FittedModel(**kw).decode_series_s(40, np.array([0, 1000]))
-    assert (floored > FittedModel(**kw, batch_floor=False).decode_series_s(40, np.array([0, 1000]))).all()
+                ref = [inner.decode_time_s(n, 777 + n * i) for i in range(200)]
+                assert list(inner.decode_step(n).steps(777, 200)) == ref
+                times = StepSeries(inner).span(n, 777, 200, 0.0)
+                assert [times.step(i) for i in range(200)] == ref
+    floored, plain = FittedModel(**kw).decode_step(40), FittedModel(**kw, batch_floor=False).decode_step(40)
+    assert floored.time_s(0) > plain.time_s(0) and floored.time_s(1000) > plain.time_s(1000)
 
 
 def test_least_requests_routing_counts_requests_not_tokens() -> None:

@@ -26,6 +26,7 @@ from pdsim.perf import (
     build_latency_model,
 )
 from pdsim.perf.catalog import load_hardware, load_model
+from pdsim.perf.steps.decode import CallStep
 from pdsim.policy.router import HEALTH_ONLY_ROUTING
 from pdsim.sim import simulate
 from pdsim.sim import span as span_module
@@ -33,7 +34,7 @@ from pdsim.sim.instance import InstanceBase
 from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import Span, hop_delay
 from pdsim.sim.spantimes import SpanTimes, span_times
-from pdsim.sim.steptime import RooflineDecode, StepSeries
+from pdsim.sim.steptime import StepSeries
 from pdsim.workload.request import Workload
 
 CTX_PERF = dict(prefill_base_s=0.02, prefill_per_token_s=1e-4, decode_base_s=0.01, decode_per_seq_s=1.3e-4,
@@ -111,12 +112,11 @@ def test_step_series_is_bit_identical_to_the_model() -> None:
     wrapped = StepOverheadModel(linear, 0.001, 0.0023)
     scaled = StepOverheadModel(linear, 0.001, 0.0023, prefill_scale=1.1, decode_scale=1.37)  # served slowdown
     for model in (linear, roofline, wrapped, scaled):
-        steps = StepSeries(model).steps(7, 12345, 300)
+        steps = list(StepSeries(model).step_model(7).steps(12345, 300))
         ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(300)]
-        np.testing.assert_allclose(steps, ref, rtol=1e-14, atol=0)
-        if model is not roofline:  # (roofline's own `sum` is compensated from Python 3.12 on)
-            assert steps.tolist() == ref
-        assert model.mixed_time_s([], 7, 12345) == model.decode_time_s(7, 12345)
+        assert steps == ref
+        if model is not roofline:  # (roofline's mixed step sums with `sum`, compensated from Python 3.12 on)
+            assert model.mixed_time_s([], 7, 12345) == model.decode_time_s(7, 12345)
     t, expected = 0.123, [0.123]
     for s in ref:
         t += s
@@ -125,8 +125,8 @@ def test_step_series_is_bit_identical_to_the_model() -> None:
 
 
 class _Uncompiled:
-    """A latency model StepSeries knows nothing of (as table and fitted models): the linear one's
-    steps, called once per iteration."""
+    """A latency model without a compiled decode step (as the table model): the linear one's
+    steps, called once per iteration (CallStep)."""
 
     name = "uncompiled"
 
@@ -136,16 +136,22 @@ class _Uncompiled:
         self.decode_time_s = inner.decode_time_s
         self.mixed_time_s = inner.mixed_time_s
 
+    def decode_step(self, num_seqs: int) -> CallStep:
+        return CallStep(num_seqs, self.decode_time_s)
+
+    def prefill_timer(self) -> Any:
+        return self.prefill_time_s
+
 
 @pytest.mark.parametrize("k", [1, 2, 5, 96, 300, 1024])
 @pytest.mark.parametrize("extra_s", [0.0, 0.0123])
 def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float) -> None:
-    # spans of models with a compiled step are filled by it (StepModel.fill), other models' come
-    # from arrays: every read gives the bits of decode_time_s and of simpy's clock
+    # spans of steps cheap to recompute are filled when read (DecodeStep.add_up), other steps'
+    # come from arrays: every read gives the bits of decode_time_s and of simpy's clock
     from simkit import TINY_HW, TINY_MODEL
 
     plain = LinearModel(**CTX_PERF)
-    table = StepSeries(_Uncompiled(plain))  # a model without a compiled step: its spans are arrays
+    table = StepSeries(_Uncompiled(plain))  # a model called once a step: its spans are arrays
     roofline = RooflineModel(TINY_MODEL, TINY_HW, tp=1, overhead_per_seq_s=1e-5)
     for model in (plain, StepOverheadModel(plain, 0.001, 0.0023), table, roofline,
                   StepOverheadModel(roofline, 0.001, 0.0023, decode_scale=1.37, per_context_token_s=1e-7,
@@ -153,7 +159,7 @@ def test_span_times_are_the_models_steps_and_simpys_clock(k: int, extra_s: float
         series = model if isinstance(model, StepSeries) else StepSeries(model)
         model = series.latency
         times = series.span(7, 12345, k, 3.21, extra_s)
-        assert (series.step_model(7) is None) == (series is table)
+        assert isinstance(series.step_model(7), CallStep) == (series is table)
         ref = [model.decode_time_s(7, 12345 + 7 * i) for i in range(k)]
         ref[0] += extra_s
         t, expected = 3.21, [3.21]
@@ -202,22 +208,20 @@ def _assert_walks(times: SpanTimes, start_s: float, ref: list[float]) -> None:
     ("llama3_8b", 3, 0.37, 0.25),  # every divisor of the compute term divided, mbu a power of two
     ("llama3_70b", 4, 0.25, 0.125),  # every divisor but the hardware's a power of two
 ])
-def test_roofline_span_times_are_the_array_path_bit_for_bit(model_name: str, tp: int, mfu: float, mbu: float) -> None:
-    # the span computes each step from the model's terms (RooflineStep, compiled, its divisions
-    # by powers of two made one multiplication); the array path (RooflineDecode, numpy) is what
-    # the span used before: the same bits, every step
+def test_roofline_span_times_are_its_steps_bit_for_bit(model_name: str, tp: int, mfu: float, mbu: float) -> None:
+    # the span adds up the model's steps in one loop (RooflineStep._walk, its divisions by powers
+    # of two made one multiplication where they can be): the same bits as one step at a time
+    # (tests/perf/test_steps.py holds each step to the general roofline step)
     model = RooflineModel(load_model(model_name), load_hardware("h100"), tp=tp, mfu=mfu, mbu=mbu,
                           overhead_per_seq_s=1e-5)
     series = StepSeries(model)
     for n, ctx0, extra_s in ((1, 17, 0.0), (7, 12345, 0.0123), (64, 64 * 3000 + 5, 0.0), (300, 300 * 900, 0.0)):
         times = series.span(n, ctx0, 400, 1.5, extra_s)
-        assert series.step_model(n) is not None
-        array = RooflineDecode(model)(n, np.arange(ctx0, ctx0 + n * 400, n, dtype=np.int64))
-        array[0] += extra_s
-        assert [times.step(i) for i in range(400)] == array.tolist()
-        assert times.bounds(0, 400) == _summed(1.5, array.tolist())
-        _assert_walks(series.span(n, ctx0, 400, 1.5, extra_s), 1.5, array.tolist())
-        np.testing.assert_allclose(times.step(3), model.decode_time_s(n, ctx0 + 3 * n), rtol=1e-14, atol=0)
+        ref = [model.decode_time_s(n, ctx0 + n * i) for i in range(400)]
+        ref[0] += extra_s
+        assert [times.step(i) for i in range(400)] == ref
+        assert times.bounds(0, 400) == _summed(1.5, ref)
+        _assert_walks(series.span(n, ctx0, 400, 1.5, extra_s), 1.5, ref)
 
 
 MEASURED = PerfConfig(kind="measured", engine="sglang", overhead_s=0.0015, overhead_per_seq_s=2e-5)
@@ -240,14 +244,15 @@ def test_measured_span_times_are_decode_time_s_bit_for_bit(model_name: str, hard
                                  (300, 300 * 900, 0.0), (2, 2 * 400_000, 0.0)):
             k = 300
             times = series.span(n, ctx0, k, 1.5, extra_s)
-            assert (series.step_model(n) is None) == (hardware == "a800")
+            if latency is model:
+                assert isinstance(series.step_model(n), CallStep) == (hardware == "a800")
             ref = [latency.decode_time_s(n, ctx0 + n * i) for i in range(k)]
             ref[0] += extra_s
             assert [times.step(i) for i in range(k)] == ref
             assert times.bounds(0, k) == _summed(1.5, ref)
             _assert_walks(series.span(n, ctx0, k, 1.5, extra_s), 1.5, ref)
-            if not extra_s:  # (the array path, StepSeries.steps: the same bits)
-                assert series.steps(n, ctx0, 4).tolist() == ref[:4]
+            if not extra_s:  # (the array path, DecodeStep.steps: the same bits)
+                assert list(series.step_model(n).steps(ctx0, 4)) == ref[:4]
             assert latency.mixed_time_s((), n, ctx0) == latency.decode_time_s(n, ctx0)
 
 

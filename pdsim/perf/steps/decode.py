@@ -1,20 +1,23 @@
-"""Compiled decode step models: a latency model's decode_time_s for one batch size n as a
-function of the context, operation for operation.
+"""Compiled decode steps: a latency model's decode_time_s(n, ctx) for one batch size n as a
+function of the context, operation for operation (the same floats).
 
-A span (span.py, spantimes.py) of k iterations of n requests reads `ctx0 + n * i` context tokens
-at iteration i. `LinearStep`, `RooflineStep`, `TableStep` (the measured model) and
-`OverheadStep` (around any of them) repeat their model's decode_time_s bit for bit
-(tests/sim/test_skip_ahead.py holds each to its model); steptime.StepSeries builds them. Each
-gives a span's steps two ways, with its step inline in the loop where that matters (a call per
-step costs more than a linear or roofline step): `accumulate` adds them, one at a time, to a
+A span (pdsim/sim/span.py, spantimes.py) of k iterations of n requests reads `ctx0 + n * i`
+context tokens at iteration i. Each perf model builds its own step (`decode_step(n)`, written
+next to its decode_time_s): `LinearStep`, `RooflineStep`, `FittedStep`, `TableStep` (the measured
+model), `OverheadStep` (around any of them) and `CallStep` (any other model, called once a step).
+Each gives a span's steps two ways, with its step inline in the loop where that matters (a call
+per step costs more than a linear or roofline step): `accumulate` adds them, one at a time, to a
 running total (a span's end, computed when it is planned, and a settle's busy time: no array);
-`add_up` writes the boundaries they lead to (b_{i+1} = b_i + step_i) into an array.
+`add_up` writes the boundaries they lead to (b_{i+1} = b_i + step_i) into an array. Compiled with
+the simulator core (setup.py): this module imports nothing of pdsim, the models hand it numbers.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from librt.vecs import vec
@@ -23,7 +26,7 @@ from mypy_extensions import i64
 _NO_BOUNDS: Final = vec[float]()  # (RooflineStep._walk: sums only; never written)
 
 
-class StepModel:
+class DecodeStep:
     """decode_time_s(n, ctx) for one batch size n (subclasses inline it in their loops)."""
 
     def __init__(self, n: int) -> None:
@@ -65,7 +68,7 @@ class StepModel:
             bounds[i] = b_s
 
 
-class LinearStep(StepModel):
+class LinearStep(DecodeStep):
     """LinearModel: fixed_s + per_ctx_s * ctx (fixed_s = decode_base_s + decode_per_seq_s * n)."""
 
     def __init__(self, n: int, fixed_s: float, per_ctx_s: float) -> None:
@@ -97,37 +100,53 @@ class LinearStep(StepModel):
             bounds[i] = b_s
 
 
-class RooflineStep(StepModel):
+@dataclass(frozen=True)
+class RooflineRates:
+    """A roofline model's rates and per-step costs, as plain numbers (RooflineModel.rates)."""
+
+    gemm_flops_per_s: float  # the GEMMs' peak (their quant mode's)
+    bf16_flops_per_s: float  # attention's peak
+    hbm_bytes_per_s: float
+    mfu: float
+    mbu: float
+    overhead_s: float
+    overhead_per_seq_s: float
+    comm_latency_s: float
+    link_bytes_per_s: float  # (0.0 at tp 1: no all-reduce)
+
+
+class RooflineStep(DecodeStep):
     """RooflineModel.decode_time_s for one batch size n as a function of the context, term by
-    term in the model's order (steptime.RooflineDecode builds it from the model's own terms;
-    the attention factors come from pdsim.perf.cost.attention_factors)."""
+    term in the model's order: only decode attention depends on the context; the operators
+    before it (`head_s`, summed from 0 in order), after it (`tail_s`, added one at a time) and
+    the all-reduces (`comm_s`) come from the model's own terms (RooflineModel.decode_step), the
+    attention factors from pdsim.perf.cost.attention_factors."""
 
     def __init__(
-        self, n: int, fixed_s: float, head_s: float, tail_s: tuple[float, ...], comm_s: float,
-        flops_per_pair: float, num_layers: float, tp: float, kv_bytes_per_token: float,
-        flops_per_s: float, hbm_bytes_per_s: float, mfu: float, mbu: float,
+        self, n: int, rates: RooflineRates, head_s: float, tail_s: tuple[float, ...], comm_s: float,
+        flops_per_pair: float, kv_bytes_per_token: float, num_layers: int, tp: int,
     ) -> None:
         super().__init__(n)
         self.recompute = True
-        self.fixed_s = fixed_s  # overhead_s + overhead_per_seq_s * n
-        self.head_s = head_s  # the operators before attention, summed from 0 in order
-        # those after it, added one at a time (decode: the LM head alone); the first apart, as a
-        # float (0.0 when there is none: adding it to a positive time changes nothing)
+        self.fixed_s = rates.overhead_s + rates.overhead_per_seq_s * n
+        self.head_s = head_s
+        # those after it (decode: the LM head alone); the first apart, as a float (0.0 when there
+        # is none: adding it to a positive time changes nothing)
         self.tail0_s = tail_s[0] if tail_s else 0.0
         self.tail_rest = tail_s[1:]
         self.comm_s = comm_s
         self.flops_per_pair = flops_per_pair
-        self.num_layers = num_layers
-        self.tp = tp
+        self.num_layers = float(num_layers)
+        self.tp = float(tp)
         self.kv_bytes_per_token = kv_bytes_per_token
-        self.flops_per_s = flops_per_s
-        self.hbm_bytes_per_s = hbm_bytes_per_s
-        self.mfu = mfu
-        self.mbu = mbu
+        self.flops_per_s = rates.bf16_flops_per_s
+        self.hbm_bytes_per_s = rates.hbm_bytes_per_s
+        self.mfu = rates.mfu
+        self.mbu = rates.mbu
         # tp and mfu exact powers of two (tp 1, 2, 4, 8, the default mfu 0.5): the compute term's
         # three divisions are one, and one multiplication (see _walk)
-        self.folded = _power_of_two(tp) and _power_of_two(mfu)
-        self.compute_scale = (1.0 / tp) * (1.0 / mfu)  # (exact when folded)
+        self.folded = _power_of_two(self.tp) and _power_of_two(self.mfu)
+        self.compute_scale = (1.0 / self.tp) * (1.0 / self.mfu)  # (exact when folded)
 
     def time_s(self, ctx_tokens: int) -> float:
         return self._walk(ctx_tokens, 0, 1, _NO_BOUNDS, 0.0)  # (0.0 + step is the step)
@@ -158,7 +177,7 @@ class RooflineStep(StepModel):
             if folded:
                 compute_s = fpp * ctx * layers / fps * scale
             else:
-                compute_s = fpp * ctx * layers / tp / fps / mfu  # cost._attention_op's order
+                compute_s = fpp * ctx * layers / tp / fps / mfu  # pdsim.perf.cost's order
             memory_s = kvb * (ctx + dn) / hbm / mbu
             busy = head_s + (compute_s if compute_s >= memory_s else memory_s) + tail0_s
             for t_s in tail_rest:
@@ -176,8 +195,8 @@ def _power_of_two(x: float) -> bool:
     return math.isfinite(x) and x > 0.0 and math.frexp(x)[0] == 0.5
 
 
-class TableStep(StepModel):
-    """MeasuredModel.decode_time_s for one batch size n (its `decode_terms`): the context-free
+class TableStep(DecodeStep):
+    """MeasuredModel.decode_time_s for one batch size n (its `decode_step`): the context-free
     part plus layers x the generation table at the mean KV length, interpolated in log space
     along the row kept for n, as pdsim.perf.optables.LogGrid.at_second does it. The segment of
     the last lookup is kept (a span's contexts grow: most lookups stay in it)."""
@@ -218,11 +237,46 @@ class TableStep(StepModel):
         return self.fixed_s + self.layers * (ms / 1e3)
 
 
-class OverheadStep(StepModel):
+class FittedStep(DecodeStep):
+    """FittedModel.decode_time_s for one batch size n, in its order: (a + b * ctx) + c * n ms,
+    raised to the small-batch fit at `floor_seqs` sequences when `floor` is given, then / 1e3."""
+
+    def __init__(self, n: int, fit_ms: tuple[float, float, float], floor_ms: tuple[float, float, float] | None,
+                 floor_seqs: int) -> None:
+        super().__init__(n)
+        self.recompute = True
+        self.a, self.b, c = fit_ms
+        self.seqs_ms = c * n
+        self.floored = floor_ms is not None
+        self.floor_a, self.floor_b, floor_c = floor_ms if floor_ms is not None else (0.0, 0.0, 0.0)
+        self.floor_seqs_ms = floor_c * floor_seqs
+
+    def time_s(self, ctx_tokens: int) -> float:
+        time_ms = self.a + self.b * ctx_tokens + self.seqs_ms
+        if self.floored:
+            floor_ms = self.floor_a + self.floor_b * ctx_tokens + self.floor_seqs_ms
+            if floor_ms > time_ms:  # (max(time_ms, floor_ms))
+                time_ms = floor_ms
+        return time_ms / 1e3
+
+
+class CallStep(DecodeStep):
+    """Any model's own decode_time_s(n, ctx), called once a step (the table model, measured
+    tables scaled from another GPU: no formula worth compiling)."""
+
+    def __init__(self, n: int, decode_time_s: Callable[[int, int], float]) -> None:
+        super().__init__(n)
+        self.decode_time_s = decode_time_s
+
+    def time_s(self, ctx_tokens: int) -> float:
+        return self.decode_time_s(self.n, ctx_tokens)
+
+
+class OverheadStep(DecodeStep):
     """StepOverheadModel over another step model: scale * inner(ctx + offset * n) + overhead_s
     + per_token_s * ctx (its decode_time_s's order)."""
 
-    def __init__(self, inner: StepModel, scale: float, overhead_s: float, per_token_s: float, offset: int) -> None:
+    def __init__(self, inner: DecodeStep, scale: float, overhead_s: float, per_token_s: float, offset: int) -> None:
         super().__init__(inner.n)
         self.inner = inner
         self.scale = scale
