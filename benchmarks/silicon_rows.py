@@ -306,6 +306,30 @@ def _side_gaps(side: Side, label: str, moe: bool) -> list[str]:
     return gaps
 
 
+# Per-forward token budget as AIConfigurator's benchmark rules deploy an engine
+# (generator/rule_plugin/benchmark/{vllm,sglang,trtllm}.rule): vLLM max-num-batched-tokens and
+# TRT-LLM max_num_tokens = max_batch_size + isl + 1500 (TRT-LLM's rounded up to its 32-token KV
+# block) on an aggregated engine, isl + 1500 on a prefill engine; SGLang max-prefill-tokens =
+# isl + 1500 with --enable-mixed-chunk on an aggregated engine. vLLM V1 always chunks a prompt
+# that overflows the budget, TRT-LLM does not (the templates leave enable_chunked_prefill false);
+# SGLang chunks at its default chunked-prefill-size (pdsim's 8192). max_batch_size = the row's
+# concurrency. These set how many prompts one forward takes, which decides TTFT under load: a
+# wave of C prompts goes through one or two prompts per forward, not 8192 tokens at a time.
+BUDGET_SLACK_TOKENS, TRTLLM_BLOCK_TOKENS, SGLANG_CHUNK_TOKENS = 1500, 32, 8192
+
+
+def budget_overrides(row: SiliconRow, aggregated: bool) -> list[str]:
+    """The engine's per-forward token budget and chunking for the row (pdsim overrides)."""
+    c, isl = row.concurrency, row.isl_tokens
+    if row.backend == "sglang":
+        return [f"cluster.max_prefill_tokens={isl + BUDGET_SLACK_TOKENS}", f"cluster.chunk_size_tokens={SGLANG_CHUNK_TOKENS}"]
+    budget = (c if aggregated else 0) + isl + BUDGET_SLACK_TOKENS
+    if row.backend == "trtllm":
+        budget = -(-budget // TRTLLM_BLOCK_TOKENS) * TRTLLM_BLOCK_TOKENS
+        return [f"cluster.max_prefill_tokens={budget}", "cluster.chunk_size_tokens=0"]
+    return [f"cluster.max_prefill_tokens={budget}", f"cluster.chunk_size_tokens={budget}"]
+
+
 def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     """(cluster overrides, gaps) for the row's deployment."""
     c = row.concurrency
@@ -316,7 +340,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
         engine = ENGINES.get(row.backend)  # None: unsupported anyway (_engine_gaps says why)
         schedule = f"cluster.colocated_schedule={engine.colocated_schedule if engine else 'mixed'}"
         return (["cluster.mode=colocated", "cluster.colocated=1", f"cluster.colocated_tp={row.agg.tp}", schedule,
-                 running],
+                 running, *budget_overrides(row, aggregated=True)],
                 _side_gaps(row.agg, "", moe))
     if row.mode != "disagg":
         return [], [f"mode {row.mode} unknown (agg | disagg)"]
@@ -324,7 +348,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     if p is None or d is None or p.workers <= 0 or d.workers <= 0:
         return [], ["disagg row without worker counts"]
     overrides = ["cluster.mode=disaggregated", f"cluster.prefill={p.workers}", f"cluster.decode={d.workers}",
-                 f"cluster.prefill_tp={p.tp}", f"cluster.decode_tp={d.tp}", running]
+                 f"cluster.prefill_tp={p.tp}", f"cluster.decode_tp={d.tp}", running, *budget_overrides(row, aggregated=False)]
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 

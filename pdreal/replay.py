@@ -213,12 +213,15 @@ class _Sender:
         queue = iter(items)
         sent = 0
 
-        async def client() -> None:
+        async def client(index: int) -> None:
             nonlocal sent
+            start_s = loop.first_send_s(index)  # a ramp spreads the first wave
+            if start_s > 0:
+                await asyncio.sleep(self.start + start_s - now_s())
             while loop.may_send(now_s() - self.start, sent, len(items)):
                 sent += 1
                 await asyncio.wait([self.send(session, next(queue))])
                 if loop.think_s > 0:
                     await asyncio.sleep(loop.think_s)
 
-        await asyncio.gather(*(client() for _ in range(min(loop.concurrency, len(items)))))
+        await asyncio.gather(*(client(i) for i in range(min(loop.concurrency, len(items)))))

@@ -128,6 +128,22 @@ def test_plans_replay_aiperfs_warmup_and_prompt_pool() -> None:
         plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog, "on")
 
 
+@pytest.mark.parametrize(("backend", "mode", "budget", "chunk"), [
+    ("sglang", "agg", 256 + 1500, 8192),  # max-prefill-tokens = isl + 1500, default chunk
+    ("vllm", "agg", 8 + 256 + 1500, 8 + 256 + 1500),  # max-num-batched-tokens = C + isl + 1500, always chunked
+    ("trtllm", "agg", 1792, 0),  # max_num_tokens = C + isl + 1500 = 1764 up to its 32-token block, unchunked
+    ("vllm", "disagg", 256 + 1500, 256 + 1500),  # a prefill engine: isl + 1500
+])
+def test_plans_take_the_engines_token_budget_as_deployed(backend: str, mode: str, budget: int, chunk: int) -> None:
+    # AIConfigurator's benchmark rules size one forward's tokens from the row (isl 256, C 8 here)
+    fields = dict(batch_size="8.0", silicon_data_source="x", backend=backend) if mode == "agg" else \
+        {**DISAGG, "prefill_num_workers": "1", "prefill_tp_size": "2", "decode_num_workers": "1",
+         "decode_tp_size": "2", "backend": backend, "silicon_data_source": "silicon_concurrency=8"}
+    plan = plan_row(parse_row(row("b", **fields)), load_catalog())
+    assert plan.supported, plan.missing
+    assert {f"cluster.max_prefill_tokens={budget}", f"cluster.chunk_size_tokens={chunk}"} <= set(plan.overrides)
+
+
 def test_suspect_rows_are_flagged_not_dropped() -> None:
     df = pd.DataFrame([row(f"c{c}", batch_size=f"{c}.0", silicon_tpot_ms=str(t))
                        for c, t in ((4, 10.0), (8, 400.0), (16, 12.0))])
