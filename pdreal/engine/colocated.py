@@ -220,7 +220,7 @@ class ColocatedEngine(GuardedStep):
     def kv_tokens(self, state: ColocatedState) -> int:
         return state.kv_tokens
 
-    def running_view(self, state: ColocatedState) -> RequestView:
+    def request_view(self, state: ColocatedState) -> RequestView:
         return state.running_view()
 
     def apply_growth(self, plan: GrowthPlan[ColocatedState]) -> None:

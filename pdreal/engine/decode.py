@@ -12,7 +12,8 @@
 
 Every step: observe (aborts, failed receivers, arrived KV), then one call to
 `pdsim.policy.plan_decode_step` - the same call pdsim's DecodeInstance makes - decides resumes,
-pre-allocations, joins, retraction victims and the batch; this module executes the plan.
+pre-allocations, joins, retraction victims and the batch, reading DecodeEngine as its
+`DecodeExecutor`; this module executes the plan.
 Retracted requests offload their KV pages to host memory and reload them when resumed (SGLang's
 decode side, seed 001 section 7.4); they rejoin the waiting queue's tail.
 """
@@ -49,7 +50,6 @@ from pdreal.model.sampling import sample, token_logprobs
 from pdreal.transfer.base import KVManager, KVPoll, KVReceiver
 from pdreal.transfer.common import Clock
 from pdsim.policy import (
-    DecodeAccess,
     DecodeMemoryView,
     DecodeStepPlan,
     RequestView,
@@ -101,7 +101,6 @@ class DecodeEngine(GuardedStep):
         self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
         self.limits = config.limits
         self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
-        self.access = DecodeAccess(DecodeState.view, _kv_tokens, self._done)
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
         self.prealloc: list[DecodeState] = []
         self.retracted: deque[DecodeState] = deque()
@@ -111,6 +110,7 @@ class DecodeEngine(GuardedStep):
         self._outputs: list[RequestOutput] = []
         self._aborts: dict[int, str] = {}
         self._batch: list[DecodeState] = []  # the requests the current forward (or plan) works on
+        self._handshaken: list[DecodeState] = []  # prealloc-queue requests whose receiver is ready
         self.num_added = self.num_finished = self.num_failed = 0
         self.emit: Callable[[list[RequestOutput]], None] | None = None
 
@@ -159,17 +159,16 @@ class DecodeEngine(GuardedStep):
 
     def _step(self) -> None:
         self._apply_aborts()
-        handshaken = self._poll_prealloc()
+        self._handshaken = self._poll_prealloc()
         self._poll_transfer()
         while True:
-            plan = plan_decode_step(self.limits, self._memory_view, list(self.retracted), handshaken,
-                                    len(self.transfer), list(self.waiting), list(self.running),
-                                    self.allocator.num_free, self.access)
+            plan = plan_decode_step(self.limits, self)  # the shared decision (pdsim.policy.decode_step)
             self._apply(plan, self.clock())
             if not plan.replan:
                 break
             waiting_ids = {id(s) for s in self.prealloc}
-            handshaken = [s for s in handshaken if id(s) in waiting_ids]
+            self._handshaken = [s for s in self._handshaken if id(s) in waiting_ids]
+        self._handshaken = []
         self._emit_early()
         if self.running:
             batch = self._batch = list(self.running)
@@ -182,18 +181,6 @@ class DecodeEngine(GuardedStep):
         if self.emit is not None and self._outputs:
             outputs, self._outputs = self._outputs, []
             self.emit(outputs)
-
-    def _memory_view(self) -> DecodeMemoryView:
-        c, active = self.config, [*self.running, *self.transfer, *self.waiting]
-        return DecodeMemoryView(
-            available_tokens=self.allocator.num_free * c.page_size_tokens,
-            num_active=len(active),
-            reserved_decode_tokens=c.decode_reserved_tokens,
-            remaining_output_tokens=sum(s.view().remaining_output_tokens for s in active),
-            largest_need_tokens=max((s.view().total_tokens for s in self.running), default=0),
-            retractable_tokens=sum(s.kv_tokens for s in self.running),
-            page_size_tokens=c.page_size_tokens,
-        )
 
     def _poll_prealloc(self) -> list[DecodeState]:
         """Fail requests whose receiver failed; the handshaken ones, in queue order."""
@@ -225,6 +212,53 @@ class DecodeEngine(GuardedStep):
             state.kv_tokens = len(state.req.input_ids)
             state.output_ids.append(aux.first_token_id if aux is not None else 0)
             self.waiting.append(state)
+
+    # -- pdsim.policy.DecodeExecutor: what the shared step planner reads ------------------
+    def retracted_requests(self) -> list[DecodeState]:
+        return list(self.retracted)
+
+    def arrived_requests(self) -> tuple[()]:
+        """(none: the KV always arrives after pre-allocation, SGLang's prealloc hand-off)"""
+        return ()
+
+    def take_arrived(self, reqs: tuple[DecodeState, ...]) -> None:
+        raise RuntimeError(f"decode {self.config.instance_id}: no request arrives before its pre-allocation")
+
+    def handshaken_requests(self) -> list[DecodeState]:
+        return self._handshaken
+
+    def num_preallocated(self) -> int:
+        return len(self.transfer) + len(self.waiting)
+
+    def waiting_requests(self) -> list[DecodeState]:
+        return list(self.waiting)
+
+    def running_requests(self) -> list[DecodeState]:
+        return list(self.running)
+
+    def free_pages(self) -> int:
+        return self.allocator.num_free
+
+    def memory_view(self) -> DecodeMemoryView:
+        c, active = self.config, [*self.running, *self.transfer, *self.waiting]
+        return DecodeMemoryView(
+            available_tokens=self.allocator.num_free * c.page_size_tokens,
+            num_active=len(active),
+            reserved_decode_tokens=c.decode_reserved_tokens,
+            remaining_output_tokens=sum(s.view().remaining_output_tokens for s in active),
+            largest_need_tokens=max((s.view().total_tokens for s in self.running), default=0),
+            retractable_tokens=sum(s.kv_tokens for s in self.running),
+            page_size_tokens=c.page_size_tokens,
+        )
+
+    def kv_tokens(self, state: DecodeState) -> int:
+        return state.kv_tokens
+
+    def request_view(self, state: DecodeState) -> RequestView:
+        return state.view()
+
+    def done_at_join(self, state: DecodeState) -> bool:
+        return self._done(state)
 
     def _apply(self, plan: DecodeStepPlan[DecodeState], now: float) -> None:
         """Execute the step plan (pdsim.policy.decode_step's order; the transfer info of admitted
@@ -353,6 +387,3 @@ class DecodeEngine(GuardedStep):
 def _request_id(state: DecodeState) -> int:
     return state.req.request_id
 
-
-def _kv_tokens(state: DecodeState) -> int:
-    return state.kv_tokens

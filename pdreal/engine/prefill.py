@@ -25,6 +25,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,7 @@ class PrefillEngine(GuardedStep):
         self.inflight: list[PrefillState] = []
         self._outputs: list[RequestOutput] = []
         self._batch: list[PrefillState] = []  # the requests of the forward being formed or run
+        self._matches: dict[int, list[int]] = {}  # the planned candidates' cached prefixes (page ids)
         self.num_added = self.num_finished = self.num_failed = 0
         self.cache = make_cache(runner, config)
         self._kv_events: Any = None
@@ -200,12 +202,9 @@ class PrefillEngine(GuardedStep):
     def _schedule(self) -> list[tuple[PrefillState, PrefillChunk, SeqChunk]]:
         """The policy seam: PrefillAdder picks the chunks; prefixes are locked and pages allocated
         for them here (chunks that do not fit after all are dropped, as in pdsim)."""
-        candidates = ([self.chunked] if self.chunked else []) + list(self.waiting)
-        by_id = {s.req.request_id: s for s in candidates}
-        matches: dict[int, list[int]] = {}
-        free_pages = self.cache.free_pages if self.cache is not None else self.allocator.num_free
-        batch = plan_prefill_step(self.limits, (self._view(s, matches) for s in candidates),
-                                  free_pages * self.config.page_size_tokens)
+        by_id = {s.req.request_id: s for s in ([self.chunked] if self.chunked else []) + list(self.waiting)}
+        batch = plan_prefill_step(self.limits, self)  # the shared decision (pdsim.policy.prefill_step)
+        matches = self._matches
         now = self.clock()
         if self.cache is not None:
             for chunk in batch.chunks:
@@ -235,12 +234,26 @@ class PrefillEngine(GuardedStep):
             self.decisions.prefill(now, f"prefill:{self.config.instance_id}", [c for _, c, _ in plan])
         return plan
 
-    def _view(self, state: PrefillState, matches: dict[int, list[int]]) -> RequestView:
-        """A candidate's view; a waiting request starts with its cached prefix (looked up now),
-        unless it asks for prompt logprobs (cached positions have no logits: it computes them all)."""
-        if self.cache is None or state is self.chunked or state.wants_prompt_logprobs:
+    # -- pdsim.policy.PrefillExecutor: what the shared step planner reads ------------------
+    def prefill_candidates(self) -> Iterator[RequestView]:
+        """The chunked request, then the waiting queue (consumed lazily); the cached prefixes
+        looked up go to self._matches."""
+        self._matches = {}
+        if self.chunked is not None:
+            yield self.chunked.view()
+        for state in list(self.waiting):
+            yield self._view(state)
+
+    def free_kv_tokens(self) -> int:
+        free_pages = self.cache.free_pages if self.cache is not None else self.allocator.num_free
+        return free_pages * self.config.page_size_tokens
+
+    def _view(self, state: PrefillState) -> RequestView:
+        """A waiting request's view: it starts with its cached prefix (looked up now), unless it
+        asks for prompt logprobs (cached positions have no logits: it computes them all)."""
+        if self.cache is None or state.wants_prompt_logprobs:
             return state.view()
-        path = matches[state.req.request_id] = self.cache.match(state.page_hashes, len(state.req.input_ids))
+        path = self._matches[state.req.request_id] = self.cache.match(state.page_hashes, len(state.req.input_ids))
         cached = len(path) * self.config.page_size_tokens
         return RequestView(state.req.request_id, len(state.req.input_ids), 1, prefilled_tokens=cached,
                            cached_tokens=cached)

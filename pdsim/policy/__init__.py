@@ -12,7 +12,7 @@ deterministic given a seeded numpy Generator argument. Modules:
 - scaling.py: P:D rebalancer proposing role moves (hysteresis, warm-up delay).
 
 The step planners (what pdsim's simulated instances and pdreal's engines both call, then only
-execute): limits.py (StepLimits, the colocated schedule names), router.py (RouterPolicy:
+execute), each reading its executor through one protocol of executors.py: limits.py (StepLimits, the colocated schedule names), router.py (RouterPolicy:
 admission + pair + bootstrap room), prefill_step.py (the one prefill budget, the prefill step,
 the colocated step under both schedules), decode_step.py (resume / admit / join / grow-or-retract
 of one decode iteration).
@@ -36,10 +36,16 @@ from pdsim.policy.batching import (
     prefill_token_budget,
 )
 from pdsim.policy.decode_step import (
-    DecodeAccess,
     DecodeStepPlan,
+    first_admission_boundary,
     plan_decode_step,
     prealloc_free_slots,
+)
+from pdsim.policy.executors import (
+    ColocatedExecutor,
+    DecodeExecutor,
+    PrefillExecutor,
+    RunningBatch,
 )
 from pdsim.policy.limits import MIXED, PREFILL_PRIORITY, SCHEDULES, StepLimits, check_schedule
 from pdsim.policy.memory import (
@@ -55,7 +61,6 @@ from pdsim.policy.memory import (
     reserve_tokens,
 )
 from pdsim.policy.prefill_step import (
-    ColocatedExecutor,
     ColocatedStepPlan,
     plan_colocated_decodes,
     plan_colocated_step,
@@ -87,13 +92,16 @@ __all__ = [
     "SCHEDULES",
     "ColocatedExecutor",
     "ColocatedStepPlan",
-    "DecodeAccess",
+    "DecodeExecutor",
     "DecodeStepPlan",
+    "PrefillExecutor",
+    "RunningBatch",
     "GrowthPlan",
     "RouterDecision",
     "RouterPolicy",
     "StepLimits",
     "check_schedule",
+    "first_admission_boundary",
     "plan_colocated_decodes",
     "plan_colocated_step",
     "plan_decode_step",

@@ -12,15 +12,15 @@
   the decodes' pages grow and a decode-only iteration runs (if the growth failed every decode,
   the KV it freed goes to a prefill batch in the same iteration).
 
-The colocated planner reads its executor through `ColocatedExecutor` and tells it when to apply
+Each planner reads its executor through a protocol of pdsim.policy.executors
+(`PrefillExecutor`, `ColocatedExecutor`); the colocated planner tells its executor when to apply
 the page growth, because what the PrefillAdder sees afterwards (free KV, the prefix cache's
 answer for a retracted request) is the executor's own state. No simpy, no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import ClassVar, Final, Generic, Protocol, TypeVar
+from typing import ClassVar, Final, Generic, TypeVar
 
 from pdsim.policy.batching import (
     PrefillBatch,
@@ -28,10 +28,10 @@ from pdsim.policy.batching import (
     decode_reservation_tokens,
     form_prefill_batch,
 )
+from pdsim.policy.executors import ColocatedExecutor, PrefillExecutor
 from pdsim.policy.limits import MIXED, StepLimits
-from pdsim.policy.memory import GrowthPlan, plan_page_growth
+from pdsim.policy.memory import plan_page_growth
 from pdsim.policy.record import Record
-from pdsim.policy.views import RequestView
 
 T = TypeVar("T")
 EMPTY = PrefillBatch((), "empty")
@@ -57,37 +57,10 @@ def prefill_budget(
     )
 
 
-def plan_prefill_step(limits: StepLimits, candidates: Iterable[RequestView], free_kv_tokens: int) -> PrefillBatch:
-    """A prefill instance's next forward over `candidates` (chunked request first, then FIFO)."""
-    budget = prefill_budget(limits, free_kv_tokens)
-    return form_prefill_batch(candidates, budget) if budget is not None else EMPTY
-
-
-class ColocatedExecutor(Protocol[T]):
-    """What the colocated planner reads from (and asks of) its executor."""
-
-    def running_requests(self) -> Sequence[T]:
-        """The running batch in order."""
-
-    def free_pages(self) -> int:
-        """Pages the running batch may grow into (pdsim: free plus evictable prefix-cache pages)."""
-
-    def kv_tokens(self, req: T) -> int: ...
-
-    def running_view(self, req: T) -> RequestView: ...
-
-    def apply_growth(self, plan: GrowthPlan[T]) -> None:
-        """Retract the victims (KV freed, back to the waiting queue's head to recompute), fail
-        the failed ones, give the growing ones their page."""
-
-    def prefill_candidates(self) -> Iterable[RequestView]:
-        """The chunked request, then the waiting queue, as views (consumed lazily)."""
-
-    def free_kv_tokens(self) -> int:
-        """KV tokens a prefill chunk may take now."""
-
-    def remaining_outputs(self) -> Iterable[int]:
-        """Remaining output tokens of every running request (their future growth)."""
+def plan_prefill_step(limits: StepLimits, ex: PrefillExecutor) -> PrefillBatch:
+    """A prefill instance's next forward over its candidates (chunked request first, then FIFO)."""
+    budget = prefill_budget(limits, ex.free_kv_tokens())
+    return form_prefill_batch(ex.prefill_candidates(), budget) if budget is not None else EMPTY
 
 
 class ColocatedStepPlan(Record, Generic[T]):
@@ -107,7 +80,7 @@ def plan_colocated_decodes(limits: StepLimits, ex: ColocatedExecutor[T]) -> tupl
     decode half of `plan_colocated_step`, also what an executor runs when a planned prefill
     batch could not start after all."""
     plan = plan_page_growth(ex.running_requests(), ex.free_pages(), limits.page_size_tokens,
-                            ex.kv_tokens, ex.running_view)
+                            ex.kv_tokens, ex.request_view)
     ex.apply_growth(plan)
     return tuple(ex.running_requests())
 

@@ -150,7 +150,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def kv_tokens(self, sr: SimRequest) -> int:
         return sr.kv_tokens
 
-    def running_view(self, sr: SimRequest) -> RequestView:
+    def request_view(self, sr: SimRequest) -> RequestView:
         return RequestView(sr.rid, sr.req.input_tokens, sr.req.output_tokens, generated_tokens=sr.generated,
                            kv_tokens=sr.kv_tokens)
 

@@ -14,64 +14,44 @@
   through the prealloc rule; the reload over PCIe delays the iteration it happens in.
 
 Every boundary's decisions come from one call, `pdsim.policy.plan_decode_step` (the same call
-pdreal's DecodeEngine makes); decode_plan.py executes them in simulated time.
+pdreal's DecodeEngine makes), which reads this instance as its `DecodeExecutor`; the queues and
+the execution of a plan are the base class's (decode_plan.py's DecodeQueues).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from operator import attrgetter
-from typing import Any
+from collections.abc import Generator
+from typing import Any, Final
 
 from pdsim.perf import LatencyModel
-from pdsim.policy import DecodeAccess, DecodeMemoryView, DecodeStepPlan, plan_decode_step
+from pdsim.policy import first_admission_boundary, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
-from pdsim.sim.decode_plan import (
-    PREALLOC_LOOKAHEAD,
-    DecodeQueues,
-    admit_handed_off,
-    apply_plan,
-    prealloc_limit,
-    remaining_tokens,
-    request_view,
-)
+from pdsim.sim.decode_plan import DecodeQueues, remaining_tokens
 from pdsim.sim.events import Wait, now_s, start
-from pdsim.sim.handoff import tokens_after_prefill
-from pdsim.sim.instance import InstanceBase, InstanceContext
+from pdsim.sim.instance import InstanceContext
 from pdsim.sim.kv_pool import KVPool
 from pdsim.sim.span import BatchClock, Span
 from pdsim.sim.state import (
-    DECODE_WAITING_ENTER_S,
-    LAST_TOKEN_S,
     PREALLOC_ENTER_S,
     RUNNING_ENTER_S,
     TRANSFER_QUEUE_LEAVE_S,
     SimRequest,
 )
 
+# While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
+# call per boundary): the admission point is found without stepping, at a bounded cost per span.
+PREALLOC_LOOKAHEAD: Final = 64
 
-class DecodeInstance(InstanceBase, DecodeQueues):
+
+class DecodeInstance(DecodeQueues):
     role = ROLE_DECODE
 
     def __init__(
         self, index: int, ctx: InstanceContext, latency: LatencyModel, pool: KVPool, reload_s_per_token: float
     ) -> None:
-        super().__init__(index, ctx, latency)
-        self.pool = pool
-        self.page = pool.page_size_tokens
-        self.reload_s_per_token = reload_s_per_token
+        super().__init__(index, ctx, latency, pool, reload_s_per_token)
         self.max_running = self.limits.max_running_requests
-        self.access = DecodeAccess(request_view, _kv_tokens, _done_at_join)
-        self.memory = self.memory_view  # (bound once: the planner's memory callable, every boundary)
-        self.prealloc: dict[int, SimRequest] = {}
-        self.retracted: dict[int, SimRequest] = {}
-        self.transfer: dict[int, SimRequest] = {}
-        self.waiting: dict[int, SimRequest] = {}
-        self.running: dict[int, SimRequest] = {}
         self.connected_at: dict[str, float] = {}
-        self.ctx_tokens = 0
-        self.remaining_output_tokens = 0  # over running + transfer + waiting (memory_view)
-        self.retractions = 0
         # the running batch's spans (self.clock is the base class's optional handle to it)
         self.batch_clock = self.clock = BatchClock(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
         self.batch_clock.process = start(self.env, self.run())
@@ -115,14 +95,6 @@ class DecodeInstance(InstanceBase, DecodeQueues):
         sr.mark(TRANSFER_QUEUE_LEAVE_S, now)
         self.prebuilt(sr)
 
-    def prebuilt(self, sr: SimRequest) -> None:
-        sr.mark(DECODE_WAITING_ENTER_S, now_s(self.events))
-        self.remaining_output_tokens -= remaining_tokens(sr)
-        sr.generated = tokens_after_prefill(self.cfg.cluster)
-        self.remaining_output_tokens += remaining_tokens(sr)
-        self.waiting[sr.rid] = sr
-        self.notify()
-
     def release(self, sr: SimRequest) -> None:
         rid = sr.rid
         self.batch_clock.settle_now(self)
@@ -143,8 +115,8 @@ class DecodeInstance(InstanceBase, DecodeQueues):
     # -- scheduler loop -------------------------------------------------------------------
     def run(self) -> Generator[Wait, Any, None]:
         while self.alive:
-            plan = self._plan()
-            reload_s = apply_plan(self, plan)
+            plan = plan_decode_step(self.limits, self)  # the shared decision (pdsim.policy.decode_step)
+            reload_s = self.apply_plan(plan)
             if plan.replan:
                 continue
             if not self.running:
@@ -155,17 +127,6 @@ class DecodeInstance(InstanceBase, DecodeQueues):
             if (yield from self.batch_clock.sleep_through(self, self._begin_span(reload_s))):
                 self._complete_span()
 
-    def _plan(self) -> DecodeStepPlan[SimRequest]:
-        """The shared decision of this boundary (pdsim.policy.decode_step)."""
-        if self.handoff_at_prefill_end:
-            admit_handed_off(self)
-        handshaken = (sr for sr in self.prealloc.values() if sr.handshaken) if self.prealloc else ()
-        retracted = list(self.retracted.values()) if self.retracted else []
-        return plan_decode_step(
-            self.limits, self.memory, retracted, handshaken, len(self.transfer),
-            list(self.waiting.values()), list(self.running.values()), self.pool.free_pages, self.access,
-        )
-
     def _begin_span(self, reload_s: float) -> Span:
         """Start the next iterations: as many as the batch provably runs unchanged (span.py);
         the first one starts late by this boundary's KV reload time."""
@@ -174,7 +135,7 @@ class DecodeInstance(InstanceBase, DecodeQueues):
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
             k, growth, first_finish = clock.limit(self.running.values(), self.pool.free_pages)
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
-            k = prealloc_limit(self, min(k, PREALLOC_LOOKAHEAD), n, growth)
+            k = first_admission_boundary(self.limits, self, min(k, PREALLOC_LOOKAHEAD), n, growth.pages)
         span = clock.begin(n, self.ctx_tokens, k, growth, reload_s, first_finish)
         self.busy_s += span.times.step(0)
         self.iterations += 1
@@ -193,24 +154,6 @@ class DecodeInstance(InstanceBase, DecodeQueues):
         self.busy_s = busy_s
         self.iterations += iterations
 
-    def memory_view(self) -> DecodeMemoryView:
-        """The allocatable-tokens inputs; the remaining-output sum is kept up to date as
-        requests enter and leave the active queues and decode (no scan of the queues)."""
-        largest_need = 0  # (a loop, not max() over a generator: compiled, no generic call)
-        for sr in self.running.values():
-            need = sr.req.input_tokens + sr.req.output_tokens
-            if need > largest_need:
-                largest_need = need
-        return DecodeMemoryView(
-            available_tokens=self.pool.free_pages * self.page,
-            num_active=len(self.running) + len(self.transfer) + len(self.waiting),
-            reserved_decode_tokens=self.cfg.policy.decode_reserved_tokens,
-            remaining_output_tokens=self.remaining_output_tokens,
-            largest_need_tokens=largest_need,
-            retractable_tokens=self.ctx_tokens,
-            page_size_tokens=self.page,
-        )
-
     def _complete_span(self) -> None:
         """The span's end: its virtual boundaries and last iteration (one pass, span.py), then
         the requests that made their last token finish."""
@@ -223,12 +166,6 @@ class DecodeInstance(InstanceBase, DecodeQueues):
             self.ctx_tokens -= sr.kv_tokens
             self.finish_request(sr)
 
-    def finish_request(self, sr: SimRequest) -> None:
-        sr.set_time(LAST_TOKEN_S, now_s(self.events))
-        self.pool.free(sr.rid)
-        sr.d_pages = 0
-        self.hooks.finish(sr)
-
     def kv_used_tokens(self) -> int:
         return (self.pool.used_pages + self.batch_clock.pending_pages()) * self.page
 
@@ -239,9 +176,3 @@ class DecodeInstance(InstanceBase, DecodeQueues):
         return (0, len(self.prealloc), len(self.transfer), len(self.waiting), len(self.running), 0,
                 len(self.retracted))
 
-
-_kv_tokens: Callable[[SimRequest], int] = attrgetter("kv_tokens")  # C-level: called per running request per plan
-
-
-def _done_at_join(sr: SimRequest) -> bool:
-    return sr.generated >= sr.req.output_tokens

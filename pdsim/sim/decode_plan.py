@@ -1,210 +1,210 @@
-"""A decode instance's boundary decisions, executed: the step plan of `plan_decode_step` applied
-to its queues, pages and trace marks (`apply_plan`), the pre-allocation of prefill_end hand-offs
-(`admit_handed_off`) and the look-ahead that ends a span where the shared pre-allocation rule
-would next admit or resume a request (`prealloc_limit`).
+"""A decode instance's queues and what changes them: `DecodeQueues`, the base class of
+decode.py's DecodeInstance (which adds the scheduler loop, the messages and the spans).
 
-The decisions themselves are pdsim.policy's (the same calls pdreal's DecodeEngine makes); these
-functions only carry them out in simulated time, on what `DecodeQueues` declares of a decode
-instance (decode.py's DecodeInstance implements it; this module does not import decode.py).
+Queues by request id: prealloc -> transfer -> waiting -> running, and retracted. DecodeQueues is
+the `pdsim.policy.executors.DecodeExecutor` the shared planner reads (`plan_decode_step`, the
+call pdreal's DecodeEngine makes too); `apply_plan` carries a step plan out in simulated time:
+queues, pages, counters and trace marks. The decisions themselves are pdsim.policy's.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 
-from mypy_extensions import trait
-
+from pdsim.perf import LatencyModel
 from pdsim.policy import (
     DecodeMemoryView,
     DecodeStepPlan,
     RequestView,
-    plan_preallocation,
-    prealloc_free_slots,
 )
-from pdsim.policy.decisions import DecisionLog
-from pdsim.policy.limits import StepLimits
 from pdsim.policy.memory import need_now_tokens
-from pdsim.sim.events import EventQueue, now_s
+from pdsim.sim.events import now_s
+from pdsim.sim.handoff import tokens_after_prefill
+from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.pagegrowth import PageGrowth
 from pdsim.sim.span import BatchOwner
 from pdsim.sim.state import (
+    DECODE_WAITING_ENTER_S,
     FIRST_TOKEN_S,
+    LAST_TOKEN_S,
     PREALLOC_LEAVE_S,
     RUNNING_ENTER_S,
     TRANSFER_QUEUE_ENTER_S,
-    SimHooks,
     SimRequest,
 )
 
-# While requests wait for pre-allocation, a span looks this many boundaries ahead (one policy
-# call per boundary): the admission point is found without stepping, at a bounded cost per span.
-PREALLOC_LOOKAHEAD: Final = 64
 
+class DecodeQueues(InstanceBase, BatchOwner):
+    """A decode instance's queues, pages and counters (see the module docstring)."""
 
-@trait
-class DecodeQueues(BatchOwner):
-    """What the functions below use of a decode instance: its queues, pages and counters, and
-    the calls a plan makes back (a mypyc trait, not a Protocol: compiled, these reads are
-    direct, not looked up by name). Queues by request id: prealloc -> transfer -> waiting ->
-    running, and retracted."""
+    def __init__(
+        self, index: int, ctx: InstanceContext, latency: LatencyModel, pool: KVPool, reload_s_per_token: float
+    ) -> None:
+        super().__init__(index, ctx, latency)
+        self.pool = pool
+        self.page = pool.page_size_tokens
+        self.reload_s_per_token = reload_s_per_token
+        self.prealloc: dict[int, SimRequest] = {}
+        self.retracted: dict[int, SimRequest] = {}
+        self.transfer: dict[int, SimRequest] = {}
+        self.waiting: dict[int, SimRequest] = {}
+        self.running: dict[int, SimRequest] = {}
+        self.ctx_tokens = 0
+        self.remaining_output_tokens = 0  # over running + transfer + waiting (memory_view)
+        self.retractions = 0
+        # the planner's per-request reads (DecodeExecutor): attributes holding plain functions,
+        # not methods - called per running request per plan, with no bound method in between
+        self.kv_tokens: Callable[[SimRequest], int] = _kv_tokens
+        self.request_view: Callable[[SimRequest], RequestView] = request_view
+        self.done_at_join: Callable[[SimRequest], bool] = _done_at_join
 
-    events: EventQueue
-    hooks: SimHooks
-    decisions: DecisionLog | None
-    limits: StepLimits
-    pool: KVPool
-    page: int  # page size (tokens)
-    reload_s_per_token: float
-    handoff_at_prefill_end: bool
-    control_plane_latency_s: float
-    prealloc: dict[int, SimRequest]
-    retracted: dict[int, SimRequest]
-    transfer: dict[int, SimRequest]
-    waiting: dict[int, SimRequest]
-    ctx_tokens: int
-    remaining_output_tokens: int
-    queued_requests: int
-    queued_tokens: int
-    retractions: int
+    # -- pdsim.policy.DecodeExecutor: what the shared step planner reads and asks ------------
+    def retracted_requests(self) -> list[SimRequest]:
+        return list(self.retracted.values()) if self.retracted else []
 
-    def notify(self) -> None:
-        raise NotImplementedError
+    def arrived_requests(self) -> Sequence[SimRequest]:
+        """(prefill_end hand-off: every prealloc-queue request's KV is here)"""
+        return list(self.prealloc.values()) if self.handoff_at_prefill_end and self.prealloc else ()
+
+    def take_arrived(self, reqs: tuple[SimRequest, ...]) -> None:
+        for sr in reqs:
+            del self.prealloc[sr.rid]
+            self.allocate_now(sr)
+            sr.mark(PREALLOC_LEAVE_S, now_s(self.events))
+            self.remaining_output_tokens += remaining_tokens(sr)
+            self.prebuilt(sr)
+
+    def handshaken_requests(self) -> Iterable[SimRequest]:
+        return (sr for sr in self.prealloc.values() if sr.handshaken) if self.prealloc else ()
+
+    def num_preallocated(self) -> int:
+        return len(self.transfer) + len(self.waiting)
+
+    def waiting_requests(self) -> list[SimRequest]:
+        return list(self.waiting.values())
+
+    def running_requests(self) -> list[SimRequest]:
+        return list(self.running.values())
+
+    def free_pages(self) -> int:
+        return self.pool.free_pages
+
+    def memory_view(self) -> DecodeMemoryView:
+        """The allocatable-tokens inputs; the remaining-output sum is kept up to date as
+        requests enter and leave the active queues and decode (no scan of the queues)."""
+        largest_need = 0  # (a loop, not max() over a generator: compiled, no generic call)
+        for sr in self.running.values():
+            need = sr.req.input_tokens + sr.req.output_tokens
+            if need > largest_need:
+                largest_need = need
+        return DecodeMemoryView(
+            available_tokens=self.pool.free_pages * self.page,
+            num_active=len(self.running) + len(self.transfer) + len(self.waiting),
+            reserved_decode_tokens=self.cfg.policy.decode_reserved_tokens,
+            remaining_output_tokens=self.remaining_output_tokens,
+            largest_need_tokens=largest_need,
+            retractable_tokens=self.ctx_tokens,
+            page_size_tokens=self.page,
+        )
+
+    # -- the plan, carried out ---------------------------------------------------------------
+    def apply_plan(self, plan: DecodeStepPlan[SimRequest]) -> float:
+        """Execute a step plan now; returns the KV reload time of the resumed requests."""
+        if self.decisions is not None:
+            self.decisions.decode(now_s(self.events), self.name, plan, request_id)
+        if not plan.changes:
+            allocate = self.pool.allocate
+            for sr in plan.growth.grow:
+                allocate(sr.rid, 1)
+                sr.d_pages += 1
+            return 0.0
+        now = now_s(self.events)
+        reload_tokens = 0
+        for sr in plan.resume:
+            del self.retracted[sr.rid]
+            self.allocate_now(sr)
+            reload_tokens += sr.kv_tokens
+            self.waiting[sr.rid] = sr
+            self.remaining_output_tokens += remaining_tokens(sr)
+        for sr in plan.admit:
+            del self.prealloc[sr.rid]
+            self._admit(sr, now)
+        for sr in plan.finish_at_join:
+            del self.waiting[sr.rid]
+            self.deliver_first_token(sr, now)
+            self.remaining_output_tokens -= remaining_tokens(sr)
+            self.finish_request(sr)
+        for sr in plan.join:
+            del self.waiting[sr.rid]
+            self.deliver_first_token(sr, now)
+            self.running[sr.rid] = sr
+            self.ctx_tokens += sr.kv_tokens
+        for sr in plan.growth.victims:
+            self.retract(sr)
+        for sr in plan.growth.failed:
+            self.hooks.abort(sr, f"decode KV exhausted on {self.name}")
+        for sr in plan.growth.grow:
+            self.pool.allocate(sr.rid, 1)
+            sr.d_pages += 1
+        return reload_tokens * self.reload_s_per_token
+
+    def _admit(self, sr: SimRequest, now: float) -> None:
+        """A pre-allocated request: its transfer may start (or, prefill_end hand-off, it joins next)."""
+        self.allocate_now(sr)
+        sr.mark(PREALLOC_LEAVE_S, now)
+        self.remaining_output_tokens += remaining_tokens(sr)
+        if self.handoff_at_prefill_end:  # the KV is already here: join next
+            self.prebuilt(sr)
+            self.hooks.after(0.0, self.notify)
+            return
+        sr.mark(TRANSFER_QUEUE_ENTER_S, now)
+        self.transfer[sr.rid] = sr
+        self.hooks.after(self.control_plane_latency_s, sr.prefill_side().on_transfer_info, sr, sr.attempt)
+
+    def allocate_now(self, sr: SimRequest) -> None:
+        pages = need_now_tokens(request_view(sr), self.page) // self.page
+        self.pool.allocate(sr.rid, pages)
+        sr.d_pages = pages
+        sr.kv_tokens = sr.req.input_tokens + max(0, sr.generated - 1)
 
     def prebuilt(self, sr: SimRequest) -> None:
         """`sr`'s KV is here: it waits to join the running batch."""
-        raise NotImplementedError
+        sr.mark(DECODE_WAITING_ENTER_S, now_s(self.events))
+        self.remaining_output_tokens -= remaining_tokens(sr)
+        sr.generated = tokens_after_prefill(self.cfg.cluster)
+        self.remaining_output_tokens += remaining_tokens(sr)
+        self.waiting[sr.rid] = sr
+        self.notify()
+
+    def deliver_first_token(self, sr: SimRequest, now: float) -> None:
+        """Joining the running batch delivers the first token (made by prefill) - once; a prefill
+        that made none (cluster.prefill_emits_token=false) delivers it at the first iteration."""
+        if sr.has_time(RUNNING_ENTER_S):
+            return
+        sr.set_time(RUNNING_ENTER_S, now)
+        self.queued_requests -= 1
+        self.queued_tokens -= sr.req.input_tokens
+        if sr.generated > 0:
+            sr.set_time(FIRST_TOKEN_S, now)
+            if sr.token_times is not None:
+                sr.token_times.append(now)
+
+    def retract(self, sr: SimRequest) -> None:
+        del self.running[sr.rid]
+        self.remaining_output_tokens -= remaining_tokens(sr)
+        self.ctx_tokens -= sr.kv_tokens
+        self.pool.free(sr.rid)
+        sr.d_pages = 0
+        sr.num_retractions += 1
+        self.retractions += 1
+        self.retracted[sr.rid] = sr
 
     def finish_request(self, sr: SimRequest) -> None:
-        raise NotImplementedError
-
-    def memory_view(self) -> DecodeMemoryView:
-        raise NotImplementedError
-
-
-def apply_plan(inst: DecodeQueues, plan: DecodeStepPlan[SimRequest]) -> float:
-    """Execute a step plan now; returns the KV reload time of the resumed requests."""
-    if inst.decisions is not None:
-        inst.decisions.decode(now_s(inst.events), inst.name, plan, request_id)
-    if not plan.changes:
-        allocate = inst.pool.allocate
-        for sr in plan.growth.grow:
-            allocate(sr.rid, 1)
-            sr.d_pages += 1
-        return 0.0
-    now = now_s(inst.events)
-    reload_tokens = 0
-    for sr in plan.resume:
-        del inst.retracted[sr.rid]
-        allocate_now(inst, sr)
-        reload_tokens += sr.kv_tokens
-        inst.waiting[sr.rid] = sr
-        inst.remaining_output_tokens += remaining_tokens(sr)
-    for sr in plan.admit:
-        del inst.prealloc[sr.rid]
-        _admit(inst, sr, now)
-    for sr in plan.finish_at_join:
-        del inst.waiting[sr.rid]
-        deliver_first_token(inst, sr, now)
-        inst.remaining_output_tokens -= remaining_tokens(sr)
-        inst.finish_request(sr)
-    for sr in plan.join:
-        del inst.waiting[sr.rid]
-        deliver_first_token(inst, sr, now)
-        inst.running[sr.rid] = sr
-        inst.ctx_tokens += sr.kv_tokens
-    for sr in plan.growth.victims:
-        retract(inst, sr)
-    for sr in plan.growth.failed:
-        inst.hooks.abort(sr, f"decode KV exhausted on {inst.name}")
-    for sr in plan.growth.grow:
-        inst.pool.allocate(sr.rid, 1)
-        sr.d_pages += 1
-    return reload_tokens * inst.reload_s_per_token
-
-
-def _admit(inst: DecodeQueues, sr: SimRequest, now: float) -> None:
-    """A pre-allocated request: its transfer may start (or, prefill_end hand-off, it joins next)."""
-    allocate_now(inst, sr)
-    sr.mark(PREALLOC_LEAVE_S, now)
-    inst.remaining_output_tokens += remaining_tokens(sr)
-    if inst.handoff_at_prefill_end:  # the KV is already here: join next
-        inst.prebuilt(sr)
-        inst.hooks.after(0.0, inst.notify)
-        return
-    sr.mark(TRANSFER_QUEUE_ENTER_S, now)
-    inst.transfer[sr.rid] = sr
-    inst.hooks.after(inst.control_plane_latency_s, sr.prefill_side().on_transfer_info, sr, sr.attempt)
-
-
-def allocate_now(inst: DecodeQueues, sr: SimRequest) -> None:
-    pages = need_now_tokens(request_view(sr), inst.page) // inst.page
-    inst.pool.allocate(sr.rid, pages)
-    sr.d_pages = pages
-    sr.kv_tokens = sr.req.input_tokens + max(0, sr.generated - 1)
-
-
-def deliver_first_token(inst: DecodeQueues, sr: SimRequest, now: float) -> None:
-    """Joining the running batch delivers the first token (made by prefill) - once; a prefill
-    that made none (cluster.prefill_emits_token=false) delivers it at the first iteration."""
-    if sr.has_time(RUNNING_ENTER_S):
-        return
-    sr.set_time(RUNNING_ENTER_S, now)
-    inst.queued_requests -= 1
-    inst.queued_tokens -= sr.req.input_tokens
-    if sr.generated > 0:
-        sr.set_time(FIRST_TOKEN_S, now)
-        if sr.token_times is not None:
-            sr.token_times.append(now)
-
-
-def retract(inst: DecodeQueues, sr: SimRequest) -> None:
-    del inst.running[sr.rid]
-    inst.remaining_output_tokens -= remaining_tokens(sr)
-    inst.ctx_tokens -= sr.kv_tokens
-    inst.pool.free(sr.rid)
-    sr.d_pages = 0
-    sr.num_retractions += 1
-    inst.retractions += 1
-    inst.retracted[sr.rid] = sr
-
-
-def admit_handed_off(inst: DecodeQueues) -> None:
-    """prefill_end hand-off: requests whose KV is here take their pages by the shared
-    pre-allocation rule (retracted requests keep their priority) and wait to join, so the
-    step plan joins them at this very boundary."""
-    if not inst.prealloc:
-        return
-    free_slots = prealloc_free_slots(inst.limits, len(inst.transfer), len(inst.waiting))
-    retracted = [request_view(sr) for sr in inst.retracted.values()]
-    arrived = (request_view(sr) for sr in inst.prealloc.values())
-    for rid in plan_preallocation(retracted, arrived, inst.memory_view(), free_slots).admit_ids:
-        sr = inst.prealloc.pop(rid)
-        allocate_now(inst, sr)
-        sr.mark(PREALLOC_LEAVE_S, now_s(inst.events))
-        inst.remaining_output_tokens += remaining_tokens(sr)
-        inst.prebuilt(sr)
-
-
-def prealloc_limit(inst: DecodeQueues, k: int, n: int, growth: PageGrowth) -> int:
-    """The first boundary 1..k-1 at which the shared pre-allocation plan would admit or
-    resume a request, given the memory those boundaries free up (k if none)."""
-    base = inst.memory_view()
-    free_slots = prealloc_free_slots(inst.limits, len(inst.transfer), len(inst.waiting))
-    retracted = [request_view(sr) for sr in inst.retracted.values()]
-    for j in range(1, k):
-        mem = DecodeMemoryView(
-            available_tokens=base.available_tokens - growth.pages(j - 1) * inst.page,
-            num_active=base.num_active, reserved_decode_tokens=base.reserved_decode_tokens,
-            remaining_output_tokens=base.remaining_output_tokens - n * j,
-            largest_need_tokens=base.largest_need_tokens,
-            retractable_tokens=base.retractable_tokens + n * j, page_size_tokens=inst.page,
-        )
-        handshaken = (request_view(sr) for sr in inst.prealloc.values() if sr.handshaken)
-        plan = plan_preallocation(retracted, handshaken, mem, free_slots)
-        if plan.resume_ids or plan.admit_ids:
-            return j
-    return k
+        sr.set_time(LAST_TOKEN_S, now_s(self.events))
+        self.pool.free(sr.rid)
+        sr.d_pages = 0
+        self.hooks.finish(sr)
 
 
 def request_view(sr: SimRequest) -> RequestView:
@@ -218,3 +218,10 @@ def request_id(sr: SimRequest) -> int:
 
 def remaining_tokens(sr: SimRequest) -> int:
     return max(0, sr.req.output_tokens - sr.generated)
+
+
+_kv_tokens: Callable[[SimRequest], int] = attrgetter("kv_tokens")  # C-level: called per running request per plan
+
+
+def _done_at_join(sr: SimRequest) -> bool:
+    return sr.generated >= sr.req.output_tokens

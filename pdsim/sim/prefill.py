@@ -50,6 +50,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         self.waiting: dict[int, SimRequest] = {}
         self.chunked: SimRequest | None = None
         self.inflight: dict[int, SimRequest] = {}
+        self._matches: dict[int, list[BlockNode]] = {}  # the planned candidates' cached blocks
         self.timeouts = ctx.bootstrap_timeouts
         self.prefill_time_s = latency.prefill_timer()  # (roofline and linear: compiled)
         start(self.env, self.run())
@@ -164,6 +165,16 @@ class PrefillInstance(InstanceBase, ChunkOwner):
                 self.waiting[sr.rid] = sr
         self.ready.clear()
 
+    # -- pdsim.policy.PrefillExecutor: what the shared step planner reads ----------------------
+    def prefill_candidates(self) -> Iterator[RequestView]:
+        """(each waiting request's cached blocks go to self._matches as it is viewed)"""
+        matches: dict[int, list[BlockNode]] = {}
+        self._matches = matches
+        return self._candidates(matches)
+
+    def free_kv_tokens(self) -> int:
+        return self.kv.available_tokens
+
     def _candidates(self, matches: dict[int, list[BlockNode]]) -> Iterator[RequestView]:
         chunked = self.chunked
         if chunked is not None:
@@ -178,9 +189,8 @@ class PrefillInstance(InstanceBase, ChunkOwner):
     def _schedule(self) -> Planned:
         if self.chunked is None and not self.waiting:
             return []
-        matches: dict[int, list[BlockNode]] = {}
-        batch = plan_prefill_step(self.limits, self._candidates(matches), self.kv.available_tokens)
-        planned = start_chunks(self, batch.chunks, matches, now_s(self.events))
+        batch = plan_prefill_step(self.limits, self)  # the shared decision (pdsim.policy.prefill_step)
+        planned = start_chunks(self, batch.chunks, self._matches, now_s(self.events)) if batch.chunks else []
         if self.decisions is not None and planned:
             self.decisions.prefill(now_s(self.events), self.name, [c for _, _, c in planned])
         return planned

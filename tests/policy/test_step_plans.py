@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pdsim.policy import (
-    DecodeAccess,
     DecodeMemoryView,
     GrowthPlan,
     RequestView,
     StepLimits,
+    first_admission_boundary,
     plan_colocated_step,
     plan_decode_step,
 )
@@ -29,9 +29,6 @@ class Req:
         return RequestView(self.rid, self.inputs, self.outputs, generated_tokens=self.generated, kv_tokens=self.kv)
 
 
-ACCESS = DecodeAccess(Req.view, lambda r: r.kv, lambda r: r.generated >= r.outputs)
-
-
 def memory(free_pages: int, active: list[Req], running: list[Req]) -> DecodeMemoryView:
     return DecodeMemoryView(
         available_tokens=free_pages * PAGE, num_active=len(active), reserved_decode_tokens=2,
@@ -40,14 +37,68 @@ def memory(free_pages: int, active: list[Req], running: list[Req]) -> DecodeMemo
     )
 
 
+@dataclass
+class Decode:
+    """A minimal DecodeExecutor: its queues as lists, free pages, and the memory view it reports."""
+
+    running: list[Req]
+    free: int
+    memory: DecodeMemoryView
+    retracted: list[Req] = field(default_factory=list)
+    handshaken: list[Req] = field(default_factory=list)
+    waiting: list[Req] = field(default_factory=list)
+    num_transfer: int = 0
+    arrived: list[Req] = field(default_factory=list)
+    taken: list[tuple[Req, ...]] = field(default_factory=list)
+
+    def running_requests(self) -> list[Req]:
+        return self.running
+
+    def free_pages(self) -> int:
+        return self.free
+
+    def kv_tokens(self, r: Req) -> int:
+        return r.kv
+
+    def request_view(self, r: Req) -> RequestView:
+        return r.view()
+
+    def retracted_requests(self) -> list[Req]:
+        return self.retracted
+
+    def arrived_requests(self) -> list[Req]:
+        return self.arrived
+
+    def take_arrived(self, reqs: tuple[Req, ...]) -> None:
+        self.taken.append(reqs)
+        for r in reqs:
+            self.arrived.remove(r)
+            self.waiting.append(r)
+
+    def handshaken_requests(self) -> list[Req]:
+        return self.handshaken
+
+    def num_preallocated(self) -> int:
+        return self.num_transfer + len(self.waiting)
+
+    def waiting_requests(self) -> list[Req]:
+        return self.waiting
+
+    def memory_view(self) -> DecodeMemoryView:
+        return self.memory
+
+    def done_at_join(self, r: Req) -> bool:
+        return r.generated >= r.outputs
+
+
 def test_decode_plan_resumes_first_admits_joins_and_grows() -> None:
     limits = StepLimits(page_size_tokens=PAGE, max_running_requests=3, prealloc_slots=4, decode_reserved_tokens=2)
     running = [Req(0, 8, 20, generated=5, kv=12)]  # 12 tokens = 3 full pages: needs a page
     retracted = [Req(1, 6, 10, generated=3, kv=8)]  # resumes: 2 pages + reserve 2 tokens
     waiting = [Req(2, 5, 1, generated=1, kv=5), Req(3, 7, 9, generated=1, kv=7)]  # 2 is complete
     handshaken = [Req(4, 10, 5)]  # 3 pages now, worst case 15 - 12 retractable
-    plan = plan_decode_step(limits, lambda: memory(20, running + waiting, running), retracted, handshaken,
-                            num_transfer=0, waiting=waiting, running=running, free_pages=20, access=ACCESS)
+    ex = Decode(running, 20, memory(20, running + waiting, running), retracted, handshaken, waiting)
+    plan = plan_decode_step(limits, ex)
     assert [r.rid for r in plan.resume] == [1]
     assert [r.rid for r in plan.admit] == [4]
     # waiting in order, then the resumed one; request 2 finishes instead of joining (it needs no slot)
@@ -61,7 +112,7 @@ def test_decode_plan_resumes_first_admits_joins_and_grows() -> None:
 def test_decode_plan_retracts_when_pages_run_short() -> None:
     limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4)
     running = [Req(0, 8, 20, generated=9, kv=16), Req(1, 4, 20, generated=1, kv=4), Req(2, 12, 20, generated=1, kv=12)]
-    plan = plan_decode_step(limits, lambda: memory(1, running, running), [], [], 0, [], running, 1, ACCESS)
+    plan = plan_decode_step(limits, Decode(running, 1, memory(1, running, running)))
     # three need a page, one is free: victims by fewest generated, then longest prompt: 2 (3 pages) frees enough
     assert [r.rid for r in plan.growth.victims] == [2]
     assert [r.rid for r in plan.growth.grow] == [0, 1] and not plan.growth.failed
@@ -71,8 +122,26 @@ def test_decode_plan_retracts_when_pages_run_short() -> None:
 def test_decode_plan_fails_the_last_request_and_asks_for_a_replan() -> None:
     limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4)
     running = [Req(0, 8, 20, generated=1, kv=8)]
-    plan = plan_decode_step(limits, lambda: memory(0, running, running), [], [], 0, [], running, 0, ACCESS)
+    plan = plan_decode_step(limits, Decode(running, 0, memory(0, running, running)))
     assert plan.growth.failed == (running[0],) and plan.batch == () and plan.replan
+
+
+def test_decode_plan_takes_arrived_requests_first() -> None:
+    """prefill_end hand-off: the arrived requests that fit take their pages and join this step."""
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=1)
+    arrived = [Req(0, 8, 4, generated=1), Req(1, 8, 4, generated=1)]  # one slot: only 0 is taken
+    ex = Decode([], 10, memory(10, [], []), arrived=list(arrived))
+    plan = plan_decode_step(limits, ex)
+    assert ex.taken == [(arrived[0],)] and ex.arrived == [arrived[1]]
+    assert [r.rid for r in plan.join] == [0] and plan.admit == ()
+
+
+def test_first_admission_boundary_waits_for_the_batch_to_free_memory() -> None:
+    """The look-ahead admits where the batch's growth leaves room: none here, so k."""
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4)
+    running = [Req(0, 8, 20, generated=1, kv=8)]
+    ex = Decode(running, 0, memory(0, running, running), handshaken=[Req(1, 40, 4)])
+    assert first_admission_boundary(limits, ex, 5, 1, lambda j: j) == 5
 
 
 @dataclass
@@ -93,7 +162,7 @@ class Colocated:
     def kv_tokens(self, r: Req) -> int:
         return r.kv
 
-    def running_view(self, r: Req) -> RequestView:
+    def request_view(self, r: Req) -> RequestView:
         return r.view()
 
     def apply_growth(self, plan: GrowthPlan) -> None:
