@@ -43,7 +43,7 @@ def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: di
     planned: Planned = []
     for i, chunk in enumerate(chunks):
         sr = by_id[chunk.request_id]
-        if not inst.kv.allocate(sr, chunk.new_pages + sr.load_pages):
+        if not inst.kv.allocate(sr, chunk.new_pages + sr.load.pages):
             for later in chunks[i:]:
                 other = by_id[later.request_id]
                 if other is not inst.chunked:

@@ -81,7 +81,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.ctx_tokens -= sr.kv_tokens
         if not sr.has_time(PREFILL_END_S):
             self.queued_requests -= 1
-            self.queued_tokens -= sr.prompt_tokens
+            self.queued_tokens -= sr.prompt.tokens
         self.kv.release(sr, now_s(self.events))
         self.notify()
 
@@ -168,14 +168,14 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self._matches = matches = {}
         chunked = self.chunked
         if chunked is not None:
-            yield RequestView(chunked.rid, chunked.prompt_tokens, chunked.req.output_tokens,
-                              prefilled_tokens=chunked.prefilled, generated_tokens=chunked.generated)
+            yield RequestView(chunked.rid, chunked.prompt.tokens, chunked.req.output_tokens,
+                              prefilled_tokens=chunked.prompt.prefilled, generated_tokens=chunked.generated)
         block = self.kv.cache.block_tokens if self.kv.cache else 0
         for sr in self.waiting.values():
             path = self.kv.peek_match(sr)
             matches[sr.rid] = path
             cached = len(path) * block
-            yield RequestView(sr.rid, sr.prompt_tokens, sr.req.output_tokens, prefilled_tokens=cached,
+            yield RequestView(sr.rid, sr.prompt.tokens, sr.req.output_tokens, prefilled_tokens=cached,
                               cached_tokens=cached, generated_tokens=sr.generated)
 
     def free_kv_tokens(self) -> int:
@@ -190,8 +190,8 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.kv.release(sr, now_s(self.events))
         sr.num_retractions += 1
         self.retractions += 1
-        sr.prompt_tokens = sr.kv_tokens  # prompt + generated tokens in the KV: recomputed
-        sr.prefilled = sr.kv_tokens = 0
+        sr.prompt.tokens = sr.kv_tokens  # prompt + generated tokens in the KV: recomputed
+        sr.prompt.prefilled = sr.kv_tokens = 0
         self.waiting = {sr.rid: sr, **self.waiting}
 
     def _complete(self, planned: Planned, decodes: list[SimRequest]) -> None:
@@ -210,7 +210,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         for sr, attempt, chunk in planned:
             if sr.done or sr.attempt != attempt:
                 continue
-            sr.prefilled += chunk.new_tokens
+            sr.prompt.prefilled += chunk.new_tokens
             if not chunk.is_last:
                 self.chunked = sr
                 continue
@@ -219,12 +219,12 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self._prefill_done(sr, now)
 
     def _prefill_done(self, sr: SimRequest, now: float) -> None:
-        sr.kv_tokens = sr.prefilled
+        sr.kv_tokens = sr.prompt.prefilled
         if not sr.has_time(PREFILL_END_S):
             sr.set_time(PREFILL_END_S, now)
             sr.set_time(RUNNING_ENTER_S, now)
             self.queued_requests -= 1
-            self.queued_tokens -= sr.prompt_tokens
+            self.queued_tokens -= sr.prompt.tokens
             sr.generated = tokens_after_prefill(self.cfg.cluster)
             if sr.generated:
                 sr.set_time(FIRST_TOKEN_S, now)

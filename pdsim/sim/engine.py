@@ -203,7 +203,7 @@ class Simulation(SimHooks):
         if sr.done:
             return
         sr.poll = advance_poll(sr.poll, KVPoll.Failed, sr.rid)
-        for flow in sr.flows:
+        for flow in sr.send.flows:
             self.network.cancel(flow)
         if sr.prefill is not None:
             sr.prefill.release(sr)
@@ -230,15 +230,15 @@ class Simulation(SimHooks):
     def send_kv(self, sr: SimRequest, pages: int, is_last: bool) -> None:
         """Put a chunk's pages (and the aux data with the last chunk) on the wire."""
         if is_last:
-            sr.last_sent = True
+            sr.send.last_sent = True
             prob = self.transfer_failure_prob
-            sr.fail_transfer = prob > 0 and bool(self.fault_rng.random() < prob)
+            sr.send.fail = prob > 0 and bool(self.fault_rng.random() < prob)
         if pages == 0 and not is_last:
             return
         if self.instant_kv:
             sr.mark(TRANSFER_START_S, now_s(self.events))
             sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
-            sr.pages_sent += pages
+            sr.send.pages += pages
             if is_last:
                 self.transfer_ready(sr)
             return
@@ -248,27 +248,27 @@ class Simulation(SimHooks):
             return
         sr.mark(TRANSFER_START_S, now_s(self.events))
         sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
-        sr.flows_pending += 1
+        sr.send.flows_pending += 1
         attempt = sr.attempt
         flow, nbytes = self.transfer.send(
             prefill.name, decode.name, pages, self.wire_bytes_per_token, is_last,
             lambda: self._chunk_arrived(sr, attempt),
         )
-        sr.flows.append(flow)
-        sr.pages_sent += pages
-        sr.transfer_bytes += nbytes
+        sr.send.flows.append(flow)
+        sr.send.pages += pages
+        sr.send.transfer_bytes += nbytes
 
     def _chunk_arrived(self, sr: SimRequest, attempt: int) -> None:
         if sr.done or sr.attempt != attempt:
             return
-        sr.flows_pending -= 1
+        sr.send.flows_pending -= 1
         self.transfer_ready(sr)
 
     def transfer_ready(self, sr: SimRequest) -> None:
         """Conclude the transfer once the last chunk was sent, every flow arrived and (with
         layer-wise overlap) the last forward has ended."""
-        if sr.last_sent and sr.flows_pending == 0 and sr.has_time(PREFILL_END_S) and not sr.done:
-            self.transfer_done(sr, not sr.fail_transfer)
+        if sr.send.last_sent and sr.send.flows_pending == 0 and sr.has_time(PREFILL_END_S) and not sr.done:
+            self.transfer_done(sr, not sr.send.fail)
 
     def transfer_done(self, sr: SimRequest, success: bool) -> None:
         sr.set_time(TRANSFER_END_S, now_s(self.events))
@@ -277,7 +277,7 @@ class Simulation(SimHooks):
             self.abort(sr, f"transfer_failed: {prefill.name} -> {decode.name}", True)
             return
         sr.poll = advance_poll(sr.poll, KVPoll.Success, sr.rid)
-        sr.flows = []
+        sr.send.flows = []
         prefill.on_transfer_success(sr)
         decode.on_kv_arrived(sr)
 

@@ -54,12 +54,12 @@ class FaultInjector:
         log.info("%s crashes at %.6f s", inst.name, now)
         inst.crash()
         for sr in list(self.sim.active.values()):
-            if sr.flows_pending <= 0 or sr.poll == KVPoll.Success:
+            if sr.send.flows_pending <= 0 or sr.poll == KVPoll.Success:
                 continue
             if sr.decode is inst:
                 self.sim.abort(sr, f"transfer_failed: {inst.name} crashed during the transfer", True)
             elif sr.prefill is inst:
-                for flow in sr.flows:
+                for flow in sr.send.flows:
                     self.sim.network.cancel(flow)
         detect_s = detection_time_s(now, self.cfg.heartbeat_interval_s, self.cfg.heartbeat_misses)
         self.sim.after(detect_s - now, self._detect)

@@ -94,7 +94,7 @@ class InstanceBase(InstanceSide):
 
     def dispatched_tokens(self, sr: SimRequest) -> int:
         """Tokens the router counts as queued here for `sr` (prompt tokens still to prefill)."""
-        return sr.prompt_tokens
+        return sr.prompt.tokens
 
     def arrive(self, sr: SimRequest, attempt: int) -> None:
         """`_receive(sr)` unless the request ended, was re-dispatched (a newer attempt) or this

@@ -58,16 +58,16 @@ class PrefillInstance(InstanceBase, ChunkOwner):
     # -- messages -------------------------------------------------------------------------
     def _receive(self, sr: SimRequest) -> None:
         sr.mark(BOOTSTRAP_ENTER_S, now_s(self.events))
-        if sr.prompt_tokens > self.kv.pool.capacity_tokens:
+        if sr.prompt.tokens > self.kv.pool.capacity_tokens:
             self.hooks.abort(
-                sr, f"input_tokens {sr.prompt_tokens} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}"
+                sr, f"input_tokens {sr.prompt.tokens} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}"
             )
             return
         self.bootstrap[sr.rid] = sr
         if self.timeouts is not None:
             self.timeouts.add(self, sr)
-        if sr.p_ready or self.handoff_at_prefill_end:  # prefill_end: no decode to wait for
-            sr.p_ready = True
+        if sr.prompt.ready or self.handoff_at_prefill_end:  # prefill_end: no decode to wait for
+            sr.prompt.ready = True
             self.ready.append(sr)
             self.notify()
 
@@ -75,7 +75,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         """The decode side pre-allocated and sent its page indices: KVPoll WaitingForInput."""
         if sr.done or sr.attempt != attempt or not self.alive:
             return
-        sr.p_ready = True
+        sr.prompt.ready = True
         sr.poll = advance_poll(sr.poll, KVPoll.WaitingForInput, sr.rid)
         if sr.rid in self.bootstrap:
             self.ready.append(sr)
@@ -106,7 +106,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
             self.chunked = None
         if not sr.has_time(PREFILL_END_S):
             self.queued_requests -= 1
-            self.queued_tokens -= sr.prompt_tokens
+            self.queued_tokens -= sr.prompt.tokens
         self.kv.release(sr, now_s(self.events))
         self.notify()
 
@@ -158,7 +158,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
     def _pop_bootstrapped(self) -> None:
         now = now_s(self.events)
         for sr in self.ready:  # entries of an earlier attempt have p_ready reset: skipped
-            if sr.p_ready and self.bootstrap.get(sr.rid) is sr:
+            if sr.prompt.ready and self.bootstrap.get(sr.rid) is sr:
                 del self.bootstrap[sr.rid]
                 sr.mark(BOOTSTRAP_LEAVE_S, now)
                 sr.mark(PREFILL_WAITING_ENTER_S, now)
@@ -178,13 +178,13 @@ class PrefillInstance(InstanceBase, ChunkOwner):
     def _candidates(self, matches: dict[int, list[BlockNode]]) -> Iterator[RequestView]:
         chunked = self.chunked
         if chunked is not None:
-            yield RequestView(chunked.rid, chunked.prompt_tokens, 1, prefilled_tokens=chunked.prefilled,
-                              cached_tokens=chunked.cached_tokens)
+            yield RequestView(chunked.rid, chunked.prompt.tokens, 1, prefilled_tokens=chunked.prompt.prefilled,
+                              cached_tokens=chunked.prompt.cached_tokens)
         for sr in self.waiting.values():
             path = self.kv.peek_match(sr)
             matches[sr.rid] = path
             cached = self.kv.plan_hit(sr, path)
-            yield RequestView(sr.rid, sr.prompt_tokens, 1, prefilled_tokens=cached, cached_tokens=cached)
+            yield RequestView(sr.rid, sr.prompt.tokens, 1, prefilled_tokens=cached, cached_tokens=cached)
 
     def _schedule(self) -> Planned:
         if self.chunked is None and not self.waiting:
@@ -200,8 +200,8 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         transfer still completes no earlier than the forward's end, see engine.transfer_ready)."""
         page = self.page_size_tokens
         for sr, _, chunk in planned:
-            end = sr.prefilled + chunk.new_tokens
-            self.hooks.send_kv(sr, chunk_pages_to_send(end, sr.prompt_tokens, sr.pages_sent, page, chunk.is_last),
+            end = sr.prompt.prefilled + chunk.new_tokens
+            self.hooks.send_kv(sr, chunk_pages_to_send(end, sr.prompt.tokens, sr.send.pages, page, chunk.is_last),
                                chunk.is_last)
 
     def _complete(self, planned: Planned, send: bool = True) -> None:
@@ -210,13 +210,13 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         for sr, attempt, chunk in planned:
             if sr.done or sr.attempt != attempt:
                 continue
-            sr.prefilled += chunk.new_tokens
-            pages = chunk_pages_to_send(sr.prefilled, sr.prompt_tokens, sr.pages_sent, page, chunk.is_last)
+            sr.prompt.prefilled += chunk.new_tokens
+            pages = chunk_pages_to_send(sr.prompt.prefilled, sr.prompt.tokens, sr.send.pages, page, chunk.is_last)
             if chunk.is_last:
                 sr.mark(PREFILL_END_S, now)
                 sr.mark(INFLIGHT_ENTER_S, now)
                 self.queued_requests -= 1
-                self.queued_tokens -= sr.prompt_tokens
+                self.queued_tokens -= sr.prompt.tokens
                 self.inflight[sr.rid] = sr
                 if self.chunked is sr:
                     self.chunked = None

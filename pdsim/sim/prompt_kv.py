@@ -58,7 +58,7 @@ class PromptKV:
         """Blocks of the prompt already cached (not locked)."""
         if self.cache is None or not sr.req.hash_ids:
             return []
-        return self.cache.match(sr.req.hash_ids, matchable_blocks(sr.prompt_tokens, self.cache.block_tokens))
+        return self.cache.match(sr.req.hash_ids, matchable_blocks(sr.prompt.tokens, self.cache.block_tokens))
 
     def attach_tiers(self, tiers: InstanceTiers) -> None:
         if self.cache is None:
@@ -73,10 +73,10 @@ class PromptKV:
         tiers = self.tiers
         if tiers is None or not sr.req.hash_ids:
             return gpu_tokens
-        plan = sr.tier_plan
+        plan = sr.load.plan
         if plan is None or plan.version != tiers.version or plan.gpu_blocks != len(path):
-            max_blocks = matchable_blocks(sr.prompt_tokens, tiers.block_tokens)
-            plan = sr.tier_plan = tiers.plan(sr.prompt_tokens, sr.req.hash_ids, len(path), max_blocks)
+            max_blocks = matchable_blocks(sr.prompt.tokens, tiers.block_tokens)
+            plan = sr.load.plan = tiers.plan(sr.prompt.tokens, sr.req.hash_ids, len(path), max_blocks)
         return gpu_tokens + plan.load_tokens
 
     def tier_prefix(self, sr: SimRequest) -> tuple[int, ...]:
@@ -88,34 +88,34 @@ class PromptKV:
         bt = self.cache.block_tokens
         if self.tiers is None or not sr.req.hash_ids:
             return (len(path) * bt, 0, 0, 0)
-        found = self.tiers.lookup(sr.req.hash_ids, len(path), matchable_blocks(sr.prompt_tokens, bt))
+        found = self.tiers.lookup(sr.req.hash_ids, len(path), matchable_blocks(sr.prompt.tokens, bt))
         return (len(path) * bt, found.count(1) * bt, found.count(2) * bt, found.count(3) * bt)
 
     def begin(self, sr: SimRequest, path: list[BlockNode], now_s: float) -> None:
         """Lock the matched prefix; it counts as prefilled (with the planned tier loads)."""
         if self.cache is not None and path:
             self.cache.lock(path, now_s)
-        sr.match = path
-        sr.cached_tokens = len(path) * self.cache.block_tokens if self.cache and path else 0
-        plan: TierPlan | None = sr.tier_plan if self.tiers is not None else None
+        sr.prompt.match = path
+        sr.prompt.cached_tokens = len(path) * self.cache.block_tokens if self.cache and path else 0
+        plan: TierPlan | None = sr.load.plan if self.tiers is not None else None
         if plan is not None and plan.gpu_blocks == len(path) and plan.tiers:
-            sr.cached_tokens += plan.load_tokens
-            sr.load_pages = plan.load_tokens // self.page
-        sr.prefilled = sr.cached_tokens
+            sr.prompt.cached_tokens += plan.load_tokens
+            sr.load.pages = plan.load_tokens // self.page
+        sr.prompt.prefilled = sr.prompt.cached_tokens
 
     def commit_load(self, sr: SimRequest) -> None:
         """The first chunk got its pages: take the planned tier blocks (recorded on `sr`)."""
-        plan, tiers = sr.tier_plan, self.tiers
-        sr.load_pages = 0
+        plan, tiers = sr.load.plan, self.tiers
+        sr.load.pages = 0
         if tiers is None:
             return
-        if plan is None or plan.gpu_blocks != len(sr.match):
-            plan = TierPlan(len(sr.match), tiers.version, (), (), tiers.block_tokens)
-        tiers.commit(plan, sr.req.hash_ids, sr.prompt_tokens)
-        sr.loaded_tokens = tuple(plan.tokens_in(t) for t in (1, 2, 3))
-        sr.kv_load_s = plan.load_s
-        sr.load_skipped_tokens = plan.skipped_tokens
-        sr.tier_plan = None
+        if plan is None or plan.gpu_blocks != len(sr.prompt.match):
+            plan = TierPlan(len(sr.prompt.match), tiers.version, (), (), tiers.block_tokens)
+        tiers.commit(plan, sr.req.hash_ids, sr.prompt.tokens)
+        sr.load.loaded_tokens = tuple(plan.tokens_in(t) for t in (1, 2, 3))
+        sr.load.kv_load_s = plan.load_s
+        sr.load.skipped_tokens = plan.skipped_tokens
+        sr.load.plan = None
 
     def allocate(self, sr: SimRequest, pages: int) -> bool:
         """Give `sr` `pages` more pages, evicting cache blocks if needed; False if impossible."""
@@ -127,16 +127,16 @@ class PromptKV:
         if pages > self.pool.free_pages:
             return False
         self.pool.allocate(sr.rid, pages)
-        sr.p_pages += pages
+        sr.prompt.pages += pages
         return True
 
     def release(self, sr: SimRequest, now_s: float) -> None:
         """Drop `sr`'s prompt KV: complete prompts donate their full blocks to the cache."""
         cache = self.cache
         if cache is not None:
-            if sr.match:
-                cache.unlock(sr.match, now_s)
-            if sr.prefilled >= sr.prompt_tokens and sr.p_pages:
+            if sr.prompt.match:
+                cache.unlock(sr.prompt.match, now_s)
+            if sr.prompt.prefilled >= sr.prompt.tokens and sr.prompt.pages:
                 n_full = cacheable_blocks(sr.req.input_tokens, cache.block_tokens, len(sr.req.hash_ids))
                 created = cache.insert(sr.req.hash_ids[:n_full], now_s)
                 if self.tiers is not None:
@@ -146,8 +146,8 @@ class PromptKV:
                 if over:
                     self.pool.free(CACHE_OWNER, cache.evict(over) * cache.pages_per_block)
         self.pool.free(sr.rid)
-        sr.match = []
-        sr.p_pages = sr.load_pages = 0
+        sr.prompt.match = []
+        sr.prompt.pages = sr.load.pages = 0
 
     def check_invariants(self, final: bool = False) -> None:
         self.pool.check_invariants(final)

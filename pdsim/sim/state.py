@@ -1,7 +1,9 @@
 """Per-request simulation state and the hooks instances call back into the engine.
 
 One `SimRequest` per request carries both halves of its life (prefill side and decode side, or
-the colocated instance), its KVPoll state and the trace timestamps: one unboxed float per trace
+the colocated instance), its KVPoll state and the trace timestamps; each attempt's prefill side
+(`PromptState`), KV transfer (`KVSend`) and tier loads (`TierLoad`) are objects of their own,
+made new per attempt: one unboxed float per trace
 time column, NaN until marked (`mark`, `set_time`, `has_time` take the column's constant,
 ROUTE_S .. FINISH_S; `time_column` maps a trace field's name to it).
 A retry starts a new attempt on the same object: `reset_attempt` clears the per-attempt state.
@@ -59,8 +61,67 @@ class InstanceSide:
 
 
 @dataclass(init=False, slots=True, eq=False)
+class PromptState:
+    """The prefill side of one attempt (prefill instance, or a colocated instance's prompt
+    processing): what its prefix cache holds and what is prefilled."""
+
+    ready: bool  # the decode side sent its transfer info (prefill_end hand-off: at once)
+    match: list[BlockNode]  # the prefix-cache blocks locked for it
+    cached_tokens: int  # prompt tokens it does not compute (cache hit + tier loads)
+    tokens: int  # tokens to prefill (colocated recompute after retraction: more)
+    prefilled: int
+    pages: int  # pages held on the prefill side
+
+    def __init__(self, tokens: int) -> None:
+        self.ready = False
+        self.match = []
+        self.cached_tokens = self.prefilled = self.pages = 0
+        self.tokens = tokens
+
+
+@dataclass(init=False, slots=True, eq=False)
+class KVSend:
+    """The KV transfer of one attempt, prefill -> decode (engine.py's send_kv and its flows)."""
+
+    pages: int  # pages sent so far
+    flows: list[Flow]
+    flows_pending: int
+    last_sent: bool
+    fail: bool  # the injected transfer failure (faults.transfer_failure_prob) of this attempt
+    transfer_bytes: int
+
+    def __init__(self) -> None:
+        self.pages = self.flows_pending = self.transfer_bytes = 0
+        self.flows = []
+        self.last_sent = self.fail = False
+
+
+@dataclass(init=False, slots=True, eq=False)
+class TierLoad:
+    """KV loaded from the host / SSD tiers or the cluster store (kv_tiers.py) for one attempt:
+    the pending plan, the pages it fills by loading, what was loaded."""
+
+    plan: Any  # a kv_tiers.TierPlan until committed
+    pages: int
+    loaded_tokens: tuple[int, ...]  # host, ssd, store
+    kv_load_s: float
+    skipped_tokens: int
+
+    def __init__(self) -> None:
+        self.plan = None
+        self.pages = self.skipped_tokens = 0
+        self.loaded_tokens = (0, 0, 0)
+        self.kv_load_s = 0.0
+
+
+@dataclass(init=False, slots=True, eq=False)
 class SimRequest:
+    """A request across its attempts: identity, its instances, KVPoll state, trace times; the
+    per-attempt state of each side in its own object (`prompt`, `send`, `load`), the decode
+    side's as fields (read per running request per step: one load, not two)."""
+
     req: Request
+    rid: int  # = req.request_id; a slot, not a property (read in hot loops)
     times: vec[float]  # TIME_COLUMNS' values (NaN: not marked), read by record_row as they are
     attempt: int
     bootstrap_room: int
@@ -68,33 +129,16 @@ class SimRequest:
     decode: InstanceSide | None  # DecodeInstance (disaggregated)
     poll: KVPoll
     done: bool
-    # prefill side (and colocated prompt processing)
-    p_ready: bool
-    match: list[BlockNode]
-    cached_tokens: int
-    prompt_tokens: int  # tokens to prefill (colocated recompute after retraction: more)
-    prefilled: int
-    p_pages: int
-    pages_sent: int
-    flows: list[Flow]
-    flows_pending: int
-    last_sent: bool
-    fail_transfer: bool
-    transfer_bytes: int
-    # KV tiers (kv_tiers.py): the pending plan, pages to fill by loading, what was loaded
-    tier_plan: Any
-    load_pages: int
-    loaded_tokens: tuple[int, ...]  # host, ssd, store
-    kv_load_s: float
-    load_skipped_tokens: int
+    prompt: PromptState
+    send: KVSend
+    load: TierLoad
     # decode side
     handshaken: bool
     generated: int
     kv_tokens: int
     d_pages: int
-    num_retractions: int
+    num_retractions: int  # (over all attempts)
     token_times: list[float] | None
-    rid: int  # = req.request_id; a slot, not a property (read in hot loops)
 
     def __init__(self, req: Request, prompt_tokens: int = 0, token_times: list[float] | None = None) -> None:
         """A request's state before its first attempt (explicit, not dataclass-generated: a
@@ -150,16 +194,10 @@ class SimRequest:
         """The per-attempt state as it is before an attempt starts."""
         self.prefill = self.decode = None
         self.poll = KVPoll.Bootstrapping
-        self.p_ready = self.handshaken = self.last_sent = self.fail_transfer = False
-        self.match = []
-        self.cached_tokens = self.prefilled = self.p_pages = self.pages_sent = 0
-        self.prompt_tokens = prompt_tokens
-        self.flows = []
-        self.flows_pending = self.transfer_bytes = 0
-        self.tier_plan = None
-        self.load_pages = self.load_skipped_tokens = 0
-        self.loaded_tokens = (0, 0, 0)
-        self.kv_load_s = 0.0
+        self.prompt = PromptState(prompt_tokens)
+        self.send = KVSend()
+        self.load = TierLoad()
+        self.handshaken = False
         self.generated = self.kv_tokens = self.d_pages = 0
 
 
@@ -239,7 +277,7 @@ def record_row(recorder: SimRecorder, sr: SimRequest, mode: str, status: str, re
     recorder.check_row(sr.rid, status)
     try:
         recorder.put_float_at(0, sr.req.arrival_s)
-        recorder.put_float_at(1, sr.kv_load_s)
+        recorder.put_float_at(1, sr.load.kv_load_s)
         recorder.put_floats_at(2, sr.times)
         _put_ints(recorder, sr, mode, status)
     except BaseException:  # (a count outside int64, say: nothing of the row is kept)
@@ -258,21 +296,21 @@ def time_column(name: str) -> int:
 
 def _put_ints(recorder: SimRecorder, sr: SimRequest, mode: str, status: str) -> None:
     """The row's INT_COLUMNS (_INT_ORDER), a call per value (a tuple of them would box each)."""
-    req, loaded = sr.req, sr.loaded_tokens
+    req, loaded, cached = sr.req, sr.load.loaded_tokens, sr.prompt.cached_tokens
     recorder.put_int(req.request_id)
     recorder.put_int(req.session_id)
     recorder.put_int(req.input_tokens)
     recorder.put_int(sr.generated if status == "finished" else req.output_tokens)
-    recorder.put_int(sr.cached_tokens)
-    recorder.put_int(sr.cached_tokens - (loaded[0] + loaded[1] + loaded[2]))
+    recorder.put_int(cached)
+    recorder.put_int(cached - (loaded[0] + loaded[1] + loaded[2]))
     recorder.put_int(loaded[0])
     recorder.put_int(loaded[1])
     recorder.put_int(loaded[2])
-    recorder.put_int(sr.load_skipped_tokens)
+    recorder.put_int(sr.load.skipped_tokens)
     recorder.put_int(sr.prefill.index if sr.prefill is not None else -1)
     recorder.put_int(_decode_index(sr, mode))
     recorder.put_int(sr.bootstrap_room)
-    recorder.put_int(sr.transfer_bytes)
+    recorder.put_int(sr.send.transfer_bytes)
     recorder.put_int(sr.num_retractions)
 
 

@@ -70,8 +70,8 @@ def test_record_row_records_the_row_the_trace_schema_describes() -> None:
         sr.mark(time_column(name), t_s)
     sim_run = Simulation(make_config(cluster=dict(prefill=4, decode=2)), make_requests([(0.0, 8, 2)]))
     sr.prefill, sr.decode = sim_run.prefill[3], sim_run.decode[1]
-    sr.cached_tokens, sr.loaded_tokens, sr.kv_load_s, sr.load_skipped_tokens = 64, (16, 0, 32), 0.25, 5
-    sr.generated, sr.bootstrap_room, sr.transfer_bytes, sr.num_retractions = 6, 2**62 + 1, 4096, 1
+    sr.prompt.cached_tokens, sr.load.loaded_tokens, sr.load.kv_load_s, sr.load.skipped_tokens = 64, (16, 0, 32), 0.25, 5
+    sr.generated, sr.bootstrap_room, sr.send.transfer_bytes, sr.num_retractions = 6, 2**62 + 1, 4096, 1
     expected = dict(request_id=4, session_id=7, arrival_s=1.5, input_tokens=100, output_tokens=6,
                     cached_prefix_tokens=64, cached_tokens_gpu=16, cached_tokens_host=16, cached_tokens_store=32,
                     kv_load_s=0.25, kv_load_skipped_tokens=5, prefill_instance=3, bootstrap_room=2**62 + 1,
@@ -86,12 +86,12 @@ def test_record_row_records_the_row_the_trace_schema_describes() -> None:
     record_row(sim, sr, "disaggregated", "failed", "transfer_failed")
     assert sim.to_frame()["output_tokens"].tolist() == [8]  # the request's, not the tokens generated
     sim = SimRecorder(5)
-    sr.transfer_bytes = 2**64  # int64 cannot hold it; floats go first
+    sr.send.transfer_bytes = 2**64  # int64 cannot hold it; floats go first
     sr.set_time(FIRST_TOKEN_S, 9.0)
     sr.mark(PREALLOC_ENTER_S, 1.8)  # (a time the recorded row does not have: NaN there)
     with pytest.raises((OverflowError, ValueError)):  # (compiled, mypyc says ValueError)
         record_row(sim, sr, "disaggregated", "finished", "")
-    sr.transfer_bytes = 4096
+    sr.send.transfer_bytes = 4096
     sr.set_time(FIRST_TOKEN_S, 2.0)
     sr.times[PREALLOC_ENTER_S] = math.nan
     with pytest.raises(ValueError, match="status 'lost'"):
