@@ -83,12 +83,46 @@ def write_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def start_server(out: Path, timeout_s: float = 300.0) -> tuple[subprocess.Popen, str]:
-    """`pdreal serve` (default 1P1D) on a free port; (process, router URL) once it is ready."""
+def parse_pin(text: str) -> tuple[set[int], set[int]] | None:
+    """--pin SERVER:CLIENT (CPU lists, e.g. 0:1 or 0-2:3) -> (server CPUs, client CPUs); "" -> None."""
+    if not text:
+        return None
+    try:
+        server, client = (_cpus(part) for part in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"aiperf_vs_replay: error: --pin {text!r}: expected SERVER:CLIENT CPU lists, e.g. 0:1") from None
+    if server & client:
+        raise SystemExit(f"aiperf_vs_replay: error: --pin {text!r}: the server and the client share CPUs {sorted(server & client)}")
+    return server, client
+
+
+def _cpus(text: str) -> set[int]:
+    cpus: set[int] = set()
+    for item in text.split(","):
+        low, _, high = item.partition("-")
+        cpus |= set(range(int(low), int(high or low) + 1))
+    if not cpus:
+        raise ValueError(text)
+    return cpus
+
+
+def _pinned(cpus: set[int] | None, then=None):
+    """A child setup that binds the process (and so its children) to `cpus`, then runs `then`."""
+    def apply() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if then is not None:
+            then()
+    return apply
+
+
+def start_server(out: Path, timeout_s: float = 300.0, cpus: set[int] | None = None) -> tuple[subprocess.Popen, str]:
+    """`pdreal serve` (default 1P1D) on a free port, bound to `cpus` when given; (process, router
+    URL) once it is ready."""
     log_path = out / "serve.log"
     log = log_path.open("w")
     proc = subprocess.Popen([sys.executable, "-m", "pdreal.cli", "serve", "node.port=0"], stdout=log,
-                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True, preexec_fn=_pinned(cpus))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in log_path.read_text().splitlines():
@@ -111,8 +145,8 @@ def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace
                "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true", "--ui-type", "none",
                "--artifact-dir", str(out), *args.aiperf_args]
     with (out.parent / "aiperf.log").open("w") as log:
-        subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT,
-                       **({"start_new_session": True, "preexec_fn": _niced(nice)} if nice else {}))
+        subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=bool(nice),
+                       preexec_fn=_pinned(args.client_cpus, _niced(nice) if nice else None))
     return out / "profile_export.jsonl"
 
 
@@ -137,7 +171,8 @@ def run_replay(url: str, args: argparse.Namespace, out: Path, endpoint: str) -> 
                "--concurrency", str(args.concurrency), "--max-requests", str(args.requests),
                "scenario=bench_random", f"scenario.input.value={args.isl}", f"scenario.output.value={args.osl}"]
     with (out.parent / f"{out.name}.log").open("w") as log:
-        subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                       preexec_fn=_pinned(args.client_cpus))
     return out / "trace.parquet"
 
 
@@ -234,6 +269,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--aiperf-nice", type=int, default=0,
                    help="run AIPerf niced by N in its own session, that session's autogroup niced too (its "
                         "processes then yield the CPU to a server on the same machine)")
+    p.add_argument("--pin", default="",
+                   help="SERVER:CLIENT CPU lists (e.g. 0:1): bind the started server to the first and each client "
+                        "(AIPerf, the replay) to the second, so a client's own CPU cannot slow the server; "
+                        "default: no binding")
     p.add_argument("--venv", type=Path, default=ROOT / "outputs" / "aiperf-venv",
                    help="AIPerf's venv, created when missing (default outputs/aiperf-venv)")
     return p.parse_args(argv)
@@ -241,10 +280,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    pin = parse_pin(args.pin)
+    args.server_cpus, args.client_cpus = pin if pin else (None, None)
     out = args.out or ROOT / "outputs" / "aiperf_vs_replay" / datetime.now().strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     aiperf_bin, tokenizer = ensure_venv(args.venv), write_tokenizer(out / "tokenizer")
-    server, url = (None, args.url) if args.url else start_server(out)
+    server, url = (None, args.url) if args.url else start_server(out, cpus=args.server_cpus)
     endpoints = [e for e in args.replay_endpoints.split(",") if e]
     runs: dict[str, list[pd.DataFrame]] = {"AIPerf": [], **{f"replay {e}": [] for e in endpoints}}
     servers: dict[str, list[dict[str, float]]] = {tool: [] for tool in runs}
