@@ -98,9 +98,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
                 self.decisions.colocated(now_s(self.events), self.name, [c for _, _, c in planned],
                                          [sr.rid for sr in decodes], self._victims)
             if not planned and not decodes:
-                self.batch_size = 0
-                self.view_stale = True
-                yield self.sleep()
+                yield self.idle()
                 continue
             if not planned:  # decode-only iterations
                 if (yield from self.batch_clock.run_span(self, self._begin_span())):
@@ -111,8 +109,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             step_s = self.latency.mixed_time_s(items, len(decodes), ctx)
             self.busy_s += step_s
             self.iterations += 1
-            self.batch_size = len(planned) + len(decodes)
-            self.view_stale = True
+            self.batch_size = len(planned) + len(decodes)  # (the router's view is stale from here)
             yield timeout(self.events, step_s)
             self.view_stale = True
             if self.alive:

@@ -120,9 +120,7 @@ class DecodeInstance(DecodeQueues):
             if plan.replan:
                 continue
             if not self.running:
-                self.batch_size = 0
-                self.view_stale = True
-                yield self.sleep()
+                yield self.idle()
                 continue
             if (yield from self.batch_clock.sleep_through(self, self._begin_span(reload_s))):
                 self._complete_span()

@@ -68,18 +68,20 @@ class InstanceBase(InstanceSide):
         self.decisions: DecisionLog | None = None  # filled when a caller asks (lockstep test)
         self.alive = True  # false from the crash on
         self._healthy = True
-        self.draining = False  # scaling: not routable while its work drains (pdsim.sim.scaling)
+        self._draining = False  # scaling: not routable while its work drains (pdsim.sim.scaling)
         self.on_idle: Callable[[], None] | None = None  # called when the loop goes to sleep
         self.queued_requests = 0  # router-side accounting (see InstanceView)
         self.queued_tokens = 0
         self.busy_s = 0.0
         self.iterations = 0
-        self.batch_size = 0
+        self._batch_size = 0
         self.placement: Placement | None = None  # set by the engine
         self._wake: Tick | None = None
         self.clock: BatchClock | None = None  # decode and colocated: the running batch's spans
-        # the router's view is cached: every entry point that can change what `build_view`
-        # reads sets view_stale; a decode span's page growth bounds the cache in time
+        # the router's view is cached: what can change what `build_view` reads sets view_stale -
+        # the setters of what it shows (healthy, draining, batch_size: a forward starts or the
+        # loop goes idle), the entry points (dispatch, arrive, notify) and a forward's end; a
+        # decode span's page growth bounds the cache in time
         self.view_stale = True
         self._view_valid_until_s = 0.0
         self._last_view: InstanceView | None = None
@@ -118,6 +120,26 @@ class InstanceBase(InstanceSide):
         self.view_stale = True
         self.hooks.health_changed()
 
+    @property
+    def draining(self) -> bool:
+        """Scaling: not routable while its work drains (pdsim.sim.scaling)."""
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        self.view_stale = True
+
+    @property
+    def batch_size(self) -> int:
+        """Requests in the forward that runs now (0 while the loop is idle)."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, n: int) -> None:
+        self._batch_size = n
+        self.view_stale = True
+
     def view(self) -> InstanceView:
         """The instance as the router sees it now (the same frozen object while unchanged)."""
         if self.view_stale or now_s(self.events) > self._view_valid_until_s or self._last_view is None:
@@ -150,6 +172,11 @@ class InstanceBase(InstanceSide):
             self._wake = None
             wake.at(self.events, 0.0)  # (Event.succeed)
 
+    def idle(self) -> Tick:
+        """Nothing to run: no forward (batch size 0) until `notify` (see `sleep`)."""
+        self.batch_size = 0
+        return self.sleep()
+
     def sleep(self) -> Tick:
         wake = self._wake = Tick()
         if self.on_idle is not None:
@@ -167,7 +194,6 @@ class InstanceBase(InstanceSide):
     def start_drain(self) -> None:
         """Stop taking new work: the router sees the instance as unhealthy from now on."""
         self.draining = True
-        self.view_stale = True
         self.hooks.health_changed()
 
     def retire(self) -> None:
@@ -177,7 +203,6 @@ class InstanceBase(InstanceSide):
         self.notify()
 
     def crash(self) -> None:
-        self.view_stale = True
         if self.clock is not None:  # tokens of the iterations completed before the crash
             self.clock.settle_now(self)  # type: ignore[arg-type]  # (decode, colocated: BatchOwners)
             self.clock.span = None

@@ -116,9 +116,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
             self._pop_bootstrapped()
             planned = self._schedule()
             if not planned:
-                self.batch_size = 0
-                self.view_stale = True
-                yield self.sleep()
+                yield self.idle()
                 continue
             step_s = self.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
             store_read = None
@@ -127,11 +125,10 @@ class PrefillInstance(InstanceBase, ChunkOwner):
                 step_s, store_read = self._with_loads(tiers, step_s)
             self.busy_s += step_s
             self.iterations += 1
-            self.batch_size = len(planned)
+            self.batch_size = len(planned)  # (the router's view is stale from here)
             layerwise = self.cfg.cluster.layerwise_transfer
             if layerwise:
                 self._send_chunks(planned)
-            self.view_stale = True
             if store_read is None:
                 yield timeout(self.events, step_s)
             elif self.cfg.kv_tiers.overlap_load:

@@ -145,8 +145,7 @@ class BatchClock:
     def sleep_through(self, owner: BatchOwner, span: Span) -> Generator[Wait, Any, bool]:
         """simpy sub-process: sleep until the span's (possibly moved) end. Returns (via
         `yield from`) whether the owner is still alive; the owner's router view is marked stale
-        before and after the wait."""
-        owner.view_stale = True
+        after the wait (before it, by the owner's batch size, set as the span began)."""
         events = self.events
         while True:
             yield timeout(events, hop_delay(now_s(events), span.end_s)[0])  # (truncate may move it: rearm)
