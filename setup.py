@@ -46,6 +46,7 @@ def core_extensions() -> list:
     try:  # mypy checks the types first (config: [tool.mypy] in pyproject.toml)
         return mypycify(sources, opt_level="3")
     except (SystemExit, Exception) as exc:  # mypy reports type errors by exiting
+        MANIFEST.unlink(missing_ok=True)  # the hashes name sources no extension was built from
         return _skip(f"mypyc failed: {exc}")
 
 
@@ -65,6 +66,7 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # noqa: BLE001 (any compiler failure means: no extensions)
             for ext in self.extensions:
                 Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+            MANIFEST.unlink(missing_ok=True)  # else older extensions would pass for these sources
             _skip(f"compiling failed: {exc}")
 
 
