@@ -58,7 +58,7 @@ from pdreal.kv.allocator import PageAllocator
 from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import prompt_chunk_logprobs, sample, token_logprobs
-from pdreal.transfer.common import Clock
+from pdreal.transfer.common import TimeSource
 from pdsim.policy import (
     GrowthPlan,
     PrefillChunk,
@@ -120,8 +120,8 @@ Plan = list[tuple[ColocatedState, PrefillChunk]]
 
 
 class ColocatedEngine(GuardedStep):
-    def __init__(self, runner: ModelRunner, config: EngineConfig, clock: Clock = time.monotonic) -> None:
-        self.runner, self.config, self.clock = runner, config, clock
+    def __init__(self, runner: ModelRunner, config: EngineConfig, now_s: TimeSource = time.monotonic) -> None:
+        self.runner, self.config, self.now_s = runner, config, now_s
         self.limits = config.limits  # checks the schedule name
         self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
         self._victims: list[int] = []  # retracted by this step's plan (decision log)
@@ -166,7 +166,7 @@ class ColocatedEngine(GuardedStep):
         if any(s.req.request_id == req.request_id for s in self.live()):
             raise ValueError(f"request_id {req.request_id} is already in this colocated engine")
         self.num_added += 1
-        state = ColocatedState(req, req.input_ids, times={"prefill_waiting_enter_s": self.clock()})
+        state = ColocatedState(req, req.input_ids, times={"prefill_waiting_enter_s": self.now_s()})
         reason = oversize_reason(req, self.config, self.allocator.num_pages, self.runner.model.spec.context_length)
         if reason:
             self._finish(state, STATUS_REJECTED, reason)
@@ -188,7 +188,7 @@ class ColocatedEngine(GuardedStep):
     def _step(self) -> None:
         self._apply_aborts()
         self._victims = []
-        now = self.clock()
+        now = self.now_s()
         step = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
         plan = self._start(step.prefill.chunks)
         decodes = list(step.decodes)
@@ -257,7 +257,7 @@ class ColocatedEngine(GuardedStep):
 
     def _release(self, state: ColocatedState) -> None:
         """Free a request's KV; with the cache, its full prompt pages stay cached once computed."""
-        release_pages(self.cache, self.allocator, state, state.prefilled_tokens >= len(state.prompt_ids), self.clock())
+        release_pages(self.cache, self.allocator, state, state.prefilled_tokens >= len(state.prompt_ids), self.now_s())
 
     def remaining_outputs(self) -> Iterator[int]:
         return (s.remaining_output_tokens for s in self.running)
@@ -275,7 +275,7 @@ class ColocatedEngine(GuardedStep):
         """New requests lock their cached prefixes, then the planned chunks get their pages in
         order and leave the waiting queue (FIFO); chunks that do not fit are dropped (pdsim's
         start_chunks)."""
-        now = self.clock()
+        now = self.now_s()
         chunked_id = self.chunked.req.request_id if self.chunked is not None else None
         by_id = {s.req.request_id: s for s in self.waiting if s.req.request_id in {c.request_id for c in chunks}}
         if self.cache is not None:
@@ -312,7 +312,7 @@ class ColocatedEngine(GuardedStep):
         logprobs = token_logprobs(picked, tokens, params)  # None for rows that do not ask
         token_of = {id(s): t for (_, s), t in zip(rows, tokens, strict=True)}
         logprob_of = {id(s): lp for (_, s), lp in zip(rows, logprobs, strict=True)}
-        now = self.clock()
+        now = self.now_s()
         for state in decodes:
             state.kv_tokens += 1
             self._append_token(state, token_of[id(state)], now, logprob_of.get(id(state)))
@@ -351,7 +351,7 @@ class ColocatedEngine(GuardedStep):
         return stop_reached(state.output_ids, state.req.sampling, self.eos_ids)
 
     def _finish(self, state: ColocatedState, status: str, reason: str) -> None:
-        now = self.clock()
+        now = self.now_s()
         state.done = True
         self._release(state)
         self.num_finished += status == STATUS_FINISHED

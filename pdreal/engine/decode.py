@@ -48,7 +48,7 @@ from pdreal.kv.allocator import PageAllocator
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import sample, token_logprobs
 from pdreal.transfer.base import KVManager, KVPoll, KVReceiver
-from pdreal.transfer.common import Clock
+from pdreal.transfer.common import TimeSource
 from pdsim.policy import (
     DecodeMemoryView,
     DecodeStepPlan,
@@ -97,8 +97,8 @@ class DecodeState:
 
 class DecodeEngine(GuardedStep):
     def __init__(self, runner: ModelRunner, kv_manager: KVManager, config: EngineConfig,
-                 clock: Clock = time.monotonic) -> None:
-        self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
+                 now_s: TimeSource = time.monotonic) -> None:
+        self.runner, self.kv, self.config, self.now_s = runner, kv_manager, config, now_s
         self.limits = config.limits
         self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
@@ -128,7 +128,7 @@ class DecodeEngine(GuardedStep):
         if any(s.req.request_id == req.request_id for s in self.live()):
             raise ValueError(f"request_id {req.request_id} is already in this decode engine")
         self.num_added += 1
-        state = DecodeState(req, None, times={"prealloc_enter_s": self.clock()})
+        state = DecodeState(req, None, times={"prealloc_enter_s": self.now_s()})
         reason = oversize_reason(req, self.config, self.allocator.num_pages, self.runner.model.spec.context_length)
         if reason:
             self._finish(state, STATUS_REJECTED, reason)
@@ -163,7 +163,7 @@ class DecodeEngine(GuardedStep):
         self._poll_transfer()
         while True:
             plan = plan_decode_step(self.limits, self)  # the shared decision (pdsim.policy.decode_step)
-            self._apply(plan, self.clock())
+            self._apply(plan, self.now_s())
             if not plan.replan:
                 break
             waiting_ids = {id(s) for s in self.prealloc}
@@ -204,7 +204,7 @@ class DecodeEngine(GuardedStep):
             if poll == KVPoll.Failed:
                 self._finish(state, STATUS_FAILED, state.kv_receiver.failure_reason)
                 continue
-            aux, now = state.kv_receiver.aux(), self.clock()
+            aux, now = state.kv_receiver.aux(), self.now_s()
             state.times.update(transfer_queue_leave_s=now, decode_waiting_enter_s=now)
             if aux is not None:
                 state.times.update(transfer_start_s=aux.transfer_start_s, transfer_end_s=aux.transfer_end_s)
@@ -320,7 +320,7 @@ class DecodeEngine(GuardedStep):
         params = [s.req.sampling for s in batch]
         tokens = sample(logits, params, [len(s.output_ids) for s in batch])
         logprobs = token_logprobs(logits, tokens, params)
-        now = self.clock()
+        now = self.now_s()
         for state, token, logprob in zip(batch, tokens, logprobs, strict=True):
             state.kv_tokens += 1
             self._append_token(state, token, now, logprob)
@@ -340,7 +340,7 @@ class DecodeEngine(GuardedStep):
         return stop_reached(state.output_ids, state.req.sampling, self.eos_ids)
 
     def _finish(self, state: DecodeState, status: str, reason: str) -> None:
-        now = self.clock()
+        now = self.now_s()
         state.done = True
         self.allocator.free(state.pages)
         state.pages = []

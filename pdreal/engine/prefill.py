@@ -52,7 +52,7 @@ from pdreal.kv.radix import CachedPrefix
 from pdreal.model.batch import SeqChunk
 from pdreal.model.sampling import prompt_chunk_logprobs, sample, token_logprobs
 from pdreal.transfer.base import KVManager, KVPoll, KVSender, TransferAux
-from pdreal.transfer.common import Clock
+from pdreal.transfer.common import TimeSource
 from pdsim.policy import PrefillChunk, RequestView, plan_prefill_step
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.views import pages_for
@@ -95,8 +95,8 @@ class PrefillState:
 
 class PrefillEngine(GuardedStep):
     def __init__(self, runner: ModelRunner, kv_manager: KVManager, config: EngineConfig,
-                 clock: Clock = time.monotonic) -> None:
-        self.runner, self.kv, self.config, self.clock = runner, kv_manager, config, clock
+                 now_s: TimeSource = time.monotonic) -> None:
+        self.runner, self.kv, self.config, self.now_s = runner, kv_manager, config, now_s
         self.limits = config.limits
         self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
         self.bootstrap: list[PrefillState] = []
@@ -132,7 +132,7 @@ class PrefillEngine(GuardedStep):
         """Enter the bootstrap queue (or finish at once as rejected); duplicate live ids raise ValueError."""
         if any(s.req.request_id == req.request_id for s in self.live()):
             raise ValueError(f"request_id {req.request_id} is already in this prefill engine")
-        now = self.clock()
+        now = self.now_s()
         self.num_added += 1
         state = PrefillState(req, None, times={"bootstrap_enter_s": now})
         need = pages_for(len(req.input_ids), self.config.page_size_tokens)
@@ -189,7 +189,7 @@ class PrefillEngine(GuardedStep):
             if poll == KVPoll.Failed:
                 self._finish(state, STATUS_FAILED, state.kv_sender.failure_reason)
             elif poll >= KVPoll.WaitingForInput:
-                now = self.clock()
+                now = self.now_s()
                 state.times.update(bootstrap_leave_s=now, prefill_waiting_enter_s=now)
                 self.waiting.append(state)
             else:
@@ -205,7 +205,7 @@ class PrefillEngine(GuardedStep):
         by_id = {s.req.request_id: s for s in ([self.chunked] if self.chunked else []) + list(self.waiting)}
         batch = plan_prefill_step(self.limits, self)  # the shared decision (pdsim.policy.prefill_step)
         matches = self._matches
-        now = self.clock()
+        now = self.now_s()
         if self.cache is not None:
             for chunk in batch.chunks:
                 if by_id[chunk.request_id] is not self.chunked:
@@ -263,7 +263,7 @@ class PrefillEngine(GuardedStep):
         params = [s.req.sampling for s, _, _ in plan]
         firsts = sample(logits, params, [0] * len(plan))
         logprobs = token_logprobs(logits, firsts, params)
-        now = self.clock()
+        now = self.now_s()
         for (state, chunk, _), token, logprob, rows in zip(plan, firsts, logprobs, full, strict=True):
             if rows is not None:
                 state.prompt_logprobs += prompt_chunk_logprobs(rows, state.req.input_ids, chunk.context_tokens,
@@ -303,7 +303,7 @@ class PrefillEngine(GuardedStep):
             self._finish(state, STATUS_FAILED, state.kv_sender.failure_reason)
 
     def _finish(self, state: PrefillState, status: str, reason: str) -> None:
-        now = self.clock()
+        now = self.now_s()
         state.done = True
         if state.times.get("inflight_enter_s") is not None:
             state.times["inflight_leave_s"] = now

@@ -18,24 +18,24 @@ from pdreal.transfer.base import (
     KVTransferError,
     TransferAux,
 )
-from pdreal.transfer.common import Clock, PeerInfo, TransferConfig
+from pdreal.transfer.common import PeerInfo, TimeSource, TransferConfig
 from pdreal.transfer.local import LocalHub
 
 BACKENDS = ("mooncake", "local", "fake")
 
 
 def make_kv_manager(config: TransferConfig, pool: KVPool, hub: LocalHub | None = None,
-                    clock: Clock = time.monotonic) -> KVManager:
+                    now_s: TimeSource = time.monotonic) -> KVManager:
     if config.backend == "mooncake":
         from pdreal.transfer.mooncake import MooncakeKVManager
 
-        return MooncakeKVManager(config, pool, clock)
+        return MooncakeKVManager(config, pool, now_s)
     if config.backend == "local":
         from pdreal.transfer.local import LocalKVManager
 
         if hub is None:
             raise ValueError("the local transfer backend needs a LocalHub shared by both managers")
-        return LocalKVManager(config, pool, hub, clock)
+        return LocalKVManager(config, pool, hub, now_s)
     if config.backend == "fake":
         from pdreal.transfer.fake import FakeKVManager
 

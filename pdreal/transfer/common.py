@@ -43,7 +43,7 @@ from pdreal.transfer.slices import HeadSlice, dest_count, overlap, slice_compati
 from pdsim.policy.kvpoll import TERMINAL
 
 log = logging.getLogger(__name__)
-Clock = Callable[[], float]
+TimeSource = Callable[[], float]  # the time now in seconds: time.monotonic, or a test's virtual time
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ _Job = tuple[int, _SenderRoom, list[int], TransferAux | None, str]
 
 
 class PagedKVManager(KVManager):
-    def __init__(self, config: TransferConfig, pool: KVPool, clock: Clock = time.monotonic) -> None:
-        self.config, self.pool, self.clock = config, pool, clock
+    def __init__(self, config: TransferConfig, pool: KVPool, now_s: TimeSource = time.monotonic) -> None:
+        self.config, self.pool, self.now_s = config, pool, now_s
         self._senders: dict[int, _SenderRoom] = {}
         self._receivers: dict[int, _ReceiverRoom] = {}
         self._early_info: dict[int, list[tuple[PeerInfo, list[int]]]] = {}
@@ -151,7 +151,7 @@ class PagedKVManager(KVManager):
     def create_sender(self, room: int) -> KVSender:
         if room in self._senders:
             raise ValueError(f"bootstrap_room {room} already has a sender")
-        self._senders[room] = _SenderRoom(PollState(on_change=self._changed), self.clock())
+        self._senders[room] = _SenderRoom(PollState(on_change=self._changed), self.now_s())
         for early in self._early_info.pop(room, []):
             self.on_transfer_info(room, *early)
         return _Sender(self, room)
@@ -178,7 +178,7 @@ class PagedKVManager(KVManager):
 
     def _sender_poll(self, room: int) -> KVPoll:
         r = self._senders[room]
-        if r.state.get() == KVPoll.Bootstrapping and self.clock() - r.created_s > self.config.bootstrap_timeout_s:
+        if r.state.get() == KVPoll.Bootstrapping and self.now_s() - r.created_s > self.config.bootstrap_timeout_s:
             r.state.fail(f"bootstrap timeout after {self.config.bootstrap_timeout_s} s")
         return r.state.get()
 
@@ -213,14 +213,14 @@ class PagedKVManager(KVManager):
                                   f"{len(r.dst_pages)} destination pages")
         r.dst_offset += len(pages)
         if math.isnan(r.first_send_s):
-            r.first_send_s = self.clock()
+            r.first_send_s = self.now_s()
         if pages:
             runs = coalesce_runs(pages, dst) if self.config.coalesce else [
                 PageRun(s, d, 1) for s, d in zip(pages, dst, strict=True)]
             for peer in r.peers:
                 r.bytes_sent[peer.peer_id] = r.bytes_sent.get(peer.peer_id, 0) + self._write_peer(peer, runs)
         if aux is not None:
-            end_s = self.clock()
+            end_s = self.now_s()
             for peer in r.peers:
                 final = replace(aux, transfer_start_s=r.first_send_s, transfer_end_s=end_s,
                                 transfer_bytes=r.bytes_sent.get(peer.peer_id, 0))
@@ -248,7 +248,7 @@ class PagedKVManager(KVManager):
     def create_receiver(self, bootstrap_addr: str, room: int) -> KVReceiver:
         if room in self._receivers:
             raise ValueError(f"bootstrap_room {room} already has a receiver")
-        r = _ReceiverRoom(PollState(on_change=self._changed), self.clock(), bootstrap_addr)
+        r = _ReceiverRoom(PollState(on_change=self._changed), self.now_s(), bootstrap_addr)
         self._receivers[room] = r
         try:
             r.targets = self._targets(bootstrap_addr)
@@ -297,7 +297,7 @@ class PagedKVManager(KVManager):
 
     def _receiver_poll(self, room: int) -> KVPoll:
         r = self._receivers[room]
-        if r.state.get() not in TERMINAL and self.clock() - r.created_s > self.config.transfer_timeout_s:
+        if r.state.get() not in TERMINAL and self.now_s() - r.created_s > self.config.transfer_timeout_s:
             r.state.fail(f"transfer timeout after {self.config.transfer_timeout_s} s")
         return r.state.get()
 

@@ -13,7 +13,7 @@ import time
 from pdreal.kv.allocator import PageRun
 from pdreal.kv.pool import KVPool
 from pdreal.transfer.base import KVTransferError, TransferAux
-from pdreal.transfer.common import Clock, PagedKVManager, PeerInfo, TransferConfig
+from pdreal.transfer.common import PagedKVManager, PeerInfo, TimeSource, TransferConfig
 from pdreal.transfer.slices import HeadSlice
 
 
@@ -46,10 +46,10 @@ class LocalKVManager(PagedKVManager):
     backend = "local"
 
     def __init__(self, config: TransferConfig, pool: KVPool, hub: LocalHub,
-                 clock: Clock = time.monotonic) -> None:
+                 now_s: TimeSource = time.monotonic) -> None:
         self.hub = hub
         self.name = hub.register(self)
-        super().__init__(config, pool, clock)
+        super().__init__(config, pool, now_s)
 
     @property
     def bootstrap_addr(self) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 from pdreal.kv.allocator import PageRun
 from pdreal.kv.pool import KVPool, transfer_entries
 from pdreal.transfer.base import KVTransferError, TransferAux
-from pdreal.transfer.common import Clock, PagedKVManager, PeerInfo, TransferConfig
+from pdreal.transfer.common import PagedKVManager, PeerInfo, TimeSource, TransferConfig
 from pdreal.transfer.slices import HeadSlice, slice_entries
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def _check_addr(addr: str) -> str:
 class MooncakeKVManager(PagedKVManager):
     backend = "mooncake"
 
-    def __init__(self, config: TransferConfig, pool: KVPool, clock: Clock = time.monotonic) -> None:
+    def __init__(self, config: TransferConfig, pool: KVPool, now_s: TimeSource = time.monotonic) -> None:
         os.environ.setdefault("MC_LOG_LEVEL", "ERROR")
         # Mooncake's documented bind knob; 0.3.13 still listens on every interface whatever it
         # says (docs/PDREAL.md, "Network exposure", gives the firewall rule)
@@ -75,7 +75,7 @@ class MooncakeKVManager(PagedKVManager):
         self._worker_push: dict[str, Any] = {}  # used by the worker thread only
         self._stop = threading.Event()
         self._control = threading.Thread(target=self._listen, name="kv-mooncake-control", daemon=True)
-        super().__init__(config, pool, clock)
+        super().__init__(config, pool, now_s)
         self._control.start()
         log.info("mooncake KV manager: session %s, control %s, %d bytes registered",
                  self._session, self._endpoint, pool.nbytes)

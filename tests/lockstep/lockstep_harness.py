@@ -288,13 +288,13 @@ def run_real(cfg: Config, workload: Workload, data_dir: str = "",
     econf = engine_config(cfg)
     if colocated:
         clock = VClock()
-        eng = ColocatedEngine(FakeRunner("colocated", latency, econf, clock, reload_s), econf, clock=clock)
+        eng = ColocatedEngine(FakeRunner("colocated", latency, econf, clock, reload_s), econf, now_s=clock)
         nodes["colocated"] = Node("colocated", eng, clock)
     else:
         for role, cls, peer in (("prefill", PrefillEngine, "decode"), ("decode", DecodeEngine, "prefill")):
             clock = VClock()
             eng = cls(FakeRunner(role, latency, econf, clock, reload_s), VirtualKV(fabric, clock, peer), econf,
-                      clock=clock)
+                      now_s=clock)
             nodes[role] = Node(role, eng, clock)
     for node in nodes.values():
         node.engine.decisions = log

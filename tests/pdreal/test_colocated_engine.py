@@ -36,7 +36,7 @@ def reference(model, reqs: list[EngineRequest]) -> list[list[int]]:  # noqa: ANN
 
 def engine(model, schedule: str, clock=None, **config) -> ColocatedEngine:  # noqa: ANN001
     cfg = replace(CONFIG, colocated_schedule=schedule, **config)
-    return ColocatedEngine(ModelRunner(model, cfg), cfg, **({"clock": clock} if clock else {}))
+    return ColocatedEngine(ModelRunner(model, cfg), cfg, **({"now_s": clock} if clock else {}))
 
 
 @pytest.mark.parametrize("add_every_steps", [0, 2], ids=["together", "staggered"])

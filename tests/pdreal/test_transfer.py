@@ -93,7 +93,7 @@ def test_timeouts_and_unknown_peer_fail() -> None:
     pool = KVPool(LAYOUT, torch.float32)
     cfg = TransferConfig(backend="local", bootstrap_timeout_s=1.0, transfer_timeout_s=2.0)
     hub = LocalHub()
-    manager = make_kv_manager(cfg, pool, hub, clock=lambda: clock[0])
+    manager = make_kv_manager(cfg, pool, hub, now_s=lambda: clock[0])
     try:
         sender = manager.create_sender(room=1)
         receiver = manager.create_receiver(manager.bootstrap_addr, room=2)
