@@ -45,7 +45,7 @@ from pdreal.serving.timebase import now_s
 from pdreal.serving.upstream import Upstream, failed_line, post_abort, stream_half
 from pdreal.serving.wire import request_to_json
 from pdsim.policy import RequestView, SloPredictor
-from pdsim.policy.router import REJECTED, RouterPolicy
+from pdsim.policy.router_policy import REJECTED, RouterPolicy
 from pdsim.rng import stream
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
@@ -193,7 +193,7 @@ class Router:
         task.add_done_callback(self._background.discard)
 
     def _choose(self, view: RequestView, now: float) -> tuple[tuple[Upstream, Upstream] | None, int, str, str]:
-        """((prefill, decode), room, '', '') or (None, 0, status, reason): pdsim.policy.router decides."""
+        """((prefill, decode), room, '', '') or (None, 0, status, reason): pdsim.policy.router_policy decides."""
         p_views, d_views = [u.view() for u in self.prefill], [u.view() for u in self.decode]
         if self.kv_summary is not None:
             p_views = [replace(v, cached_blocks=self.kv_summary.cached_blocks(v.instance_id)) for v in p_views]

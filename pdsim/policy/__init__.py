@@ -3,16 +3,16 @@
 Pure Python over immutable "views" (views.py): no simpy, no clock (time is an argument), no I/O,
 deterministic given a seeded numpy Generator argument. Modules:
 
-- routing.py: pair selection (round_robin, least_loaded, random, power_of_two) by name.
+- route_choice.py: pair selection (round_robin, least_loaded, random, power_of_two) by name.
 - batching.py: PrefillAdder (token budget, chunked prefill, prefix reuse, mixed-batch budget).
 - memory.py: decode pre-allocation (allocatable-tokens rule), retraction victims.
-- request_aware.py: cache-aware and length-bucket routing (registered in routing.py).
+- request_aware.py: cache-aware and length-bucket routing (registered in route_choice.py).
 - routing_state.py: RouterState (the caller-owned routing state) and RoutingParams.
 - admission.py: accept_all, threshold, token_bucket, early_reject (predicted TTFT/TBT vs SLO).
 - scaling.py: P:D rebalancer proposing role moves (hysteresis, warm-up delay).
 
 The step planners (what pdsim's simulated instances and pdreal's engines both call, then only
-execute), each reading its executor through one protocol of executors.py: limits.py (StepLimits, the colocated schedule names), router.py (RouterPolicy:
+execute), each reading its executor through one protocol of executors.py: limits.py (StepLimits, the colocated schedule names), router_policy.py (RouterPolicy:
 admission + pair + bootstrap room), prefill_step.py (the one prefill budget, the prefill step,
 the colocated step under both schedules), decode_step.py (resume / admit / join / grow-or-retract
 of one decode iteration).
@@ -67,8 +67,8 @@ from pdsim.policy.prefill_step import (
     plan_prefill_step,
     prefill_budget,
 )
-from pdsim.policy.router import RouterDecision, RouterPolicy
-from pdsim.policy.routing import RouteDecision, route, routing_policy_names
+from pdsim.policy.route_choice import RouteDecision, route, routing_policy_names
+from pdsim.policy.router_policy import RouterDecision, RouterPolicy
 from pdsim.policy.routing_state import RouterState, RoutingParams
 from pdsim.policy.scaling import (
     ScalingDecision,

@@ -1,6 +1,6 @@
 """Side choosers that look at the request itself: cache-aware and length buckets.
 
-Both plug into the routing registry (`routing.SIDE_CHOOSERS`) with the same signature as the
+Both plug into the routing registry (`route_choice.SIDE_CHOOSERS`) with the same signature as the
 load-only choosers and read their parameters from `RouterState.params` (a `RoutingParams`).
 
 - cache_aware: on the prefill (or colocated) side, the instance whose prefix-cache summary

@@ -1,7 +1,7 @@
 """The state a router keeps between routing calls (`RouterState`) and the request-aware
 policies' parameters it carries (`RoutingParams`).
 
-Every side chooser (routing.py, request_aware.py, kv_centric.py, request_count.py) takes the
+Every side chooser (route_choice.py, request_aware.py, kv_centric.py, request_count.py) takes the
 caller-owned `RouterState`; this module imports none of them, so they all import it.
 """
 

@@ -5,7 +5,7 @@ ones) from its own state at decision time. Policies never see simulator or engin
 read a clock (times arrive as arguments) and never mutate a view.
 
 Immutable by type: the views built per request and per step (here and the plans of batching.py,
-memory.py, routing.py, router.py) declare their fields `Final`, so mypy, and with it the build
+memory.py, route_choice.py, router_policy.py) declare their fields `Final`, so mypy, and with it the build
 of the compiled core, rejects any assignment outside `__init__`; they hash and compare by value
 as frozen dataclasses do. They are not `frozen=True` because their `__init__` is written out:
 the compiled core builds them with a compiled `__init__`, while a dataclass-generated one runs as

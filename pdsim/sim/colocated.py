@@ -33,7 +33,7 @@ from pdsim.sim.events import Wait, now_s, start, timeout
 from pdsim.sim.handoff import tokens_after_prefill
 from pdsim.sim.instance import InstanceBase, InstanceContext
 from pdsim.sim.prompt_kv import PromptKV
-from pdsim.sim.span import BatchClock, BatchOwner, Span
+from pdsim.sim.span import BatchOwner, Span, SpanPlanner
 from pdsim.sim.state import (
     FIRST_TOKEN_S,
     LAST_TOKEN_S,
@@ -59,9 +59,9 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.retractions = 0
         self._matches: dict[int, list[BlockNode]] = {}
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
-        # the running batch's spans (self.clock is the base class's optional handle to it)
-        self.batch_clock = self.clock = BatchClock(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
-        self.batch_clock.process = start(self.env, self.run())
+        # the running batch's spans (self.span_planner is the base class's optional handle to it)
+        self.spans = self.span_planner = SpanPlanner(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
+        self.spans.process = start(self.env, self.run())
 
     def _receive(self, sr: SimRequest) -> None:
         sr.mark(PREFILL_WAITING_ENTER_S, now_s(self.events))
@@ -73,7 +73,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
-        self.batch_clock.settle_now(self)
+        self.spans.settle_now(self)
         self.waiting.pop(sr.rid, None)
         if self.chunked is sr:
             self.chunked = None
@@ -101,7 +101,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
                 yield self.idle()
                 continue
             if not planned:  # decode-only iterations
-                if (yield from self.batch_clock.run_span(self, self._begin_span())):
+                if (yield from self.spans.run_span(self, self._begin_span())):
                     self._complete([], list(self.running.values()))
                 continue
             items = [(c.new_tokens, c.context_tokens) for _, _, c in planned]
@@ -118,11 +118,11 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def _begin_span(self) -> Span:
         """Decode-only iterations: as many as run before a finish or a retraction (page growth
         may evict cache blocks); one while requests wait (their prefill may fit at any boundary)."""
-        n, clock = len(self.running), self.batch_clock
+        n, spans = len(self.running), self.spans
         k, growth = 1, None
         if not self.waiting and self.chunked is None:
-            k, growth, _ = clock.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
-        span = clock.begin(n, self.ctx_tokens, k, growth)
+            k, growth, _ = spans.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
+        span = spans.begin(n, self.ctx_tokens, k, growth)
         self.busy_s += span.times.step(0)
         self.iterations += 1
         self.batch_size = n
@@ -243,12 +243,12 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def peek_match(self, sr: SimRequest) -> list[BlockNode]:
         """The cached blocks of `sr`'s prompt here, for cache-aware routing (a span's pending
         page growth may evict blocks: settled first)."""
-        self.batch_clock.settle_now(self)
+        self.spans.settle_now(self)
         self.view_stale = True
         return self.kv.peek_match(sr)
 
     def kv_used_tokens(self) -> int:
-        return self.kv.used_tokens + self.batch_clock.pending_pages() * self.page
+        return self.kv.used_tokens + self.spans.pending_pages() * self.page
 
     def build_view(self) -> InstanceView:
         return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.kv.pool.capacity_tokens)

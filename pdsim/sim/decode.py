@@ -15,7 +15,7 @@
 
 Every boundary's decisions come from one call, `pdsim.policy.plan_decode_step` (the same call
 pdreal's DecodeEngine makes), which reads this instance as its `DecodeExecutor`; the queues and
-the execution of a plan are the base class's (decode_plan.py's DecodeQueues).
+the execution of a plan are the base class's (decode_queues.py's DecodeQueues).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any, Final
 from pdsim.perf import LatencyModel
 from pdsim.policy import first_admission_boundary, plan_decode_step
 from pdsim.policy.views import ROLE_DECODE, InstanceView
-from pdsim.sim.decode_plan import DecodeQueues, remaining_tokens
+from pdsim.sim.decode_queues import DecodeQueues, remaining_tokens
 from pdsim.sim.events import Wait, now_s, start
 from pdsim.sim.instance import InstanceContext
 from pdsim.sim.kv_pool import KVPool
-from pdsim.sim.span import BatchClock, Span
+from pdsim.sim.span import Span, SpanPlanner
 from pdsim.sim.state import (
     PREALLOC_ENTER_S,
     RUNNING_ENTER_S,
@@ -52,9 +52,9 @@ class DecodeInstance(DecodeQueues):
         super().__init__(index, ctx, latency, pool, reload_s_per_token)
         self.max_running = self.limits.max_running_requests
         self.connected_at: dict[str, float] = {}
-        # the running batch's spans (self.clock is the base class's optional handle to it)
-        self.batch_clock = self.clock = BatchClock(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
-        self.batch_clock.process = start(self.env, self.run())
+        # the running batch's spans (self.span_planner is the base class's optional handle to it)
+        self.spans = self.span_planner = SpanPlanner(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
+        self.spans.process = start(self.env, self.run())
 
     # -- messages -------------------------------------------------------------------------
     def dispatched_tokens(self, sr: SimRequest) -> int:
@@ -97,7 +97,7 @@ class DecodeInstance(DecodeQueues):
 
     def release(self, sr: SimRequest) -> None:
         rid = sr.rid
-        self.batch_clock.settle_now(self)
+        self.spans.settle_now(self)
         for queue in (self.transfer, self.waiting, self.running):
             if rid in queue:
                 self.remaining_output_tokens -= remaining_tokens(sr)
@@ -122,19 +122,19 @@ class DecodeInstance(DecodeQueues):
             if not self.running:
                 yield self.idle()
                 continue
-            if (yield from self.batch_clock.sleep_through(self, self._begin_span(reload_s))):
+            if (yield from self.spans.sleep_through(self, self._begin_span(reload_s))):
                 self._complete_span()
 
     def _begin_span(self, reload_s: float) -> Span:
         """Start the next iterations: as many as the batch provably runs unchanged (span.py);
         the first one starts late by this boundary's KV reload time."""
-        n, clock = len(self.running), self.batch_clock
+        n, spans = len(self.running), self.spans
         k, growth, first_finish = 1, None, 1
         if not self.waiting or n >= self.max_running:  # (a retraction may have made room)
-            k, growth, first_finish = clock.limit(self.running.values(), self.pool.free_pages)
+            k, growth, first_finish = spans.limit(self.running.values(), self.pool.free_pages)
         if growth is not None and (self.retracted or any(sr.handshaken for sr in self.prealloc.values())):
             k = first_admission_boundary(self.limits, self, min(k, PREALLOC_LOOKAHEAD), n, growth.pages)
-        span = clock.begin(n, self.ctx_tokens, k, growth, reload_s, first_finish)
+        span = spans.begin(n, self.ctx_tokens, k, growth, reload_s, first_finish)
         self.busy_s += span.times.step(0)
         self.iterations += 1
         self.batch_size = n
@@ -155,7 +155,7 @@ class DecodeInstance(DecodeQueues):
     def _complete_span(self) -> None:
         """The span's end: its virtual boundaries and last iteration (one pass, span.py), then
         the requests that made their last token finish."""
-        done = self.batch_clock.finish(self)
+        done = self.spans.finish(self)
         n = len(self.running)
         self.ctx_tokens += n
         self.remaining_output_tokens -= n
@@ -165,7 +165,7 @@ class DecodeInstance(DecodeQueues):
             self.finish_request(sr)
 
     def kv_used_tokens(self) -> int:
-        return (self.pool.used_pages + self.batch_clock.pending_pages()) * self.page
+        return (self.pool.used_pages + self.spans.pending_pages()) * self.page
 
     def build_view(self) -> InstanceView:
         return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.pool.capacity_tokens)

@@ -19,7 +19,7 @@ from pdsim.policy.views import InstanceView
 from pdsim.sim.deadlines import BootstrapTimeouts
 from pdsim.sim.events import SimEnvironment, Tick, now_s
 from pdsim.sim.handoff import handoff_at_prefill_end
-from pdsim.sim.span import BatchClock
+from pdsim.sim.span import SpanPlanner
 from pdsim.sim.state import InstanceSide, SimHooks, SimRequest
 from pdsim.sim.steptime import StepSeries
 from pdsim.sim.topology import Placement
@@ -75,9 +75,9 @@ class InstanceBase(InstanceSide):
         self.busy_s = 0.0
         self.iterations = 0
         self._batch_size = 0
-        self.placement: Placement | None = None  # set by the engine
+        self.placement: Placement | None = None  # set by the cluster
         self._wake: Tick | None = None
-        self.clock: BatchClock | None = None  # decode and colocated: the running batch's spans
+        self.span_planner: SpanPlanner | None = None  # decode and colocated: the running batch's spans
         # the router's view is cached: what can change what `build_view` reads sets view_stale -
         # the setters of what it shows (healthy, draining, batch_size: a forward starts or the
         # loop goes idle), the entry points (dispatch, arrive, notify) and a forward's end; a
@@ -145,7 +145,7 @@ class InstanceBase(InstanceSide):
         if self.view_stale or now_s(self.events) > self._view_valid_until_s or self._last_view is None:
             self._last_view = self.build_view()
             self.view_stale = False
-            self._view_valid_until_s = self.clock.view_valid_until_s() if self.clock is not None else math.inf
+            self._view_valid_until_s = self.span_planner.view_valid_until_s() if self.span_planner is not None else math.inf
         return self._last_view
 
     def build_view(self) -> InstanceView:
@@ -165,8 +165,8 @@ class InstanceBase(InstanceSide):
         """The next scheduling decision may differ: wake the loop if it sleeps, or end a
         running decode span at its next iteration boundary (span.py)."""
         self.view_stale = True
-        if self.clock is not None:
-            self.clock.truncate()
+        if self.span_planner is not None:
+            self.span_planner.truncate()
         wake = self._wake
         if wake is not None:  # (forgotten once succeeded: no read of simpy's `triggered` property)
             self._wake = None
@@ -203,9 +203,9 @@ class InstanceBase(InstanceSide):
         self.notify()
 
     def crash(self) -> None:
-        if self.clock is not None:  # tokens of the iterations completed before the crash
-            self.clock.settle_now(self)  # type: ignore[arg-type]  # (decode, colocated: BatchOwners)
-            self.clock.span = None
+        if self.span_planner is not None:  # tokens of the iterations completed before the crash
+            self.span_planner.settle_now(self)  # type: ignore[arg-type]  # (decode, colocated: BatchOwners)
+            self.span_planner.span = None
         self.alive = False
         self.batch_size = 0
         self.notify()

@@ -194,7 +194,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
 
     def _send_chunks(self, planned: Planned) -> None:
         """Layer-wise overlap: each chunk's pages go on the wire as its forward starts (the
-        transfer still completes no earlier than the forward's end, see engine.transfer_ready)."""
+        transfer still completes no earlier than the forward's end, see Simulation.transfer_ready in cluster.py)."""
         page = self.page_size_tokens
         for sr, _, chunk in planned:
             end = sr.prompt.prefilled + chunk.new_tokens

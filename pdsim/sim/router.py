@@ -20,7 +20,7 @@ import numpy as np
 
 from pdsim.config import Config
 from pdsim.policy import InstanceView, RequestView, SloPredictor
-from pdsim.policy.router import REJECTED, RouterPolicy
+from pdsim.policy.router_policy import REJECTED, RouterPolicy
 from pdsim.sim.events import SimEnvironment, Wait, now_s, timeout
 from pdsim.sim.instance import InstanceBase
 from pdsim.sim.state import ROUTE_S, SimHooks, SimRequest

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from pdsim.config import Config
 from pdsim.policy.decisions import DecisionLog
-from pdsim.sim.engine import Simulation
+from pdsim.sim.cluster import Simulation
 from pdsim.sim.events import NoEventsLeft, now_s
 from pdsim.sim.records import delivered
 from pdsim.trace import STATUSES

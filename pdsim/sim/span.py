@@ -98,7 +98,7 @@ class Span:
         return False
 
 
-class BatchClock:
+class SpanPlanner:
     """Plans, waits out and truncates the spans of one instance's running batch."""
 
     def __init__(self, env: SimEnvironment, series: StepSeries, page_size_tokens: int, skip_ahead: bool) -> None:
@@ -252,7 +252,7 @@ class BatchClock:
 
 @trait
 class BatchOwner(InstanceSide):
-    """The instance whose running batch BatchClock.settle advances (decode and colocated
+    """The instance whose running batch SpanPlanner.settle advances (decode and colocated
     instances). A mypyc trait, not a Protocol: compiled, its attributes and methods are reached
     directly, where a Protocol's are looked up by name."""
 

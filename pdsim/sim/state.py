@@ -1,4 +1,4 @@
-"""Per-request simulation state and the hooks instances call back into the engine.
+"""Per-request simulation state and the hooks instances call back into the cluster.
 
 One `SimRequest` per request carries both halves of its life (prefill side and decode side, or
 the colocated instance), its KVPoll state and the trace timestamps; each attempt's prefill side
@@ -27,7 +27,7 @@ from pdsim.workload.request import Request
 
 @trait
 class InstanceSide:
-    """An instance as the engine and router reach it through a request (`SimRequest.prefill`,
+    """An instance as the cluster and router reach it through a request (`SimRequest.prefill`,
     `.decode`); pdsim.sim.instance.InstanceBase is one. A mypyc trait, not `Any`: compiled,
     these calls and reads are direct, not calls by name. A role implements what reaches it."""
 
@@ -81,7 +81,7 @@ class PromptState:
 
 @dataclass(init=False, slots=True, eq=False)
 class KVSend:
-    """The KV transfer of one attempt, prefill -> decode (engine.py's send_kv and its flows)."""
+    """The KV transfer of one attempt, prefill -> decode (cluster.py's send_kv and its flows)."""
 
     pages: int  # pages sent so far
     flows: list[Flow]
@@ -202,7 +202,7 @@ class SimRequest:
 
 
 class SimHooks:
-    """What instances need from the engine (implemented by `pdsim.sim.engine.Simulation`). A base
+    """What instances need from the cluster (implemented by `pdsim.sim.cluster.Simulation`). A base
     class, not a Protocol: compiled, calls through it are direct, where a Protocol's are calls by
     name."""
 

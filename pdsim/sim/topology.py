@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pdsim.config import ClusterConfig, HardwareConfig
 from pdsim.sim.network import Network, Resource
 
-BACKENDS = ("rdma", "tcp", "nvlink", "none")  # none: KV moves instantly (engine.send_kv)
+BACKENDS = ("rdma", "tcp", "nvlink", "none")  # none: KV moves instantly (Simulation.send_kv, cluster.py)
 
 
 @dataclass(frozen=True, slots=True)

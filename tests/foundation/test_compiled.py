@@ -17,7 +17,7 @@ from pdsim.compiled import PACKAGES, SourceFirst, stale_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = os.environ.get("PDSIM_REQUIRE_COMPILED") == "1"
-PROBE = "import pdsim, pdsim.compiled as c, pdsim.policy.router as r; print(c.core_compiled(), r.__file__)"
+PROBE = "import pdsim, pdsim.compiled as c, pdsim.policy.router_policy as r; print(c.core_compiled(), r.__file__)"
 
 
 def probe(pure: bool) -> tuple[bool, str]:
@@ -36,14 +36,14 @@ def compiled_here() -> bool:
 def test_pure_python_imports_the_sources() -> None:
     compiled, where = probe(pure=True)
     assert not compiled
-    assert where.endswith("pdsim/policy/router.py")
+    assert where.endswith("pdsim/policy/router_policy.py")
 
 
 def test_ci_runs_the_compiled_core() -> None:
     if not REQUIRED:
         pytest.skip("PDSIM_REQUIRE_COMPILED is not set (only CI requires the compiled core)")
     compiled, where = probe(pure=False)
-    assert compiled, f"pdsim.policy.router came from {where}"
+    assert compiled, f"pdsim.policy.router_policy came from {where}"
     assert not stale_modules(ROOT / "pdsim")
 
 

@@ -5,8 +5,8 @@ import pytest
 
 from pdsim.policy import InstanceView, RequestView, RouterState, route
 from pdsim.policy.admission import AdmissionParams
-from pdsim.policy.router import ROOM_BITS, ROOMS_AHEAD, RouterPolicy
-from pdsim.policy.routing import routing_policy_names
+from pdsim.policy.route_choice import routing_policy_names
+from pdsim.policy.router_policy import ROOM_BITS, ROOMS_AHEAD, RouterPolicy
 
 REQ = RequestView(request_id=0, input_tokens=100, output_tokens=10)
 

@@ -1,6 +1,6 @@
 """Bootstrap timeouts (pdsim.sim.deadlines): one deadline queue, outputs of one timer per request.
 
-The comparisons patch the engine's BootstrapTimeouts with the reference (source_core: where the
+The comparisons patch the cluster's BootstrapTimeouts with the reference (source_core: where the
 core runs compiled they run on its sources, tests/foundation/test_compiled.py)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from simkit import make_config, make_requests, rounded, synthetic, timeline
 
-import pdsim.sim.engine as engine
+import pdsim.sim.cluster as cluster
 from pdsim.sim import simulate
+from pdsim.sim.cluster import Simulation
 from pdsim.sim.deadlines import BootstrapSide
-from pdsim.sim.engine import Simulation
 from pdsim.sim.state import SimRequest
 from pdsim.workload.request import Workload, make_workload
 
@@ -58,7 +58,7 @@ def test_a_request_stuck_in_bootstrap_fails_at_exactly_entry_plus_timeout() -> N
 def _both(monkeypatch: pytest.MonkeyPatch, cfg: Any, workload: Workload) -> tuple[Any, Any]:
     new = simulate(cfg, workload)
     with monkeypatch.context() as m:
-        m.setattr(engine, "BootstrapTimeouts", OneTimerPerRequest)
+        m.setattr(cluster, "BootstrapTimeouts", OneTimerPerRequest)
         old = simulate(cfg, workload)
     return new, old
 
@@ -123,7 +123,7 @@ def test_pending_events_stay_few_with_many_requests_in_flight(monkeypatch: pytes
 
     new, sim = heap_sizes()
     with monkeypatch.context() as m:
-        m.setattr(engine, "BootstrapTimeouts", OneTimerPerRequest)
+        m.setattr(cluster, "BootstrapTimeouts", OneTimerPerRequest)
         old, _ = heap_sizes()
     assert max(new) < 40
     assert old[-1] > 1400  # at 30 s: every request so far

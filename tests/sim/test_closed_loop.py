@@ -12,7 +12,7 @@ from simkit import make_config, make_requests, rounded, synthetic, timeline
 
 from pdsim.config import Config
 from pdsim.metrics import Slo, summarize
-from pdsim.policy.routing import routing_policy_names
+from pdsim.policy.route_choice import routing_policy_names
 from pdsim.sim import simulate
 from pdsim.workload.closed_loop import closed_loop_of
 from pdsim.workload.errors import WorkloadError

@@ -10,7 +10,7 @@ import pytest
 from simkit import make_config, make_requests
 
 from pdsim.sim import state
-from pdsim.sim.engine import Simulation
+from pdsim.sim.cluster import Simulation
 from pdsim.sim.records import SimRecorder
 from pdsim.sim.state import (
     FINISH_S,

@@ -12,7 +12,7 @@ from test_scaling_sim import SCALE, shift_config, shift_workload
 from test_skip_ahead import SCENARIOS, _run
 
 from pdsim.policy.admission import AdmissionParams
-from pdsim.policy.router import RouterPolicy
+from pdsim.policy.router_policy import RouterPolicy
 from pdsim.sim import SimResult, simulate
 from pdsim.sim.router import Router
 

@@ -8,7 +8,7 @@ import pytest
 import simpy
 from simkit import make_config, make_requests
 
-from pdsim.sim.engine import Simulation
+from pdsim.sim.cluster import Simulation
 from pdsim.sim.run import SimulationStuck, _run
 
 

@@ -27,7 +27,7 @@ from pdsim.perf import (
 )
 from pdsim.perf.catalog import load_hardware, load_model
 from pdsim.perf.steps.decode import CallStep
-from pdsim.policy.router import HEALTH_ONLY_ROUTING
+from pdsim.policy.router_policy import HEALTH_ONLY_ROUTING
 from pdsim.sim import simulate
 from pdsim.sim import span as span_module
 from pdsim.sim.instance import InstanceBase

@@ -26,7 +26,7 @@ from pdsim.policy.admission import (
     SloPredictor,
     admit,
 )
-from pdsim.policy.routing import route, routing_policy_names
+from pdsim.policy.route_choice import route, routing_policy_names
 from pdsim.policy.routing_state import RouterState, RoutingParams
 from pdsim.policy.views import InstanceView, RequestView
 

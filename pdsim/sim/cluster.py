@@ -1,4 +1,4 @@
-"""The simulation: builds instances, network and router from a Config, owns request lifecycles.
+"""The simulated cluster: instances, network and router built from a Config; request lifecycles.
 
 `Simulation` implements the hooks instances call (`SimHooks`): delayed callbacks, finishing and
 aborting requests (with optional retry), sending KV chunks and concluding transfers. It keeps
