@@ -111,7 +111,12 @@ def simpy_timeouts_per_cpu_s(n: int = SIMPY_TIMEOUTS) -> float:
 
 
 def run_case(overrides: list[str]) -> dict[str, float | int | str]:
-    """Child process: simulate one configuration, return its measurements."""
+    """Child process: simulate one configuration, return its measurements. The libraries a run's
+    outputs need (numpy, pandas, pyarrow) are imported before the clock starts, whichever module
+    of the tree imports them first (start-up is measured apart: --startup, benchmarks/startup.py)."""
+    import numpy  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow  # noqa: F401
     from hydra import compose, initialize_config_dir
 
     from pdsim.config import register_configs, to_config
