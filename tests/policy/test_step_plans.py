@@ -37,19 +37,11 @@ def memory(free_pages: int, active: list[Req], running: list[Req]) -> DecodeMemo
     )
 
 
-@dataclass
-class Decode:
-    """A minimal DecodeExecutor: its queues as lists, free pages, and the memory view it reports."""
+class RunningLists:
+    """The RunningBatch half both fakes share: running requests and free pages as plain fields."""
 
     running: list[Req]
     free: int
-    memory: DecodeMemoryView
-    retracted: list[Req] = field(default_factory=list)
-    handshaken: list[Req] = field(default_factory=list)
-    waiting: list[Req] = field(default_factory=list)
-    num_transfer: int = 0
-    arrived: list[Req] = field(default_factory=list)
-    taken: list[tuple[Req, ...]] = field(default_factory=list)
 
     def running_requests(self) -> list[Req]:
         return self.running
@@ -62,6 +54,21 @@ class Decode:
 
     def request_view(self, r: Req) -> RequestView:
         return r.view()
+
+
+@dataclass
+class Decode(RunningLists):
+    """A minimal DecodeExecutor: its queues as lists, free pages, and the memory view it reports."""
+
+    running: list[Req]
+    free: int
+    memory: DecodeMemoryView
+    retracted: list[Req] = field(default_factory=list)
+    handshaken: list[Req] = field(default_factory=list)
+    waiting: list[Req] = field(default_factory=list)
+    num_transfer: int = 0
+    arrived: list[Req] = field(default_factory=list)
+    taken: list[tuple[Req, ...]] = field(default_factory=list)
 
     def retracted_requests(self) -> list[Req]:
         return self.retracted
@@ -145,25 +152,13 @@ def test_first_admission_boundary_waits_for_the_batch_to_free_memory() -> None:
 
 
 @dataclass
-class Colocated:
+class Colocated(RunningLists):
     """A minimal ColocatedExecutor: running requests, a waiting queue, free pages."""
 
     running: list[Req]
     waiting: list[Req]
     free: int
     applied: list[GrowthPlan] = field(default_factory=list)
-
-    def running_requests(self) -> list[Req]:
-        return self.running
-
-    def free_pages(self) -> int:
-        return self.free
-
-    def kv_tokens(self, r: Req) -> int:
-        return r.kv
-
-    def request_view(self, r: Req) -> RequestView:
-        return r.view()
 
     def apply_growth(self, plan: GrowthPlan) -> None:
         self.applied.append(plan)
