@@ -195,18 +195,20 @@ def test_closed_loop_replay_keeps_concurrency_and_counts_the_steady_window(clust
 
 
 def test_closed_loop_replay_ramps_its_first_wave(cluster, tmp_path: Path) -> None:  # noqa: ANN001
-    # scenario.client_ramp_s as pdsim runs it (ClosedLoop.first_send_s): client i at i * 0.6 / 3
+    # scenario.client_ramp_s as pdsim runs it (ClosedLoop.first_send_s): client i at i * 0.3 / 3;
+    # 40 output tokens keep every client's first request running past the ramp (else the next
+    # request in the workload goes to the client that is free first, as in pdsim)
     from pdreal.replay_cli import run_replay_command
 
     out = tmp_path / "ramp"
     args = argparse.Namespace(
         url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=3, max_duration_s=0.0, drain_timeout_s=120.0,
         max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=3, think_s=None,
-        overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=2",
-                   "scenario.client_ramp_s=0.6"])
+        overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=40",
+                   "scenario.client_ramp_s=0.3"])
     assert run_replay_command(args) == 0
     sends = np.sort(read_trace(out / "trace.parquet")["arrival_s"].to_numpy())
-    due = np.array([0.0, 0.2, 0.4])
+    due = np.array([0.0, 0.1, 0.2])
     assert ((sends >= due - 0.01) & (sends <= due + 0.15)).all(), sends  # never early; late by scheduling only
 
 
