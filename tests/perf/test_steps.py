@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from roofline_cases import ROOFLINE_DECODE_ARGS, ROOFLINE_DECODE_CASES
 
 from pdsim.perf import FittedModel, LinearModel, RooflineModel, StepOverheadModel
 from pdsim.perf.catalog import load_hardware, load_model
@@ -42,12 +43,7 @@ def test_roofline_prefill_step_is_the_general_step(model_name: str, hardware: st
     assert fast.time_s([]) == model.prefill_time_s([]) == 0.0
 
 
-@pytest.mark.parametrize("model_name,tp,mfu,mbu", [
-    ("llama3_8b", 1, 0.5, 0.7), ("llama3_70b", 8, 0.5, 0.7), ("deepseek_v3", 8, 0.45, 0.5),
-    ("qwen3_30b_a3b", 2, 0.5, 0.7),
-    ("llama3_8b", 3, 0.37, 0.25),  # every divisor of the compute term divided, mbu a power of two
-    ("llama3_70b", 4, 0.25, 0.125),  # every divisor but the hardware's a power of two
-])
+@pytest.mark.parametrize(ROOFLINE_DECODE_ARGS, ROOFLINE_DECODE_CASES)
 def test_roofline_decode_step_is_the_general_step(model_name: str, tp: int, mfu: float, mbu: float) -> None:
     """RooflineStep (the context-free operators from the model's terms, attention inline, its
     divisions by powers of two folded into one multiplication) against the general step."""

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from librt.vecs import vec
+from roofline_cases import ROOFLINE_DECODE_ARGS, ROOFLINE_DECODE_CASES
 from simkit import make_config, make_requests, synthetic
 
 from pdsim.config import PerfConfig
@@ -202,12 +203,7 @@ def _assert_walks(times: SpanTimes, start_s: float, ref: list[float]) -> None:
         assert times.add_steps(0.5, first, k) == total and type(times.add_steps(0.5, first, k)) is float
 
 
-@pytest.mark.parametrize("model_name,tp,mfu,mbu", [
-    ("llama3_8b", 1, 0.5, 0.7), ("llama3_70b", 8, 0.5, 0.7), ("deepseek_v3", 8, 0.45, 0.5),
-    ("qwen3_30b_a3b", 2, 0.5, 0.7),
-    ("llama3_8b", 3, 0.37, 0.25),  # every divisor of the compute term divided, mbu a power of two
-    ("llama3_70b", 4, 0.25, 0.125),  # every divisor but the hardware's a power of two
-])
+@pytest.mark.parametrize(ROOFLINE_DECODE_ARGS, ROOFLINE_DECODE_CASES)
 def test_roofline_span_times_are_its_steps_bit_for_bit(model_name: str, tp: int, mfu: float, mbu: float) -> None:
     # the span adds up the model's steps in one loop (RooflineStep._walk, its divisions by powers
     # of two made one multiplication where they can be): the same bits as one step at a time
