@@ -14,6 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pdsim.parallel import Parallel
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -114,6 +116,9 @@ class ModelConfig:
     # GEMM (linear layer) quantization, AIConfigurator's names: bf16 | fp8 (per-tensor) |
     # fp8_block | nvfp4 | int4_wo (weight-only); "" = the checkpoint's dtype (docs/PRECISION.md)
     gemm_quant: str = ""
+    # routed-expert quantization (MoE models), AIConfigurator's names: bf16 | fp8 | fp8_block |
+    # nvfp4 | int4_wo | w4a16_mxfp4 | w4a8_mxfp4_mxfp8; "" = as gemm_quant
+    moe_quant: str = ""
     max_position_embeddings: int = 0  # learned positional table rows (OPT); 0 = RoPE, no table
 
 
@@ -154,6 +159,16 @@ class ClusterConfig:
     prefill_tp: int = 1
     decode_tp: int = 1
     colocated_tp: int = 1
+    # attention data parallelism (SGLang --dp-size with --enable-dp-attention, TRT-LLM
+    # enable_attention_dp): DP ranks per instance, each of *_tp GPUs with its own batch and KV;
+    # an instance has tp x dp GPUs (pdsim/perf/parallel.py)
+    prefill_dp: int = 1
+    decode_dp: int = 1
+    colocated_dp: int = 1
+    # expert parallelism of the MoE layers over the instance's GPUs (MoE TP = GPUs / EP)
+    prefill_moe_ep: int = 1
+    decode_moe_ep: int = 1
+    colocated_moe_ep: int = 1
     page_size_tokens: int = 16
     gpu_memory_utilization: float = 0.9
     kv_capacity_tokens: int = 0  # >0 overrides the perf model's capacity (per instance)
@@ -183,6 +198,12 @@ class ClusterConfig:
     # before the prefill forward; the prefill waits in its bootstrap queue) | prefill_end (the
     # request is handed to decode when its prefill ends, pages are allocated then; DistServe)
     kv_handoff: str = "prealloc"
+
+    def parallel(self, side: str) -> Parallel:
+        """The layout of one side's instances (side: prefill | decode | colocated)."""
+        if side not in ("prefill", "decode", "colocated"):
+            raise ValueError(f"cluster: side must be prefill, decode or colocated, got {side!r}")
+        return Parallel(getattr(self, f"{side}_tp"), getattr(self, f"{side}_dp"), getattr(self, f"{side}_moe_ep"))
 
     @property
     def dispatch_delay_s(self) -> float:
@@ -468,12 +489,8 @@ def validate_values(cfg: Config) -> None:
         if getattr(s, name) not in allowed:
             raise ValueError(f"slo: field {name!r} has unknown value {getattr(s, name)!r} (choose from {allowed})")
     c = cfg.cluster
-    sides = ("colocated_tp",) if c.mode == "colocated" else ("prefill_tp", "decode_tp")
-    for name in sides:
-        tp = getattr(c, name)
-        if tp < 1 or cfg.model.num_heads % tp:
-            raise ValueError(f"cluster: field {name!r} = {tp} does not divide model {cfg.model.name}'s "
-                             f"{cfg.model.num_heads} attention heads")
+    for side in ("colocated",) if c.mode == "colocated" else ("prefill", "decode"):
+        c.parallel(side).validate(cfg.model.num_heads, cfg.model.num_experts, cfg.model.name, f"{side}_")
     if c.prefix_cache_tokens < 0:
         raise ValueError(f"cluster: field 'prefix_cache_tokens' must be >= 0, got {c.prefix_cache_tokens}")
     _validate_precision(cfg.model)
@@ -482,11 +499,12 @@ def validate_values(cfg: Config) -> None:
 
 
 GEMM_QUANTS = ("", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo")
+MOE_QUANTS = (*GEMM_QUANTS, "w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
 KV_DTYPES = ("", "bf16", "fp16", "fp8")
 
 
 def _validate_precision(model: ModelConfig) -> None:
-    for name, allowed in (("gemm_quant", GEMM_QUANTS), ("kv_dtype", KV_DTYPES)):
+    for name, allowed in (("gemm_quant", GEMM_QUANTS), ("moe_quant", MOE_QUANTS), ("kv_dtype", KV_DTYPES)):
         if getattr(model, name) not in allowed:
             raise ValueError(f"model: field {name!r} has unknown value {getattr(model, name)!r} "
                              f"(choose from {allowed})")
