@@ -13,7 +13,12 @@ One *table set* is one (system, engine, version) folder under data/aic/ holding,
 - `mla_context.csv` / `mla_generation.csv` (batch_size, isl | step, num_heads): DeepSeek-V3's
   multi-head latent attention with its 128 heads split over TP ranks (num_heads per rank);
 - `moe.csv` (moe_dtype, hidden_size, inter_size, topk, num_experts, moe_tp_size, num_tokens):
-  one fused MoE layer (balanced routing, experts split by TP, no EP).
+  one fused MoE layer (balanced routing, experts split by TP, no EP); the quantized sets add
+  moe_ep_size and distribution ("balanced", "power_law_1.01"): `OpTables.moe_grid`;
+- quantized sets (extract_moe.py): `mla_context_fp8` / `mla_generation_fp8` (fp8 KV cache) and,
+  for vLLM, `mla_{context,generation}_module[_fp8]` (the whole attention module, projections
+  included: `load_mla`); `mla_bmm` (MLA decode's absorbed BMMs: `load_mla_bmm`); `nccl` (op,
+  num_gpus, message_bytes): NCCL collectives (`OpTables.collective`).
 
 `LogGrid` interpolates a table multilinearly in log(latency) over log(axes): exact at measured
 points, power laws between them, clamped below the first point and extrapolated along the last
@@ -49,6 +54,9 @@ VIDUR_HBM_GBPS = {"a100": 2039.0, "h100": 3350.0}  # the GPUs Vidur profiled (ca
 # on (extract.py); the newer sets (extract_quant.py) come in by naming their version, on GPUs the
 # defaults do not cover, or when a model needs a table only they have (a quant mode, fp8 KV).
 DEFAULT_VERSIONS = {"sglang": "0.5.10", "vllm": "0.14.0"}
+DEFAULT_MOE_DISTRIBUTION = "balanced"  # the older sets' only routing
+COLLECTIVES = ("all_gather", "reduce_scatter", "alltoall", "all_reduce")
+MoeShape = tuple[int, int, int, int]  # hidden_size, expert inter_size, top-k, routed experts
 
 Row = tuple[list[float], list[float], list[float], list[float]]  # LogGrid.second_row: row, drow, axis, width
 # LogGrid._second_third: weights and corner indices along two axes
@@ -299,15 +307,35 @@ class OpTables:
     generation_attention: HeadTables
     allreduce: dict[int, LogGrid]  # by num_gpus
     moe: pd.DataFrame  # raw rows; moe_grid picks a shape
-    mla_context: HeadTables | None = None  # DeepSeek-V3 MLA by query heads per rank (KV: 1 latent)
+    mla_context: HeadTables | None = None  # MLA attention by query heads per rank (KV: 1 latent), bf16 KV
     mla_generation: HeadTables | None = None
+    nccl: pd.DataFrame = field(default_factory=pd.DataFrame)  # raw rows; collective picks an op
+    _memo: dict = field(default_factory=dict, repr=False)  # moe_grid's and collective's grids
 
-    def moe_grid(self, dtype: str, shape: tuple[int, int, int, int], tp: int) -> LogGrid | None:
-        hidden, inter, topk, experts = shape
-        df = self.moe
-        rows = df[(df.moe_dtype == dtype) & (df.hidden_size == hidden) & (df.inter_size == inter)
-                  & (df.topk == topk) & (df.num_experts == experts) & (df.moe_tp_size == tp)]
-        return LogGrid.from_frame(rows, ("num_tokens",), "moe") if len(rows) else None
+    def moe_grid(self, dtype: str, shape: MoeShape, moe_tp: int, moe_ep: int = 1,
+                 distribution: str = DEFAULT_MOE_DISTRIBUTION) -> LogGrid | None:
+        """One fused MoE layer (ms) over num_tokens, experts split moe_tp x moe_ep ways; None
+        where the set never measured that dtype, shape, split and routing."""
+        key = ("moe", dtype, *shape, moe_tp, moe_ep, distribution)
+        if key not in self._memo:
+            hidden, inter, topk, experts = shape
+            df = self.moe
+            rows = df[(df.moe_dtype == dtype) & (df.hidden_size == hidden) & (df.inter_size == inter)
+                      & (df.topk == topk) & (df.num_experts == experts) & (df.moe_tp_size == moe_tp)
+                      & (df.moe_ep_size == moe_ep) & (df.distribution == distribution)] if len(df) else df
+            self._memo[key] = LogGrid.from_frame(rows, ("num_tokens",), "moe") if len(rows) else None
+        return self._memo[key]
+
+    def collective(self, op: str) -> dict[int, LogGrid]:
+        """NCCL `op` (one of COLLECTIVES) by num_gpus: ms over message_bytes; {} where the set
+        has no nccl table."""
+        if op not in COLLECTIVES:
+            raise ValueError(f"perf: unknown collective {op!r} (have {list(COLLECTIVES)})")
+        if op not in self._memo:
+            rows = self.nccl[self.nccl.op == op] if len(self.nccl) else pd.DataFrame(columns=["num_gpus"])
+            self._memo[op] = {int(g): LogGrid.from_frame(part, ("message_bytes",), f"{self.source} {op}")
+                              for g, part in rows.groupby("num_gpus")}
+        return self._memo[op]
 
 
 def table_sets() -> list[str]:
@@ -363,7 +391,7 @@ def load_tables(name: str) -> OpTables:
     """One table set by folder name (cached: the tables are read-only)."""
     folder = AIC_DIR / name
     comm = _read(folder, "allreduce")
-    moe_path = table_file(folder, "moe")
+    moe_path, nccl_path = table_file(folder, "moe"), table_file(folder, "nccl")
 
     def mla(phase: str, axis: str) -> HeadTables | None:
         path = table_file(folder, f"mla_{phase}")
@@ -377,10 +405,20 @@ def load_tables(name: str) -> OpTables:
         generation_attention=HeadTables.from_frame(_read(folder, "generation_attention"), "step", name),
         allreduce={int(g): LogGrid.from_frame(part, ("message_size",), f"{name} allreduce")
                    for g, part in comm.groupby("num_gpus")},
-        moe=pd.read_csv(moe_path) if moe_path else pd.DataFrame(),
+        moe=_moe_rows(pd.read_csv(moe_path)) if moe_path else pd.DataFrame(),
         mla_context=mla("context", "isl"),
         mla_generation=mla("generation", "step"),
+        nccl=pd.read_csv(nccl_path) if nccl_path else pd.DataFrame(),
     )
+
+
+def _moe_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The older sets' moe.csv has neither EP nor routing columns: no EP, balanced."""
+    if "moe_ep_size" not in df:
+        df = df.assign(moe_ep_size=1)
+    if "distribution" not in df:
+        df = df.assign(distribution=DEFAULT_MOE_DISTRIBUTION)
+    return df
 
 
 @cache
@@ -393,6 +431,35 @@ def load_quant_gemm(name: str, quant: str) -> LogGrid:
 def load_kv_generation(name: str, kv_dtype: str) -> HeadTables:
     """Decode attention against a KV cache of `kv_dtype` (`generation_attention_<kv>.csv`)."""
     return HeadTables.from_frame(_read(AIC_DIR / name, f"generation_attention_{kv_dtype}"), "step", name)
+
+
+@cache
+def load_mla(name: str, phase: str, kv_dtype: str = "bfloat16", gemm_type: str = "") -> HeadTables:
+    """MLA of one phase ("context" | "generation") against a KV cache of `kv_dtype`, by query
+    heads per rank: the attention kernel alone (`mla_<phase>[_fp8]`), or with `gemm_type`
+    (bfloat16 | fp8_block) the whole attention module of DeepSeek-V3's shapes, projections
+    included (`mla_<phase>_module[_fp8]`, the only MLA tables of the vLLM sets): that one stands
+    for projections + attention, it is not added to them."""
+    if phase not in ("context", "generation"):
+        raise ValueError(f"perf: MLA phase must be 'context' or 'generation', got {phase!r}")
+    stem = f"mla_{phase}{'_module' if gemm_type else ''}{'' if kv_dtype == 'bfloat16' else '_' + kv_dtype}"
+    df = _read(AIC_DIR / name, stem)
+    if gemm_type:
+        if gemm_type not in set(df.gemm_type):
+            raise ValueError(f"perf: {name} {stem} has no gemm_type {gemm_type!r} (has {sorted(set(df.gemm_type))})")
+        df = df[df.gemm_type == gemm_type]
+    return HeadTables.from_frame(df.assign(num_key_value_heads=1), "isl" if phase == "context" else "step", name)
+
+
+@cache
+def load_mla_bmm(name: str, op: str, bmm_dtype: str = "bfloat16") -> LogGrid:
+    """MLA decode's absorbed BMM `op` ("mla_gen_pre" | "mla_gen_post"): ms over (num_tokens,
+    num_heads per rank)."""
+    df = _read(AIC_DIR / name, "mla_bmm")
+    rows = df[(df.op == op) & (df.bmm_dtype == bmm_dtype)]
+    if rows.empty:
+        raise ValueError(f"perf: {name} mla_bmm has no op={op!r} bmm_dtype={bmm_dtype!r}")
+    return LogGrid.from_frame(rows, ("num_tokens", "num_heads"), f"{name} mla_bmm")
 
 
 @cache
