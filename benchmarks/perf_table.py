@@ -8,7 +8,8 @@ median signed error ("bias"). Sections (sources and licences: pdsim/perf/data/SO
 - `ops`: AIConfigurator tables, every (GPU, engine) set and every quant table (GEMM per quant
   mode, decode attention per KV dtype): the grid the model interpolates is the fit part; the
   held-back rows (GEMMs with n or k off the power-of-two grid, attention with a head count off
-  it) are predicted by interpolation. By operator and shape.
+  it, fused MoE and MLA prefill with num_tokens / prompt length off it) are predicted by
+  interpolation. By operator and shape.
 - `engines`: cross-engine: steps composed from SGLang 0.5.10 tables vs the same steps from
   vLLM 0.14.0 tables on the same GPU (catalog models, decode and prefill shapes).
 - `vidur`: cross-source: AIConfigurator GEMMs (SGLang 0.5.10) vs Vidur's measured projection
@@ -43,6 +44,7 @@ from pdsim.perf.optables import (
     DATA_DIR,
     LogGrid,
     load_kv_generation,
+    load_mla,
     load_quant_gemm,
     load_tables,
     table_file,
@@ -103,9 +105,43 @@ def section_ops() -> None:
                     zip(a.num_heads, a.num_key_value_heads, a.batch_size, a[axis], strict=True)]
             rows.append(a.assign(set=name, op=f"{phase}_attn{'_kv_' + kv if kv else ''}",
                                  err=np.array(pred) / a.latency_ms - 1, shape=_bucket(a[axis], (512, 4096), "len")))
+        rows += _held_moe(name) + _held_mla_context(name)
     df = pd.concat(rows, ignore_index=True)
     print_groups("ops: AIConfigurator held-back rows, by operator and set", df, ["op", "set"])
     print_groups("ops: by operator and shape (all sets)", df, ["op", "shape"])
+
+
+def _held_moe(name: str) -> list[pd.DataFrame]:
+    """Fused MoE at num_tokens off the power-of-two grid, by dtype (extract_moe.py's sets)."""
+    path = table_file(AIC_DIR / name, "heldout_moe")
+    if path is None:
+        return []
+    held, tables = pd.read_csv(path), load_tables(name)
+    pred = []
+    for r in held.itertuples():
+        grid = tables.moe_grid(r.moe_dtype, (r.hidden_size, r.inter_size, r.topk, r.num_experts),
+                               r.moe_tp_size, r.moe_ep_size, r.distribution)
+        pred.append(grid(r.num_tokens) if grid is not None else np.nan)
+    return [held.assign(set=name, op="moe_" + held.moe_dtype, err=np.array(pred) / held.latency_ms - 1,
+                        shape=_bucket(held.num_tokens, (64, 1024), "tokens"))]
+
+
+def _held_mla_context(name: str) -> list[pd.DataFrame]:
+    """MLA prefill at prompt lengths off the power-of-two grid, per KV dtype (and per GEMM dtype
+    for vLLM's whole-module tables)."""
+    frames = []
+    for module, kv in ((m, kv) for m in ("", "_module") for kv in ("bfloat16", "fp8")):
+        path = table_file(AIC_DIR / name, f"heldout_mla_context{module}{'_fp8' if kv == 'fp8' else ''}")
+        if path is None:
+            continue
+        held = pd.read_csv(path)
+        for gemm, part in held.groupby("gemm_type") if module else [("", held)]:
+            table = load_mla(name, "context", kv, gemm)
+            pred = [table(h, 1, b, t) for h, b, t in zip(part.num_heads, part.batch_size, part.isl, strict=True)]
+            op = f"mla_context{'_module_' + gemm if gemm else ''}{'_kv_fp8' if kv == 'fp8' else ''}"
+            frames.append(part.assign(set=name, op=op, err=np.array(pred) / part.latency_ms - 1,
+                                      shape=_bucket(part.isl, (512, 4096), "len")))
+    return frames
 
 
 def _shapes() -> list[tuple[str, int, int]]:

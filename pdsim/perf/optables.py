@@ -437,9 +437,9 @@ def load_kv_generation(name: str, kv_dtype: str) -> HeadTables:
 def load_mla(name: str, phase: str, kv_dtype: str = "bfloat16", gemm_type: str = "") -> HeadTables:
     """MLA of one phase ("context" | "generation") against a KV cache of `kv_dtype`, by query
     heads per rank: the attention kernel alone (`mla_<phase>[_fp8]`), or with `gemm_type`
-    (bfloat16 | fp8_block) the whole attention module of DeepSeek-V3's shapes, projections
-    included (`mla_<phase>_module[_fp8]`, the only MLA tables of the vLLM sets): that one stands
-    for projections + attention, it is not added to them."""
+    (bfloat16, fp8_block; nvfp4 on Blackwell) the whole attention module of DeepSeek-V3's
+    shapes, projections included (`mla_<phase>_module[_fp8]`, the only MLA tables of the vLLM
+    sets): that one stands for projections + attention, it is not added to them."""
     if phase not in ("context", "generation"):
         raise ValueError(f"perf: MLA phase must be 'context' or 'generation', got {phase!r}")
     stem = f"mla_{phase}{'_module' if gemm_type else ''}{'' if kv_dtype == 'bfloat16' else '_' + kv_dtype}"

@@ -14,7 +14,8 @@ attention tables, writes one folder aic/<system>_<engine>_<version>/ of gzipped 
 - `allreduce.csv.gz` from the engine's comm tables (same version, else the newest it has);
 - `heldout_*.csv.gz`: the rows left out of each grid (a seeded sample) for benchmarks/perf_table.py.
 
-The older sets (extract.py) stay as they are. MoE and MLA tables are left to the MoE issue.
+The older sets (extract.py) stay as they are. extract_moe.py adds MoE, MLA and NCCL tables to
+these sets.
 Not imported by pdsim.
 """
 
