@@ -120,6 +120,23 @@ class ModelConfig:
     # nvfp4 | int4_wo | w4a16_mxfp4 | w4a8_mxfp4_mxfp8; "" = as gemm_quant
     moe_quant: str = ""
     max_position_embeddings: int = 0  # learned positional table rows (OPT); 0 = RoPE, no table
+    # Layer kinds (pdsim/perf/spec.py): num_layers minus the two kinds below are full attention.
+    # Sliding-window attention layers (gpt-oss): each query sees the last sliding_window_tokens
+    num_sliding_layers: int = 0
+    sliding_window_tokens: int = 0
+    attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): no KV, ~no weights
+    attn_output_gate: bool = False  # sigmoid gate on attention's output (q_proj emits 2x; Qwen3.5)
+    # Linear-attention layers (Qwen3.5's Gated DeltaNet): no per-token KV, a fixed state per request
+    num_linear_attention_layers: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    linear_state_dtype: str = ""  # recurrent state (config's mamba_ssm_dtype); "" = dtype
+    # sparse attention (DeepSeek Sparse Attention: GLM-5's index_topk): keys each query attends
+    # to, 0 = dense; not modelled, so a perf model can refuse it by name
+    sparse_attention_topk: int = 0
 
 
 @dataclass
@@ -494,6 +511,7 @@ def validate_values(cfg: Config) -> None:
     if c.prefix_cache_tokens < 0:
         raise ValueError(f"cluster: field 'prefix_cache_tokens' must be >= 0, got {c.prefix_cache_tokens}")
     _validate_precision(cfg.model)
+    _validate_layer_kinds(cfg.model)
     if cfg.search.max_probes < 2:
         raise ValueError(f"search: field 'max_probes' must be >= 2, got {cfg.search.max_probes}")
 
@@ -508,6 +526,27 @@ def _validate_precision(model: ModelConfig) -> None:
         if getattr(model, name) not in allowed:
             raise ValueError(f"model: field {name!r} has unknown value {getattr(model, name)!r} "
                              f"(choose from {allowed})")
+
+
+def _validate_layer_kinds(model: ModelConfig) -> None:
+    """Sliding and linear-attention layers fit in num_layers and carry the shape they need."""
+    m = model
+    if not 0 <= m.num_sliding_layers + m.num_linear_attention_layers <= m.num_layers:
+        raise ValueError(f"model: num_sliding_layers ({m.num_sliding_layers}) + num_linear_attention_layers "
+                         f"({m.num_linear_attention_layers}) must be in [0, num_layers={m.num_layers}]")
+    if m.num_sliding_layers and m.sliding_window_tokens < 1:
+        raise ValueError(f"model: num_sliding_layers={m.num_sliding_layers} needs sliding_window_tokens >= 1, "
+                         f"got {m.sliding_window_tokens}")
+    shape = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+             "linear_conv_kernel_dim")
+    bad = [name for name in shape if getattr(m, name) < 1]
+    if m.num_linear_attention_layers and bad:
+        raise ValueError(f"model: num_linear_attention_layers={m.num_linear_attention_layers} needs {bad} >= 1")
+    if m.linear_state_dtype not in KV_DTYPES + ("fp32",):
+        raise ValueError(f"model: field 'linear_state_dtype' has unknown value {m.linear_state_dtype!r} "
+                         f"(choose from {KV_DTYPES + ('fp32',)})")
+    if m.sparse_attention_topk < 0:
+        raise ValueError(f"model: field 'sparse_attention_topk' must be >= 0, got {m.sparse_attention_topk}")
 
 
 def _apply_total_instances(cluster: ClusterConfig) -> None:
