@@ -29,6 +29,14 @@ MODELS: dict[str, str] = {
     "meta-llama/Llama-3.1-8B-Instruct": "llama3_8b",
     "deepseek-ai/DeepSeek-V3": "deepseek_v3",
     "deepseek-ai/DeepSeek-R1": "deepseek_v3",  # same architecture as V3 (config.json)
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek_v3",
+    "nvidia/DeepSeek-V3.1-NVFP4": "deepseek_v3",
+    "openai/gpt-oss-120b": "gpt_oss_120b",
+    "moonshotai/Kimi-K2.5": "kimi_k25",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3_235b_a22b",
+    "MiniMaxAI/MiniMax-M2.5": "minimax_m25",
+    "zhipuai/GLM-5": "glm5",
+    "Qwen/Qwen3.5-397B-A17B": "qwen35_397b_a17b",
 }
 # silicon system -> catalog hardware (the operator tables of that GPU: hardware.op_tables)
 SYSTEMS: dict[str, str] = {"h100_sxm": "h100", "b200_sxm": "b200", "h200_sxm": "h200", "b300_sxm": "b300",
@@ -63,7 +71,9 @@ ENGINES: dict[str, Engine] = {
 # quant modes the measured perf model composes ("" = the checkpoint's own dtype, bf16 here); a
 # pinned table version without the mode's tables gives way to the newest set that has them
 SUPPORTED_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo"}
-SUPPORTED_MOE_QUANT = {"", "bf16"}  # MoE quant modes: issue 40
+# routed-expert quant modes with fused-MoE tables (a row also needs its shape, MoE TP and EP in
+# the set's moe table: _moe_gap)
+SUPPORTED_MOE_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "w4a8_mxfp4_mxfp8"}
 # Engine step overhead (ms per step, perf.overhead_s) per (engine, operator-table version): the
 # median of measured - predicted TPOT over the dev split's dense rows run with none, clamped at 0
 # (docs/PRECISION.md). One number per engine and version; nothing per row.
@@ -172,10 +182,6 @@ def parse_row(raw: dict[str, str]) -> SiliconRow:
         raise ValueError(f"row {raw.get('id', '?')}: {exc}") from None
 
 
-# models of the dev split pdsim's catalog lacks, and why (the MoE issue adds them)
-MOE_MODELS = ("MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3.5-397B-A17B", "openai/gpt-oss-120b",
-              "moonshotai/Kimi-K2.5", "Qwen/Qwen3-235B-A22B-FP8", "zhipuai/GLM-5",
-              "nvidia/DeepSeek-R1-NVFP4", "nvidia/DeepSeek-V3.1-NVFP4")
 # AIConfigurator's aiperf template: 2 C warm-up requests, then 20 C profiled
 MIN_REQUESTS, WARMUP_PER_CLIENT, PROFILED_PER_CLIENT = 60, 2, 20
 # AIPerf's synthetic dataset: 100 prompts (--num-dataset-entries), drawn in shuffled passes by
@@ -226,8 +232,7 @@ def workload_overrides(row: SiliconRow, prefix_cache: str = "off") -> list[str]:
 def _model_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, list[str]]:
     name = MODELS.get(row.model_path)
     if name is None or name not in cat.models:
-        tag = f" (MoE, {ISSUE_MOE})" if row.model_path in MOE_MODELS else ""
-        return None, [f"model {row.model_path} not in catalog{tag}"]
+        return None, [f"model {row.model_path} not in catalog"]
     dtype, moe = cat.models[name]
     gaps = []
     quant = {"gemm_quant_mode": row.gemm_quant}
@@ -265,6 +270,11 @@ def precision_of(row: SiliconRow) -> tuple[str, str]:
     return quant, kv
 
 
+def moe_quant_of(row: SiliconRow) -> str:
+    """model.moe_quant of a row: its MoE quant mode ("" = as the GEMMs)."""
+    return row.moe_quant if row.moe_quant not in ("", "bf16") else ""
+
+
 def step_overhead_s(backend: str, table_set: str) -> float:
     return STEP_OVERHEAD_MS.get((backend, table_set.rsplit("_", 1)[1]), 0.0) / 1e3
 
@@ -293,17 +303,25 @@ def _resolve(backend: str, model: str, quant: str, kv: str, system: str) -> str:
 
 
 def _side_gaps(side: Side, label: str, moe: bool) -> list[str]:
+    """What pdsim cannot express of one engine shape (pdsim/parallel.py: TP x attention DP,
+    MoE TP x EP over the same GPUs)."""
     where = f"{label} " if label else ""
     gaps = []
     if side.pp > 1:
         gaps.append(f"{where}pipeline parallelism (pp_size={side.pp}) not modelled")
-    if side.attention_dp > 1:
-        gaps.append(f"{where}attention DP (attention_dp_size={side.attention_dp}) not modelled ({ISSUE_MOE})")
-    if side.moe_ep > 1:
-        gaps.append(f"{where}MoE expert parallelism (moe_ep_size={side.moe_ep}) not modelled ({ISSUE_MOE})")
-    elif moe and side.moe_tp != side.tp:
-        gaps.append(f"{where}MoE TP {side.moe_tp} != TP {side.tp} not modelled ({ISSUE_MOE})")
+    gpus = side.tp * side.attention_dp
+    if moe and side.moe_tp * side.moe_ep != gpus:
+        gaps.append(f"{where}MoE TP {side.moe_tp} x EP {side.moe_ep} != TP {side.tp} x attention DP "
+                    f"{side.attention_dp} GPUs")
+    if not moe and (side.moe_ep > 1 or side.attention_dp > 1):
+        gaps.append(f"{where}attention DP / EP on a dense model not modelled")
     return gaps
+
+
+def _layout(side: Side, prefix: str) -> list[str]:
+    """cluster overrides of one side's layout (prefix: colocated | prefill | decode)."""
+    return [f"cluster.{prefix}_tp={side.tp}", f"cluster.{prefix}_dp={side.attention_dp}",
+            f"cluster.{prefix}_moe_ep={side.moe_ep}"]
 
 
 # Per-forward token budget as AIConfigurator's benchmark rules deploy an engine
@@ -339,7 +357,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
             return [], ["agg row without tp_size"]
         engine = ENGINES.get(row.backend)  # None: unsupported anyway (_engine_gaps says why)
         schedule = f"cluster.colocated_schedule={engine.colocated_schedule if engine else 'mixed'}"
-        return (["cluster.mode=colocated", "cluster.colocated=1", f"cluster.colocated_tp={row.agg.tp}", schedule,
+        return (["cluster.mode=colocated", "cluster.colocated=1", *_layout(row.agg, "colocated"), schedule,
                  running, *budget_overrides(row, aggregated=True)],
                 _side_gaps(row.agg, "", moe))
     if row.mode != "disagg":
@@ -348,7 +366,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     if p is None or d is None or p.workers <= 0 or d.workers <= 0:
         return [], ["disagg row without worker counts"]
     overrides = ["cluster.mode=disaggregated", f"cluster.prefill={p.workers}", f"cluster.decode={d.workers}",
-                 f"cluster.prefill_tp={p.tp}", f"cluster.decode_tp={d.tp}", running, *budget_overrides(row, aggregated=False)]
+                 *_layout(p, "prefill"), *_layout(d, "decode"), running, *budget_overrides(row, aggregated=False)]
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 
@@ -363,6 +381,8 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off") -> RowPla
         gaps.append("row without client concurrency")
     if row.isl_tokens <= 0 or row.osl_tokens <= 0:
         gaps.append(f"isl/osl {row.isl_tokens}/{row.osl_tokens} not positive")
+    if not gaps and moe:
+        gaps += _moe_gaps(row, model or "", _table_set(row, cat, hardware or ""))
     if gaps:
         return RowPlan(row, missing=tuple(gaps))
     overrides = (
@@ -370,9 +390,29 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off") -> RowPla
         f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
         f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
+        f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache), "progress=false", *cluster,
     )
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
+
+
+def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
+    """A fused-MoE table of the row's expert shape, quant mode, MoE TP and EP for each side."""
+    import dataclasses
+
+    from pdsim.perf import catalog
+    from pdsim.perf.measured import moe_table_dtype
+    from pdsim.perf.optables import load_tables
+
+    m = dataclasses.replace(catalog.load_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
+    shape = (m.hidden_size, m.moe_ffn_size or m.ffn_size, m.num_active_experts, m.num_experts)
+    tables, dtype = load_tables(table_set), moe_table_dtype(m)
+    gaps = []
+    for side in (s for s in (row.agg, row.prefill, row.decode) if s is not None):
+        if len(tables.moe) == 0 or tables.moe_grid(dtype, shape, side.moe_tp, side.moe_ep) is None:
+            gaps.append(f"no {dtype} fused-MoE table for {model} at MoE TP {side.moe_tp} x EP {side.moe_ep} "
+                        f"in {table_set}")
+    return gaps
 
 
 def _version_note(row: SiliconRow, cat: Catalog, hardware: str) -> str:

@@ -307,6 +307,9 @@ class PerfConfig:
     kind: str = "linear"
     engine: str = "sglang"  # measured: whose operator tables (sglang | vllm | trtllm)
     engine_version: str = ""  # measured: table version ("" = the newest for the GPU and engine)
+    # measured: routing skew the fused-MoE tables were measured at: balanced (every expert the
+    # same load) | power_law_1.01 (AIConfigurator's skewed routing); docs/MOE.md
+    moe_distribution: str = "balanced"
     mfu: float = 0.5
     mbu: float = 0.7
     overhead_s: float = 0.003

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.paths import resolve_data_path
+from pdsim.parallel import Parallel
 from pdsim.perf.base import LatencyModel, PrefillItem
+from pdsim.perf.capacity import instance_kv_capacity_tokens
+from pdsim.perf.dp_attention import DataParallelModel
 from pdsim.perf.fitted import FittedModel, load_fitted
 from pdsim.perf.linear import LinearModel
 from pdsim.perf.measured import MeasuredModel, build_measured
@@ -38,11 +41,16 @@ def _require_path(perf: PerfConfig) -> None:
 
 
 def build_latency_model(
-    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int, data_dir: str = ""
+    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int | Parallel, data_dir: str = ""
 ) -> LatencyModel:
-    """The latency model for one instance of `tp` GPUs (relative paths resolve against data_dir),
-    plus the engine's per-step overhead when perf.*_step_overhead_s are set (overhead.py)."""
-    inner = _step_model(perf, model, hardware, tp, data_dir)
+    """The latency model for one instance: `tp` GPUs, or a Parallel layout (attention DP and
+    expert parallelism: perf.kind=measured only); relative paths resolve against data_dir. Plus
+    the engine's per-step overhead when perf.*_step_overhead_s are set (overhead.py)."""
+    parallel = tp if isinstance(tp, Parallel) else Parallel(tp)
+    if not parallel.plain_tp and not (perf.kind == "measured" and hardware.op_tables):
+        raise ValueError(f"perf: kind {perf.kind!r} models tensor parallelism only; layout {parallel.text} "
+                         f"(attention DP / expert parallelism) needs perf.kind=measured on hardware with op_tables")
+    inner = _step_model(perf, model, hardware, parallel, data_dir)
     if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) == (0, 0) and (
         perf.prefill_step_scale, perf.decode_step_scale) == (1, 1) and (
             perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens) == (0, 0):
@@ -53,8 +61,9 @@ def build_latency_model(
 
 
 def _step_model(
-    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int, data_dir: str
+    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, parallel: Parallel, data_dir: str
 ) -> LatencyModel:
+    tp = parallel.tp
     if perf.kind == "linear":
         return LinearModel(
             prefill_base_s=perf.prefill_base_s,
@@ -64,7 +73,8 @@ def _step_model(
             decode_per_ctx_token_s=perf.decode_per_ctx_token_s,
         )
     if perf.kind == "measured" and hardware.op_tables:
-        return build_measured(perf, model, hardware, tp)
+        measured = build_measured(perf, model, hardware, parallel)
+        return DataParallelModel(measured, parallel.dp, hardware) if parallel.dp > 1 else measured
     if perf.kind in ("roofline", "measured"):  # measured without tables: the roofline fallback
         return RooflineModel(
             model,
@@ -103,6 +113,7 @@ __all__ = [
     "TableModel",
     "active_param_count",
     "build_latency_model",
+    "instance_kv_capacity_tokens",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_rank",
     "kv_capacity_tokens",

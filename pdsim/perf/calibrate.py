@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 
 from pdsim.config import PerfConfig
+from pdsim.parallel import Parallel
 from pdsim.paths import resolve_data_path
 from pdsim.perf import catalog
 from pdsim.perf.base import LatencyModel
@@ -157,7 +158,7 @@ def _calibrate_measured(
     model = catalog.load_model(args.model)
     hardware = catalog.load_hardware(args.hardware)
     perf = PerfConfig(kind="measured", engine=args.engine, overhead_s=0.0)
-    ops = {tp: build_measured(perf, model, hardware, tp) for tp in points_by_tp}
+    ops = {tp: build_measured(perf, model, hardware, Parallel(tp)) for tp in points_by_tp}
     fit = fit_engine([(ops[tp], p) for tp, points in points_by_tp.items() for p in points])
     fields = fit.perf_fields()
     print("measured: " + "  ".join(f"{k}={v:.4g}" for k, v in fields.items()))

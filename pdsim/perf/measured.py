@@ -34,18 +34,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
+from pdsim.parallel import Parallel
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.optables import (
+    AIC_DIR,
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     LogGrid,
     OpTables,
     elementwise_grid,
     load_kv_generation,
+    load_mla,
     load_quant_gemm,
     load_tables,
     resolve_set,
+    table_file,
 )
 from pdsim.perf.steps.decode import CallStep, DecodeStep, TableStep
 
@@ -98,22 +102,32 @@ class MeasuredModel:
     mfu: float = 0.5  # MLA attention fallback only
     mbu: float = 0.7
     name: str = "measured"
+    # expert parallelism and routing of the MoE layers (parallel.py); the MoE layers run over
+    # moe_gpus GPUs (tp here; tp x dp under attention DP, dp_attention.py)
+    moe_ep: int = 1
+    moe_gpus: int = 0  # 0 = tp
+    moe_distribution: str = "balanced"
     _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ValueError(f"tensor parallel size must be >= 1, got {self.tp}")
-        if self.tp > 1 and self.tp not in self.tables.allreduce:
-            raise ValueError(f"perf: {self.tables.source} has no all-reduce rows for tp={self.tp} "
-                             f"(has {sorted(self.tables.allreduce)})")
+        if not self.moe_gpus:
+            object.__setattr__(self, "moe_gpus", self.tp)
+        if self.moe_gpus % self.moe_ep:
+            raise ValueError(f"perf: moe_ep={self.moe_ep} does not divide the {self.moe_gpus} GPUs of the MoE layers")
+        if self.tp > 1 and not self.tables.allreduce:
+            raise ValueError(f"perf: {self.tables.source} has no all-reduce rows (tp={self.tp})")
         context, generation = self.tables.context_attention, self.tables.generation_attention
-        if kv_cache_dtype(self.model) == "fp8":
+        if kv_cache_dtype(self.model) == "fp8" and not spec.is_mla(self.model):
             generation = load_kv_generation(self.tables.source, "fp8")
         object.__setattr__(self, "_gemm", _gemm_table(self.tables, self.model))
         object.__setattr__(self, "_weight_ratio", _weight_only_ratio(self.model, self.scaling.target))
         heads, kv = self._heads()
         if spec.is_mla(self.model):  # MLA tables where the set has them, else the roofline
             context, generation = self.tables.mla_context, self.tables.mla_generation
+            if kv_cache_dtype(self.model) == "fp8" and table_file(AIC_DIR / self.tables.source, "mla_generation_fp8"):
+                generation = load_mla(self.tables.source, "generation", "fp8")
             heads, kv = self.model.num_heads / self.tp, 1.0
         object.__setattr__(self, "_context", context.fixed_heads(heads, kv) if context else None)
         object.__setattr__(self, "_generation",
@@ -140,31 +154,41 @@ class MeasuredModel:
         if not moe:
             ffn = m.ffn_size / tp
             return self.gemm_s(tokens, mats * ffn, h) + self.gemm_s(tokens, h, ffn)
+        return self._router_shared_s(tokens) + self._experts_s(tokens)
+
+    def _router_shared_s(self, tokens: float) -> float:
+        """An MoE layer's router GEMM and shared experts (split over this instance's TP ranks)."""
+        m, h, tp = self.model, self.model.hidden_size, self.tp
+        mats = 2 if m.gated_ffn else 1
         inter = m.moe_ffn_size or m.ffn_size
         router = self.gemm_s(tokens, m.num_experts, h)
         shared = 0.0
         if m.num_shared_experts:
             width = inter * m.num_shared_experts / tp
             shared = self.gemm_s(tokens, mats * width, h) + self.gemm_s(tokens, h, width)
-        return router + shared + self._experts_s(tokens)
+        return router + shared
 
     def _experts_s(self, tokens: float) -> float:
-        m, h, tp = self.model, self.model.hidden_size, self.tp
+        """Routed experts of one MoE layer over `tokens` tokens (all the tokens the layer's GPUs
+        take), experts split moe_ep ways and each expert moe_tp ways."""
+        m, h = self.model, self.model.hidden_size
         inter = m.moe_ffn_size or m.ffn_size
+        ep, moe_tp = self.moe_ep, self.moe_gpus // self.moe_ep
         shape = (h, inter, m.num_active_experts, m.num_experts)
-        dtype = "fp8_block" if m.dtype == "fp8" else "bfloat16"
-        grid: LogGrid | None = self.tables.moe_grid(dtype, shape, tp) if len(self.tables.moe) else None
+        grid: LogGrid | None = (self.tables.moe_grid(moe_table_dtype(m), shape, moe_tp, ep, self.moe_distribution)
+                                if len(self.tables.moe) else None)
         if grid is not None:
-            flops = 2 * 3 * h * inter * m.num_active_experts * tokens / tp
+            gpus = self.moe_gpus
+            flops = 2 * 3 * h * inter * m.num_active_experts * tokens / gpus
             touched = cost.experts_touched(m, tokens)
-            ratio = self.scaling.compute_memory(flops, 3 * h * inter * touched * 2 / tp)
+            ratio = self.scaling.compute_memory(flops, 3 * h * inter * touched * 2 / gpus)
             return grid(tokens) * ratio / 1e3
-        # no fused-MoE rows: each touched expert as a GEMM of its share of the routed tokens
+        # no fused-MoE rows: each touched expert of this GPU as a GEMM of its share of the tokens
         touched = max(cost.experts_touched(m, tokens), 1.0)
         per_expert = tokens * m.num_active_experts / touched
-        width = inter / tp
+        width = inter / moe_tp
         mats = 2 if m.gated_ffn else 1
-        return touched * (self.gemm_s(per_expert, mats * width, h) + self.gemm_s(per_expert, h, width))
+        return touched / ep * (self.gemm_s(per_expert, mats * width, h) + self.gemm_s(per_expert, h, width))
 
     def _elementwise_s(self, tokens: float) -> float:
         grids = elementwise_grid(self.elementwise_gpu)
@@ -177,7 +201,11 @@ class MeasuredModel:
             return 0.0
         elements = tokens * self.model.hidden_size
         ratio = self.scaling.link(2 * (self.tp - 1) / self.tp * elements * cost.ACTIVATION_BYTES)
-        return self.tables.allreduce[self.tp](elements) * ratio / 1e3
+        grids = self.tables.allreduce
+        if self.tp in grids:
+            return grids[self.tp](elements) * ratio / 1e3
+        top = max(grids)  # more GPUs than measured: beyond_table's ring and link factors
+        return grids[top](elements) * ratio * beyond_table(self.scaling.target, top, self.tp) / 1e3
 
     def _heads(self) -> tuple[float, float]:
         """Per-rank (query, KV) heads in units of 128-wide heads (the tables' head_dim)."""
@@ -238,6 +266,29 @@ class MeasuredModel:
             total += moe_layers * self._ffn_s(tokens, True)
         self._remember(key, total)
         return total
+
+    # -- attention DP (dp_attention.py): one DP rank's part of a step, the MoE experts apart --
+    def rank_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        """One DP rank's share of a step (its own prompts and decodes): every layer's
+        projections, norms, attention and TP all-reduce, the dense layers' FFN (and its
+        all-reduce), the MoE layers' router and shared experts, the LM head. Not the routed
+        experts (moe_experts_s) nor the exchange around them, nor the per-step overhead."""
+        tokens = sum(n for n, _ in items) + num_seqs
+        if tokens <= 0:
+            return 0.0
+        m = self.model
+        moe_layers = spec.num_moe_layers(m)
+        dense_layers = m.num_layers - moe_layers
+        attention = self._prefill_attention_s(items) + self._decode_attention_s(num_seqs, context_tokens)
+        common = self._projections_s(tokens) + self._elementwise_s(tokens) + self._allreduce_s(tokens) + attention
+        dense = self._ffn_s(tokens, False) + self._allreduce_s(tokens) if dense_layers else 0.0
+        moe = self._router_shared_s(tokens) if moe_layers else 0.0
+        return (m.num_layers * common + dense_layers * dense + moe_layers * moe
+                + self._lm_head_s(len(items) + num_seqs))
+
+    def moe_experts_s(self, tokens: int) -> float:
+        """The routed experts of every MoE layer over all `tokens` tokens of the instance."""
+        return spec.num_moe_layers(self.model) * self._experts_s(tokens) if tokens > 0 else 0.0
 
     def _lm_head_s(self, seqs: int) -> float:
         key = ("lm_head", seqs)
@@ -306,6 +357,30 @@ class MeasuredModel:
 TABLE_QUANTS = ("fp8", "fp8_block", "nvfp4")  # GEMM quant modes with their own tables
 
 
+def beyond_table(hw: HardwareConfig, measured_gpus: int, gpus: int) -> float:
+    """A ring collective over `gpus` GPUs / the same over the `measured_gpus` a table has: the
+    ring's (g-1)/g share of the bytes each GPU moves, and, once the GPUs span more than one
+    NVLink domain (hardware.nvlink_domain_gpus, else a node), the NVLink / NIC bandwidth ratio
+    (the ring's slowest link is then a NIC: nic_gbps x nics_per_node shared by the node's GPUs)."""
+    ring = ((gpus - 1) / gpus) / ((measured_gpus - 1) / measured_gpus)
+    domain = hw.nvlink_domain_gpus or hw.gpus_per_node
+    nic_gb_s = hw.nic_gbps * hw.nics_per_node / hw.gpus_per_node / 8
+    if gpus <= domain or nic_gb_s <= 0 or hw.nvlink_gbps <= 0:
+        return ring
+    return ring * max(hw.nvlink_gbps / nic_gb_s, 1.0)
+
+
+def moe_table_dtype(model: ModelConfig) -> str:
+    """The fused-MoE table's moe_dtype for the routed experts: model.moe_quant, else gemm_quant,
+    else the checkpoint's (an fp8 checkpoint is block-scaled fp8, DeepSeek-V3's)."""
+    quant = model.moe_quant or model.gemm_quant
+    if quant in ("", "bf16"):
+        return "fp8_block" if model.dtype == "fp8" and not quant else "bfloat16"
+    if quant == "fp8" and model.dtype == "fp8":  # an fp8 checkpoint's own scaling is per block
+        return "fp8_block"
+    return quant
+
+
 def kv_cache_dtype(model: ModelConfig) -> str:
     return model.kv_dtype or model.dtype
 
@@ -340,9 +415,11 @@ def _weight_only_ratio(model: ModelConfig, hw: HardwareConfig):  # noqa: ANN202 
 
 
 def build_measured(
-    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, tp: int
+    perf: PerfConfig, model: ModelConfig, hardware: HardwareConfig, parallel: Parallel
 ) -> MeasuredModel:
-    """The measured model for `hardware` (its op_tables, scaled from op_tables_hardware)."""
+    """The measured model of one instance (one DP rank's TP group when parallel.dp > 1:
+    dp_attention.py composes the ranks) for `hardware` (its op_tables, scaled from
+    op_tables_hardware)."""
     from pdsim.perf.catalog import load_hardware  # catalog imports config only; no cycle
 
     name = resolve_set(hardware.op_tables, perf.engine, perf.engine_version, needed_tables(model))
@@ -350,7 +427,8 @@ def build_measured(
     reference = load_hardware(hardware.op_tables_hardware) if hardware.op_tables_hardware else hardware
     gpu = "a100" if hardware.op_tables.startswith("a100") else "h100"
     return MeasuredModel(
-        model, tp, tables, Scaling(hardware, reference), gpu, VIDUR_HBM_GBPS[gpu],
+        model, parallel.tp, tables, Scaling(hardware, reference), gpu, VIDUR_HBM_GBPS[gpu],
         overhead_s=perf.overhead_s, overhead_per_seq_s=perf.overhead_per_seq_s,
-        mfu=perf.mfu, mbu=perf.mbu,
+        mfu=perf.mfu, mbu=perf.mbu, moe_ep=parallel.moe_ep, moe_gpus=parallel.gpus,
+        moe_distribution=perf.moe_distribution,
     )

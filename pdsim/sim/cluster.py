@@ -14,7 +14,7 @@ from typing import Any
 
 from pdsim import rng
 from pdsim.config import Config
-from pdsim.perf import build_latency_model, kv_capacity_tokens
+from pdsim.perf import build_latency_model, instance_kv_capacity_tokens
 from pdsim.policy.batching import prefill_token_budget
 from pdsim.policy.kvpoll import KVPoll, advance_poll
 from pdsim.sim.colocated import ColocatedInstance
@@ -101,49 +101,50 @@ class Simulation(SimHooks):
         self.scaler = Rebalancer(self, ctx, workload.block_tokens) if cfg.policy.scaling != SCALING_OFF else None
 
     # -- construction ----------------------------------------------------------------------
-    def _capacity_pages(self, tp: int) -> int:
+    def _capacity_pages(self, side: str) -> int:
         c = self.cfg.cluster
-        tokens = c.kv_capacity_tokens or kv_capacity_tokens(self.cfg.model, self.cfg.hardware, tp, c.gpu_memory_utilization)
+        tokens = c.kv_capacity_tokens or instance_kv_capacity_tokens(
+            self.cfg.model, self.cfg.hardware, c.parallel(side), c.gpu_memory_utilization)
         return tokens // c.page_size_tokens
 
-    def _prompt_kv(self, name: str, tp: int, block_tokens: int) -> PromptKV:
+    def _prompt_kv(self, name: str, side: str, block_tokens: int) -> PromptKV:
         c = self.cfg.cluster
-        return PromptKV(name, self._capacity_pages(tp), c.page_size_tokens, c.prefix_cache, block_tokens,
+        return PromptKV(name, self._capacity_pages(side), c.page_size_tokens, c.prefix_cache, block_tokens,
                         c.prefix_cache_tokens)
 
-    def _latency(self, tp: int) -> Any:
-        return build_latency_model(self.cfg.perf, self.cfg.model, self.cfg.hardware, tp, data_dir=self.cfg.data_dir)
+    def _latency(self, side: str) -> Any:
+        return build_latency_model(self.cfg.perf, self.cfg.model, self.cfg.hardware, self.cfg.cluster.parallel(side),
+                                   data_dir=self.cfg.data_dir)
 
     def _build_instances(self, ctx: InstanceContext, block_tokens: int) -> tuple[list[Any], list[Any]]:
         c = self.cfg.cluster
         if self.mode == "colocated":
-            lat = self._latency(c.colocated_tp)
-            insts = [ColocatedInstance(i, ctx, lat, self._prompt_kv(f"colocated:{i}", c.colocated_tp, block_tokens))
+            lat = self._latency("colocated")
+            insts = [ColocatedInstance(i, ctx, lat, self._prompt_kv(f"colocated:{i}", "colocated", block_tokens))
                      for i in range(c.colocated)]
             for inst in insts:
-                inst.placement = self.topology.place(inst.name, c.colocated_tp)
+                inst.placement = self.topology.place(inst.name, c.parallel("colocated").gpus)
             return insts, []
-        p_lat, d_lat = self._latency(c.prefill_tp), self._latency(c.decode_tp)
+        p_lat, d_lat = self._latency("prefill"), self._latency("decode")
         prefill = [self.new_prefill(i, ctx, p_lat, block_tokens) for i in range(c.prefill)]
         decode = [self.new_decode(i, ctx, d_lat) for i in range(c.decode)]
         for p_inst in prefill:
-            p_inst.placement = self.topology.place(p_inst.name, c.prefill_tp)
+            p_inst.placement = self.topology.place(p_inst.name, c.parallel("prefill").gpus)
         for d_inst in decode:
-            d_inst.placement = self.topology.place(d_inst.name, c.decode_tp)
+            d_inst.placement = self.topology.place(d_inst.name, c.parallel("decode").gpus)
         attach_kv_tiers(self.cfg, prefill, self.network, block_tokens)
         return prefill, decode
 
     def new_prefill(self, index: int, ctx: InstanceContext, latency: Any, block_tokens: int) -> PrefillInstance:
         """One prefill instance (not yet placed); also used by scaling for a moved instance."""
-        tp = self.cfg.cluster.prefill_tp
-        return PrefillInstance(index, ctx, latency, self._prompt_kv(f"prefill:{index}", tp, block_tokens))
+        return PrefillInstance(index, ctx, latency, self._prompt_kv(f"prefill:{index}", "prefill", block_tokens))
 
     def new_decode(self, index: int, ctx: InstanceContext, latency: Any) -> DecodeInstance:
         """One decode instance (not yet placed); also used by scaling for a moved instance."""
         c = self.cfg.cluster
         reload_s_per_token = wire_bytes_per_token(self.cfg.model, c.decode_tp) / (
             c.decode_tp * self.cfg.hardware.pcie_gbps * 1e9)
-        pool = KVPool(f"decode:{index}", self._capacity_pages(c.decode_tp), c.page_size_tokens)
+        pool = KVPool(f"decode:{index}", self._capacity_pages("decode"), c.page_size_tokens)
         return DecodeInstance(index, ctx, latency, pool, reload_s_per_token)
 
     def _requests(self) -> Iterator[SimRequest]:

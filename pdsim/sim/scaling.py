@@ -56,10 +56,10 @@ def validate_scaling(cfg: Config) -> None:
         return
     if c.mode != "disaggregated":
         raise ValueError(f"policy: scaling={p.scaling!r} needs cluster.mode=disaggregated, got {c.mode!r}")
-    if c.prefill_tp != c.decode_tp:
+    if c.parallel("prefill") != c.parallel("decode"):
         raise ValueError(
             f"policy: scaling={p.scaling!r} moves instances between roles on the same GPUs and needs "
-            f"cluster.prefill_tp == cluster.decode_tp, got prefill_tp={c.prefill_tp}, decode_tp={c.decode_tp}"
+            f"the same layout on both sides, got prefill {c.parallel('prefill').text}, decode {c.parallel('decode').text}"
         )
     if cfg.kv_tiers.enabled:
         raise ValueError(f"policy: scaling={p.scaling!r} is not supported together with kv_tiers")

@@ -49,19 +49,23 @@ ROWS = [
     row("minimax", model_path="MiniMaxAI/MiniMax-M2.5"),
     row("disagg_no_workers", **DISAGG),
     row("nvfp4_h100", precision="fp4", gemm_quant_mode="nvfp4"),
+    # wide EP (issue 40): a TP8/EP8 prefill, a DP8 attention / EP8 decode
     row("dsr1_wide_ep", **{**DISAGG, "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm",
                            "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block",
                            "prefill_num_workers": "1", "prefill_tp_size": "8", "prefill_moe_tp_size": "1",
-                           "prefill_moe_ep_size": "8", "decode_num_workers": "1", "decode_tp_size": "8",
+                           "prefill_moe_ep_size": "8", "decode_num_workers": "1", "decode_tp_size": "1",
                            "decode_attention_dp_size": "8", "decode_moe_tp_size": "1", "decode_moe_ep_size": "8"}),
+    row("dsr1_gaps", model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", pp_size="2", tp_size="8",
+        moe_tp_size="1", moe_ep_size="4", gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block"),
 ]
 # expressed since issue 39: the operator-table set each runs on (precision picks the set)
 EXPRESSED = {"fp8": "h100_sxm_sglang_0.5.14", "b300": "b300_sxm_sglang_0.5.14",
-             "trtllm": "h100_sxm_trtllm_1.3.0rc20", "vllm_b200": "b200_sxm_vllm_0.24.0"}
+             "trtllm": "h100_sxm_trtllm_1.3.0rc20", "vllm_b200": "b200_sxm_vllm_0.24.0",
+             "dsr1_wide_ep": "b200_sxm_sglang_0.5.14"}
 EXPECTED = {
     "nvfp4_h100": "no sglang operator tables for h100_sxm with nvfp4 GEMMs (issue 39)",
     "unknown_model": "model acme/Nope-1B not in catalog",
-    "minimax": "model MiniMaxAI/MiniMax-M2.5 not in catalog (MoE, issue 40)",
+    "minimax": "MoE TP 1 x EP 1 != TP 2 x attention DP 1 GPUs",
     "disagg_no_workers": "disagg row without worker counts",
 }
 
@@ -90,13 +94,11 @@ def test_statuses_reasons_and_a_finite_prediction(tmp_path: Path, capsys: pytest
         assert pred.loc[row_id].status == "unsupported", row_id
         assert reason in pred.loc[row_id].reason, (row_id, pred.loc[row_id].reason)
         assert pred.loc[row_id].pdsim_ttft_ms == ""
-    wide = pred.loc["dsr1_wide_ep"].reason  # every gap named, not only the first
-    for gap in ("moe_quant_mode fp8_block not modelled",
-                "prefill MoE expert parallelism (moe_ep_size=8) not modelled (issue 40)",
-                "decode attention DP (attention_dp_size=8) not modelled (issue 40)"):
-        assert gap in wide
+    gaps = pred.loc["dsr1_gaps"].reason  # every gap named, not only the first
+    for gap in ("pipeline parallelism (pp_size=2) not modelled", "MoE TP 1 x EP 4 != TP 8 x attention DP 1 GPUs"):
+        assert gap in gaps
     printed = capsys.readouterr().out
-    assert "| all | 5 | pdsim | 5 (100%) |" in printed
+    assert "| all | 6 | pdsim | 6 (100%) |" in printed
 
 
 def test_plans_carry_the_row_shape() -> None:

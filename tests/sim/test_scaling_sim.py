@@ -119,7 +119,7 @@ def test_scaling_is_deterministic() -> None:
 
 
 @pytest.mark.parametrize(("change", "needle"), [
-    (dict(cluster=dict(prefill_tp=1, decode_tp=2)), "cluster.prefill_tp == cluster.decode_tp"),
+    (dict(cluster=dict(prefill_tp=1, decode_tp=2)), "the same layout on both sides, got prefill TP1, decode TP2"),
     (dict(policy=dict(scaling="elastic")), "policy: field 'scaling'"),
     (dict(cluster=dict(mode="colocated")), "cluster.mode=disaggregated"),
     (dict(policy=dict(scaling="rebalance", scaling_low=2.0)), "low < high"),

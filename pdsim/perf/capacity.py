@@ -1,0 +1,40 @@
+"""KV tokens one instance holds, for any parallel layout (pdsim/parallel.py).
+
+Per GPU: memory_gib x utilisation, minus hardware.reserved_gib, minus the weights that GPU
+holds: the routed experts split over all the instance's GPUs (moe_tp x moe_ep = tp x dp) at the
+MoE quant mode's bytes, everything else (attention, dense layers, shared experts, router,
+embeddings) split over the tp GPUs of one DP rank (each DP rank holds a copy). What is left
+holds KV at the rank's bytes per token (its share of the KV heads; an MLA latent is whole on
+every rank). Each of the dp ranks has its own KV pool: the instance holds dp of them.
+
+Plain TP is spec.kv_capacity_tokens, unchanged.
+"""
+
+from __future__ import annotations
+
+from pdsim.config import HardwareConfig, ModelConfig
+from pdsim.parallel import Parallel
+from pdsim.perf import spec
+
+
+def weight_bytes_per_gpu(model: ModelConfig, parallel: Parallel) -> float:
+    """Weight bytes on one GPU of an instance of this layout."""
+    experts = spec.routed_expert_params(model) * spec.expert_weight_bytes(model)
+    return (spec.weight_bytes(model) - experts) / parallel.tp + experts / parallel.gpus
+
+
+def instance_kv_capacity_tokens(
+    model: ModelConfig, hardware: HardwareConfig, parallel: Parallel, gpu_memory_utilization: float
+) -> int:
+    """KV tokens one instance of this layout holds (all its DP ranks together)."""
+    if parallel.plain_tp:
+        return spec.kv_capacity_tokens(model, hardware, parallel.tp, gpu_memory_utilization)
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    per_gpu = hardware.memory_gib * spec.GIB * gpu_memory_utilization - hardware.reserved_gib * spec.GIB
+    weights = weight_bytes_per_gpu(model, parallel)
+    if per_gpu <= weights:
+        raise ValueError(f"model {model.name} ({weights / spec.GIB:.1f} GiB of weights per GPU) does not fit on "
+                         f"{parallel.text} {hardware.name} at gpu_memory_utilization={gpu_memory_utilization}")
+    per_rank = int((per_gpu - weights) // spec.kv_bytes_per_token_per_rank(model, parallel.tp))
+    return per_rank * parallel.dp

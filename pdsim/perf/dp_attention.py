@@ -1,0 +1,125 @@
+"""Attention data parallelism: an instance of dp ranks that meet at every MoE layer.
+
+Under DP attention (SGLang `--enable-dp-attention`, TRT-LLM `enable_attention_dp`) an instance
+of tp x dp GPUs runs dp ranks. Each rank holds its own requests and KV cache and runs attention,
+the dense layers, the router and shared experts, and the LM head over its own tokens on its tp
+GPUs; at every MoE layer all ranks meet: their hidden states are gathered over the instance's
+GPUs (all-gather), the routed experts run over the instance's tokens split moe_tp x moe_ep ways,
+and the outputs go back to their ranks (reduce-scatter). A step lasts as long as its busiest rank
+plus the MoE layers:
+
+    step = max over ranks (rank part) + moe_layers x (all-gather + experts(all tokens) + reduce-scatter)
+           + overhead_s + overhead_per_seq_s x (sequences of the busiest rank)
+
+How a step's work spreads over the ranks (the assumption, stated): the scheduler of this
+simulator keeps one batch per instance, and this model spreads it the way SGLang's round-robin
+DP dispatch does on average: decodes evenly (ranks differ by at most one), prompt chunks largest
+first onto the least-loaded rank (ties: the lowest rank), context in proportion to the decodes.
+Per-rank queues, per-rank KV pools and a per-rank router are not modelled (docs/MOE.md).
+
+Collectives come from the set's NCCL tables (optables.OpTables.collective) by GPU count; past
+the largest measured count the time grows with the ring's (g-1)/g share and, outside one NVLink
+domain (hardware.nvlink_domain_gpus, else gpus_per_node), with the slower NIC bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pdsim.config import HardwareConfig
+from pdsim.perf import spec
+from pdsim.perf.base import PrefillItem, PrefillTimer
+from pdsim.perf.cost import ACTIVATION_BYTES
+from pdsim.perf.measured import MeasuredModel, beyond_table
+from pdsim.perf.steps.decode import CallStep, DecodeStep
+
+RankShare = tuple[tuple[PrefillItem, ...], int, int]  # (prompt chunks, decodes, their context tokens)
+_MEMO_ENTRIES = 1 << 16
+
+
+def spread(items: Sequence[PrefillItem], num_seqs: int, context_tokens: int, dp: int) -> list[RankShare]:
+    """One step's work over dp ranks: decodes evenly (the first ranks take the remainder),
+    then prompt chunks largest first onto the rank with the fewest tokens (lowest rank on ties)."""
+    base, extra = divmod(num_seqs, dp)
+    seqs = [base + (1 if r < extra else 0) for r in range(dp)]
+    ctx = [context_tokens * n // num_seqs if num_seqs else 0 for n in seqs]
+    ctx[0] += context_tokens - sum(ctx)
+    load = list(seqs)
+    chunks: list[list[PrefillItem]] = [[] for _ in range(dp)]
+    for item in sorted(items, key=lambda it: -it[0]):
+        r = min(range(dp), key=lambda i: (load[i], i))
+        chunks[r].append(item)
+        load[r] += item[0]
+    return [(tuple(chunks[r]), seqs[r], ctx[r]) for r in range(dp)]
+
+
+@dataclass(frozen=True, eq=False)
+class DataParallelModel:
+    """dp ranks of one MeasuredModel (its tp = the rank's TP, its MoE over tp x dp GPUs)."""
+
+    rank: MeasuredModel
+    dp: int
+    hardware: HardwareConfig
+    name: str = "measured"
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.dp < 2:
+            raise ValueError(f"perf: attention DP needs dp >= 2, got {self.dp}")
+        for op in ("all_gather", "reduce_scatter"):
+            if not self.rank.tables.collective(op):
+                raise ValueError(f"perf: table set {self.rank.tables.source} has no NCCL {op} table, "
+                                 f"which attention DP (dp={self.dp}) needs")
+
+    @property
+    def gpus(self) -> int:
+        return self.rank.tp * self.dp
+
+    def collective_s(self, op: str, message_bytes: float) -> float:
+        """One NCCL collective over the instance's GPUs (s)."""
+        grids = self.rank.tables.collective(op)
+        gpus = self.gpus
+        if gpus in grids:
+            return grids[gpus](message_bytes) / 1e3
+        top = max(grids)
+        return grids[top](message_bytes) * beyond_table(self.hardware, top, gpus) / 1e3
+
+    def _moe_exchange_s(self, tokens: int) -> float:
+        """All-gather of every rank's hidden states before an MoE layer, reduce-scatter after."""
+        nbytes = tokens * self.rank.model.hidden_size * ACTIVATION_BYTES
+        return self.collective_s("all_gather", nbytes) + self.collective_s("reduce_scatter", nbytes)
+
+    def step_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        tokens = sum(n for n, _ in items) + num_seqs
+        if tokens <= 0:
+            return 0.0
+        shares = spread(items, num_seqs, context_tokens, self.dp)
+        busiest = max(self.rank.rank_s(*share) for share in shares)
+        seqs = max(len(share[0]) + share[1] for share in shares)
+        moe_layers = spec.num_moe_layers(self.rank.model)
+        moe = self.rank.moe_experts_s(tokens) + moe_layers * self._moe_exchange_s(tokens)
+        return busiest + moe + self.rank.overhead_s + self.rank.overhead_per_seq_s * seqs
+
+    # -- LatencyModel ----------------------------------------------------------------------
+    def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
+        key = tuple(items)
+        hit = self._memo.get(key)
+        if hit is None:
+            if len(self._memo) >= _MEMO_ENTRIES:
+                self._memo.clear()
+            hit = self._memo[key] = self.step_time_s(items, 0, 0)
+        return hit
+
+    def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
+        return self.step_time_s((), num_seqs, context_tokens) if num_seqs > 0 else 0.0
+
+    def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        return self.step_time_s(items, num_seqs, context_tokens)
+
+    def decode_step(self, num_seqs: int) -> DecodeStep:
+        return CallStep(num_seqs, self.decode_time_s)
+
+    def prefill_timer(self) -> PrefillTimer:
+        return self.prefill_time_s
+
