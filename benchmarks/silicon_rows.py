@@ -262,17 +262,49 @@ def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[s
 
 
 def precision_of(row: SiliconRow) -> tuple[str, str]:
-    """(model.gemm_quant, model.kv_dtype) of a row: its GEMM quant mode, and the KV dtype its
-    engine defaults to for that mode (Engine.quantized_kv_dtype)."""
+    """(model.gemm_quant, model.kv_dtype) of a row: its GEMM quant mode (an "fp8" row of a
+    block-scaled fp8 checkpoint runs its own block scaling), and the KV dtype its engine
+    defaults to for that mode (Engine.quantized_kv_dtype)."""
     quant = row.gemm_quant if row.gemm_quant not in ("", "bf16") else ""
+    if quant == "fp8" and _block_fp8_checkpoint(MODELS.get(row.model_path, "")):
+        quant = "fp8_block"
     engine = ENGINES.get(row.backend)
     kv = engine.quantized_kv_dtype if quant and engine else "bf16"
     return quant, kv
 
 
+MXFP4_MODES = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
+BLACKWELL = ("b200_sxm", "b300_sxm", "gb200", "gb300")
+
+
 def moe_quant_of(row: SiliconRow) -> str:
-    """model.moe_quant of a row: its MoE quant mode ("" = as the GEMMs)."""
+    """model.moe_quant of a row: its MoE quant mode ("" = as the GEMMs). A checkpoint whose
+    experts ship in MXFP4 (gpt-oss) runs them so whatever fp4/fp8 label the row carries (with
+    MXFP8 activations under TRT-LLM on Blackwell, its default there, else 16-bit ones); an
+    "fp8" row of a block-scaled fp8 checkpoint runs block scaling."""
+    name = MODELS.get(row.model_path, "")
+    own = _checkpoint(name)[2] if name else ""
+    if own in MXFP4_MODES:  # TRT-LLM on Blackwell runs MXFP4 experts with MXFP8 activations
+        return "w4a8_mxfp4_mxfp8" if row.backend == "trtllm" and row.system in BLACKWELL else own
+    if row.moe_quant == "fp8" and _block_fp8_checkpoint(name):
+        return "fp8_block"
     return row.moe_quant if row.moe_quant not in ("", "bf16") else ""
+
+
+@cache
+def _checkpoint(model: str) -> tuple[str, str, str]:
+    """(dtype, gemm_quant, moe_quant) of a catalog model as its checkpoint ships."""
+    from pdsim.perf import catalog
+
+    m = catalog.load_model(model)
+    return m.dtype, m.gemm_quant, m.moe_quant
+
+
+def _block_fp8_checkpoint(model: str) -> bool:
+    if not model:
+        return False
+    dtype, gemm, _ = _checkpoint(model)
+    return dtype == "fp8" or gemm == "fp8_block"
 
 
 def step_overhead_s(backend: str, table_set: str) -> float:
@@ -295,7 +327,10 @@ def _resolve(backend: str, model: str, quant: str, kv: str, system: str) -> str:
     from pdsim.perf.optables import resolve_set
 
     engine = ENGINES[backend]
-    needs = needed_tables(dataclasses.replace(catalog.load_model(model), gemm_quant=quant, kv_dtype=kv)) if model else ()
+    spec_model = catalog.load_model(model) if model else None
+    needs = needed_tables(dataclasses.replace(spec_model, gemm_quant=quant, kv_dtype=kv)) if spec_model else ()
+    if spec_model is not None and spec_model.num_experts:
+        needs = (*needs, "nccl")  # MoE models: the sets with the MoE-at-scale tables (issue 40)
     try:
         return resolve_set(system, engine.tables, engine.tables_version, needs)
     except ValueError:
@@ -401,7 +436,7 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
     import dataclasses
 
     from pdsim.perf import catalog
-    from pdsim.perf.measured import moe_table_dtype
+    from pdsim.perf.measured import moe_grid_for, moe_table_dtype
     from pdsim.perf.optables import load_tables
 
     m = dataclasses.replace(catalog.load_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
@@ -409,7 +444,7 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
     tables, dtype = load_tables(table_set), moe_table_dtype(m)
     gaps = []
     for side in (s for s in (row.agg, row.prefill, row.decode) if s is not None):
-        if len(tables.moe) == 0 or tables.moe_grid(dtype, shape, side.moe_tp, side.moe_ep) is None:
+        if moe_grid_for(tables, dtype, shape, side.moe_tp, side.moe_ep) is None:
             gaps.append(f"no {dtype} fused-MoE table for {model} at MoE TP {side.moe_tp} x EP {side.moe_ep} "
                         f"in {table_set}")
     return gaps

@@ -37,6 +37,7 @@ from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.parallel import Parallel
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
+from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
 from pdsim.perf.optables import (
     AIC_DIR,
     VIDUR_HBM_GBPS,
@@ -121,6 +122,10 @@ class MeasuredModel:
         context, generation = self.tables.context_attention, self.tables.generation_attention
         if kv_cache_dtype(self.model) == "fp8" and not spec.is_mla(self.model):
             generation = load_kv_generation(self.tables.source, "fp8")
+        if self.model.sparse_attention_topk:
+            raise ValueError(f"perf: model {self.model.name} uses sparse attention (sparse_attention_topk="
+                             f"{self.model.sparse_attention_topk}), which the measured perf model does not express")
+        object.__setattr__(self, "_mixed_layers", bool(self.model.num_sliding_layers or self.model.num_linear_attention_layers))
         object.__setattr__(self, "_gemm", _gemm_table(self.tables, self.model))
         object.__setattr__(self, "_weight_ratio", _weight_only_ratio(self.model, self.scaling.target))
         heads, kv = self._heads()
@@ -141,12 +146,18 @@ class MeasuredModel:
         return self._gemm(m, n, k) * ratio / 1e3  # type: ignore[attr-defined]
 
     def _projections_s(self, tokens: float) -> float:
+        """Attention projections of one layer (the mean over layer kinds in a hybrid model)."""
         m, h, tp = self.model, self.model.hidden_size, self.tp
         if spec.is_mla(m):  # per-rank flop-equivalent GEMM of the MLA projections
             return self.gemm_s(tokens, spec.attention_params_per_layer(m) / (h * tp), h)
         q = m.num_heads * m.head_dim / tp
         kv = math.ceil(m.num_kv_heads / tp) * m.head_dim
-        return self.gemm_s(tokens, q + 2 * kv, h) + self.gemm_s(tokens, h, q)
+        q_out = 2 * q if m.attn_output_gate else q  # the output gate comes out of q_proj
+        softmax = self.gemm_s(tokens, q_out + 2 * kv, h) + self.gemm_s(tokens, h, q)
+        if not spec.is_hybrid_linear(m):
+            return softmax
+        linear = self.gemm_s(tokens, spec.linear_attention_params_per_layer(m) / (h * tp), h)
+        return (spec.num_kv_layers(m) * softmax + m.num_linear_attention_layers * linear) / m.num_layers
 
     def _ffn_s(self, tokens: float, moe: bool) -> float:
         m, h, tp = self.model, self.model.hidden_size, self.tp
@@ -175,8 +186,7 @@ class MeasuredModel:
         inter = m.moe_ffn_size or m.ffn_size
         ep, moe_tp = self.moe_ep, self.moe_gpus // self.moe_ep
         shape = (h, inter, m.num_active_experts, m.num_experts)
-        grid: LogGrid | None = (self.tables.moe_grid(moe_table_dtype(m), shape, moe_tp, ep, self.moe_distribution)
-                                if len(self.tables.moe) else None)
+        grid = moe_grid_for(self.tables, moe_table_dtype(m), shape, moe_tp, ep, self.moe_distribution)
         if grid is not None:
             gpus = self.moe_gpus
             flops = 2 * 3 * h * inter * m.num_active_experts * tokens / gpus
@@ -276,19 +286,48 @@ class MeasuredModel:
         tokens = sum(n for n, _ in items) + num_seqs
         if tokens <= 0:
             return 0.0
+        seqs = len(items) + num_seqs
+        key = ("rank", tokens, seqs)
+        fixed = self._memo.get(key)
+        if fixed is None:
+            m = self.model
+            moe_layers = spec.num_moe_layers(m)
+            dense_layers = m.num_layers - moe_layers
+            common = self._projections_s(tokens) + self._elementwise_s(tokens) + self._allreduce_s(tokens)
+            dense = self._ffn_s(tokens, False) + self._allreduce_s(tokens) if dense_layers else 0.0
+            moe = self._router_shared_s(tokens) if moe_layers else 0.0
+            fixed = m.num_layers * common + dense_layers * dense + moe_layers * moe + self._lm_head_s(seqs)
+            self._remember(key, fixed)
+        return fixed + self._attention_layers_s(items, num_seqs, context_tokens)
+
+    def _attention_layers_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
+        """Attention of every layer: full layers from the tables, sliding-window layers at the
+        window (layer_kinds.window_pairs), linear-attention layers by their roofline."""
         m = self.model
-        moe_layers = spec.num_moe_layers(m)
-        dense_layers = m.num_layers - moe_layers
         attention = self._prefill_attention_s(items) + self._decode_attention_s(num_seqs, context_tokens)
-        common = self._projections_s(tokens) + self._elementwise_s(tokens) + self._allreduce_s(tokens) + attention
-        dense = self._ffn_s(tokens, False) + self._allreduce_s(tokens) if dense_layers else 0.0
-        moe = self._router_shared_s(tokens) if moe_layers else 0.0
-        return (m.num_layers * common + dense_layers * dense + moe_layers * moe
-                + self._lm_head_s(len(items) + num_seqs))
+        if not self._mixed_layers:  # type: ignore[attr-defined]
+            return m.num_layers * attention
+        total = spec.num_full_attention_layers(m) * attention
+        if m.num_sliding_layers:
+            window = m.sliding_window_tokens
+            prefill = (self._prefill_attention_s(items) * window_pairs(items, window) / cost.attention_pairs(items)
+                       if items else 0.0)
+            total += m.num_sliding_layers * (prefill + self._decode_attention_s(num_seqs, min(context_tokens, window * num_seqs)))
+        if m.num_linear_attention_layers:
+            total += m.num_linear_attention_layers * linear_attention_layer_s(
+                m, self.scaling.target, self.tp, items, num_seqs, self.mfu, self.mbu)
+        return total
 
     def moe_experts_s(self, tokens: int) -> float:
         """The routed experts of every MoE layer over all `tokens` tokens of the instance."""
-        return spec.num_moe_layers(self.model) * self._experts_s(tokens) if tokens > 0 else 0.0
+        if tokens <= 0:
+            return 0.0
+        key = ("experts", tokens)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = spec.num_moe_layers(self.model) * self._experts_s(tokens)
+            self._remember(key, hit)
+        return hit
 
     def _lm_head_s(self, seqs: int) -> float:
         key = ("lm_head", seqs)
@@ -309,10 +348,9 @@ class MeasuredModel:
         if tokens <= 0:
             return 0.0
         seqs = len(items) + num_seqs
-        layers = self.model.num_layers
-        attention = self._prefill_attention_s(items) + self._decode_attention_s(num_seqs, context_tokens)
+        attention = self._attention_layers_s(items, num_seqs, context_tokens)
         lm_head = self._lm_head_s(seqs)
-        return (self._per_token_s(tokens) + layers * attention + lm_head
+        return (self._per_token_s(tokens) + attention + lm_head
                 + self.overhead_s + self.overhead_per_seq_s * seqs)
 
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
@@ -326,7 +364,7 @@ class MeasuredModel:
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         if num_seqs <= 0:
             return 0.0
-        if self._generation is None:  # type: ignore[attr-defined]
+        if self._generation is None or self._mixed_layers:  # type: ignore[attr-defined]
             return self.step_time_s((), num_seqs, context_tokens)
         return self._decode_fixed_s(num_seqs) + self.model.num_layers * self._decode_attention_s(num_seqs, context_tokens)
 
@@ -340,7 +378,7 @@ class MeasuredModel:
         layer count and the generation table's row at this batch size (LogGrid.second_row), which
         TableStep interpolates as at_second does. Called once a step where the step is not that
         (no generation table, or tables scaled from another GPU: a ratio per context)."""
-        if self._generation is None or not self.scaling.same:  # type: ignore[attr-defined]
+        if self._generation is None or not self.scaling.same or self._mixed_layers:  # type: ignore[attr-defined]
             return CallStep(num_seqs, self.decode_time_s)
         return TableStep(num_seqs, self._decode_fixed_s(num_seqs), self.model.num_layers,
                          *self._generation.second_row(num_seqs))  # type: ignore[attr-defined]
@@ -368,6 +406,22 @@ def beyond_table(hw: HardwareConfig, measured_gpus: int, gpus: int) -> float:
     if gpus <= domain or nic_gb_s <= 0 or hw.nvlink_gbps <= 0:
         return ring
     return ring * max(hw.nvlink_gbps / nic_gb_s, 1.0)
+
+
+def moe_grid_for(tables: OpTables, dtype: str, shape: tuple[int, int, int, int], moe_tp: int, moe_ep: int,
+                 distribution: str = "balanced") -> LogGrid | None:
+    """The fused-MoE grid of this split, else of another split of the same GPUs (all-EP first,
+    then all-TP): balanced routing moves the same expert FLOPs and bytes per GPU either way, and
+    some sets measured only one of them (TRT-LLM's MXFP4 experts: EP only). None if no split of
+    that GPU count was measured."""
+    if not len(tables.moe):
+        return None
+    gpus = moe_tp * moe_ep
+    for tp, ep in ((moe_tp, moe_ep), (1, gpus), (gpus, 1)):
+        grid = tables.moe_grid(dtype, shape, tp, ep, distribution)
+        if grid is not None:
+            return grid
+    return None
 
 
 def moe_table_dtype(model: ModelConfig) -> str:
