@@ -235,6 +235,9 @@ def _model_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, list[str]]:
         return None, [f"model {row.model_path} not in catalog"]
     dtype, moe = cat.models[name]
     gaps = []
+    topk = _checkpoint_sparse_topk(name)
+    if topk:
+        gaps.append(f"sparse attention (DSA, index top-k {topk}) of {name} not modelled")
     quant = {"gemm_quant_mode": row.gemm_quant}
     if moe:
         quant["moe_quant_mode"] = row.moe_quant
@@ -298,6 +301,13 @@ def _checkpoint(model: str) -> tuple[str, str, str]:
 
     m = catalog.load_model(model)
     return m.dtype, m.gemm_quant, m.moe_quant
+
+
+@cache
+def _checkpoint_sparse_topk(model: str) -> int:
+    from pdsim.perf import catalog
+
+    return catalog.load_model(model).sparse_attention_topk
 
 
 def _block_fp8_checkpoint(model: str) -> bool:
