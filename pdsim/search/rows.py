@@ -13,8 +13,8 @@ RESULT_FILE = "result.json"
 def gpus_of(cfg: Config) -> int:
     c = cfg.cluster
     if c.mode == "colocated":
-        return c.colocated * c.colocated_tp
-    return c.prefill * c.prefill_tp + c.decode * c.decode_tp
+        return c.colocated * c.parallel("colocated").gpus
+    return c.prefill * c.parallel("prefill").gpus + c.decode * c.parallel("decode").gpus
 
 
 def result_row(cfg: Config, summary: dict[str, Any], goodput: GoodputResult | None = None) -> dict[str, Any]:
