@@ -94,8 +94,8 @@ def write_outputs(
 def cluster_label(cfg: Config) -> str:
     c = cfg.cluster
     if c.mode == "colocated":
-        return f"colocated x{c.colocated} (TP{c.colocated_tp})"
-    return f"{c.prefill}P(TP{c.prefill_tp}) {c.decode}D(TP{c.decode_tp})"
+        return f"colocated x{c.colocated} ({c.parallel('colocated').text})"
+    return f"{c.prefill}P({c.parallel('prefill').text}) {c.decode}D({c.parallel('decode').text})"
 
 
 def fail(message: str, out_dir: Path | None = None) -> None:
