@@ -55,12 +55,18 @@ STARTUP = ("scenario=sharegpt", "scenario.num_requests=2000", "model=opt_13b", "
            "perf=distserve_a100", "cluster=1p1d", "cluster.prefill_tp=2", "cluster.decode_tp=1")
 
 
+DEEPSEEK_WIDE_EP = ["model=deepseek_v3", "hardware=b200", "perf.engine_version=0.5.14", "model.gemm_quant=fp8_block",
+                    "model.moe_quant=fp8_block", "cluster.prefill_tp=8", "cluster.prefill_moe_ep=8",
+                    "cluster.decode_tp=1", "cluster.decode_dp=16", "cluster.decode_moe_ep=16"]
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     overrides: tuple[str, ...]
     instances: int
     note: str
+    perfs: tuple[str, ...] = ()  # the perf kinds the case runs under (() = any)
 
 
 def _chat(n: int, rate_rps: float, cluster: list[str]) -> tuple[str, ...]:
@@ -82,6 +88,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("azure_conv_colocated8", ("scenario=azure_conv", *_colocated(8)), 8, "same GPUs, colocated"),
     Case("chat200k_32p32d", _chat(200_000, 160.0, ["cluster=32p32d"]), 64, "Poisson 160 req/s, sessions"),
     Case("chat200k_colocated64", _chat(200_000, 160.0, _colocated(64)), 64, "same GPUs, colocated"),
+    # issue 40: DeepSeek-R1 (fp8 block) on B200, SGLang 0.5.14 tables; 2 prefill TP8/EP8, 1 decode
+    # of 16 DP-attention ranks with EP16 over two nodes (measured perf only: DP/EP need its tables)
+    Case("deepseek_wide_ep", _chat(5_000, 6.0, [*_pd(1), "cluster.prefill=2", *DEEPSEEK_WIDE_EP]), 3,
+         "DeepSeek-R1 2P(TP8/EP8) 1D(TP1xDP16/EP16)", ("measured",)),
 )}
 QUICK = ("mooncake_8p8d", "azure_conv_4p4d")
 # wall time vs requests (8P8D, 40 req/s) and vs instances (fixed requests, 2.5 req/s per instance)
@@ -289,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_tables(args: argparse.Namespace, names: tuple[str, ...], perfs: tuple[str, ...],
                trees: Trees) -> None:
     def table(cases: tuple[Case, ...], perfs: tuple[str, ...]) -> None:
-        print_table([row for case in cases for perf in perfs for row in measure(case, perf, args.repeat, trees)],
-                    args.markdown)
+        print_table([row for case in cases for perf in perfs if not case.perfs or perf in case.perfs
+                     for row in measure(case, perf, args.repeat, trees)], args.markdown)
 
     if names and not args.scaling_only:
         table(tuple(CASES[name] for name in names), perfs)

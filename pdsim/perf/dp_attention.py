@@ -18,8 +18,8 @@ first onto the least-loaded rank (ties: the lowest rank), context in proportion 
 Per-rank queues, per-rank KV pools and a per-rank router are not modelled (docs/MOE.md).
 
 Collectives come from the set's NCCL tables (optables.OpTables.collective) by GPU count; past
-the largest measured count the time grows with the ring's (g-1)/g share and, outside one NVLink
-domain (hardware.nvlink_domain_gpus, else gpus_per_node), with the slower NIC bandwidth.
+the largest measured count, measured.beyond_table_s adds the extra ring steps and the bytes at
+the ring's slowest link (a NIC outside one NVLink domain).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pdsim.config import HardwareConfig
 from pdsim.perf import spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.cost import ACTIVATION_BYTES
-from pdsim.perf.measured import MeasuredModel, beyond_table
+from pdsim.perf.measured import MeasuredModel, beyond_table_s
 from pdsim.perf.steps.decode import CallStep, DecodeStep
 
 RankShare = tuple[tuple[PrefillItem, ...], int, int]  # (prompt chunks, decodes, their context tokens)
@@ -83,7 +83,7 @@ class DataParallelModel:
         if gpus in grids:
             return grids[gpus](message_bytes) / 1e3
         top = max(grids)
-        return grids[top](message_bytes) * beyond_table(self.hardware, top, gpus) / 1e3
+        return grids[top](message_bytes) / 1e3 + beyond_table_s(self.hardware, top, gpus, message_bytes, 1)
 
     def _moe_exchange_s(self, tokens: int) -> float:
         """All-gather of every rank's hidden states before an MoE layer, reduce-scatter after."""

@@ -214,8 +214,9 @@ class MeasuredModel:
         grids = self.tables.allreduce
         if self.tp in grids:
             return grids[self.tp](elements) * ratio / 1e3
-        top = max(grids)  # more GPUs than measured: beyond_table's ring and link factors
-        return grids[top](elements) * ratio * beyond_table(self.scaling.target, top, self.tp) / 1e3
+        top = max(grids)  # more GPUs than measured: the measured ring plus beyond_table_s
+        return (grids[top](elements) * ratio / 1e3
+                + beyond_table_s(self.scaling.target, top, self.tp, elements * cost.ACTIVATION_BYTES, 2))
 
     def _heads(self) -> tuple[float, float]:
         """Per-rank (query, KV) heads in units of 128-wide heads (the tables' head_dim)."""
@@ -395,17 +396,25 @@ class MeasuredModel:
 TABLE_QUANTS = ("fp8", "fp8_block", "nvfp4")  # GEMM quant modes with their own tables
 
 
-def beyond_table(hw: HardwareConfig, measured_gpus: int, gpus: int) -> float:
-    """A ring collective over `gpus` GPUs / the same over the `measured_gpus` a table has: the
-    ring's (g-1)/g share of the bytes each GPU moves, and, once the GPUs span more than one
-    NVLink domain (hardware.nvlink_domain_gpus, else a node), the NVLink / NIC bandwidth ratio
-    (the ring's slowest link is then a NIC: nic_gbps x nics_per_node shared by the node's GPUs)."""
-    ring = ((gpus - 1) / gpus) / ((measured_gpus - 1) / measured_gpus)
+RING_HOP_S = 5e-6  # one more step of a ring collective (a NIC or NVLink hop, launch included)
+
+
+def beyond_table_s(hw: HardwareConfig, measured_gpus: int, gpus: int, message_bytes: float, passes: int) -> float:
+    """What a ring collective over `gpus` GPUs costs beyond the same over the `measured_gpus` a
+    table has (s): each extra GPU one more ring step, and the bytes each GPU moves
+    (passes x (g-1)/g x message: all-gather / reduce-scatter 1 pass, all-reduce 2) at the ring's
+    slowest link instead of NVLink. Once the GPUs span more than one NVLink domain
+    (hardware.nvlink_domain_gpus, else a node) that link is a NIC: nic_gbps x nics_per_node
+    shared by the node's GPUs. The measured time keeps its latency; only the difference is added."""
+    if gpus <= measured_gpus:
+        return 0.0
     domain = hw.nvlink_domain_gpus or hw.gpus_per_node
-    nic_gb_s = hw.nic_gbps * hw.nics_per_node / hw.gpus_per_node / 8
-    if gpus <= domain or nic_gb_s <= 0 or hw.nvlink_gbps <= 0:
-        return ring
-    return ring * max(hw.nvlink_gbps / nic_gb_s, 1.0)
+    nvlink = (hw.nvlink_gbps or hw.pcie_gbps) * 1e9
+    nic = hw.nic_gbps * hw.nics_per_node / hw.gpus_per_node / 8 * 1e9
+    link = nvlink if gpus <= domain or nic <= 0 else min(nic, nvlink)
+    moved = passes * message_bytes
+    extra_bytes_s = moved * (gpus - 1) / gpus / link - moved * (measured_gpus - 1) / measured_gpus / nvlink
+    return (gpus - measured_gpus) * RING_HOP_S + max(extra_bytes_s, 0.0)
 
 
 def moe_grid_for(tables: OpTables, dtype: str, shape: tuple[int, int, int, int], moe_tp: int, moe_ep: int,

@@ -20,7 +20,7 @@ from pdsim.perf import build_latency_model, catalog, cost, spec
 from pdsim.perf.capacity import instance_kv_capacity_tokens, weight_bytes_per_gpu
 from pdsim.perf.dp_attention import DataParallelModel, spread
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
-from pdsim.perf.measured import beyond_table, build_measured, moe_grid_for
+from pdsim.perf.measured import RING_HOP_S, beyond_table_s, build_measured, moe_grid_for
 from pdsim.perf.optables import AIC_DIR, load_tables
 
 SGLANG_B200 = "b200_sxm_sglang_0.5.14"
@@ -106,16 +106,18 @@ def test_spread_ties_and_context() -> None:
 
 def test_beyond_table_ring_and_nic() -> None:
     h100, gb200 = catalog.load_hardware("h100"), catalog.load_hardware("gb200")
-
-    def ring(g: int, m: int) -> float:
-        return ((g - 1) / g) / ((m - 1) / m)
-
-    assert beyond_table(h100, 8, 8) == 1.0
-    # 16 GPUs leave the 8-GPU node: NVLink 450 GB/s over 8 NICs x 400 Gb/s / 8 GPUs = 50 GB/s
-    assert beyond_table(h100, 8, 16) == pytest.approx(ring(16, 8) * 450 / 50, rel=1e-12)
-    # NVL72 keeps 64 GPUs on NVLink (4-GPU trays notwithstanding); 144 cross it at 900 / 50
-    assert beyond_table(gb200, 8, 64) == pytest.approx(ring(64, 8), rel=1e-12)
-    assert beyond_table(gb200, 8, 144) == pytest.approx(ring(144, 8) * 900 / 50, rel=1e-12)
+    mib = float(1 << 20)
+    assert beyond_table_s(h100, 8, 8, mib, 1) == 0.0
+    # 16 GPUs leave the 8-GPU node: 8 more ring steps, and each GPU's 15/16 of the message over
+    # its NIC share (8 x 400 Gb/s / 8 GPUs = 50 GB/s) instead of 7/8 of it over NVLink (450 GB/s)
+    want = 8 * RING_HOP_S + mib * 15 / 16 / 50e9 - mib * 7 / 8 / 450e9
+    assert beyond_table_s(h100, 8, 16, mib, 1) == pytest.approx(want, rel=1e-12)
+    assert beyond_table_s(h100, 8, 16, mib, 2) == pytest.approx(8 * RING_HOP_S + 2 * (want - 8 * RING_HOP_S), rel=1e-12)
+    # NVL72 keeps 64 GPUs on NVLink (900 GB/s): only the ring's larger share and the steps
+    want = 56 * RING_HOP_S + mib * (63 / 64 - 7 / 8) / 900e9
+    assert beyond_table_s(gb200, 8, 64, mib, 1) == pytest.approx(want, rel=1e-12)
+    want = 136 * RING_HOP_S + mib * 143 / 144 / 50e9 - mib * 7 / 8 / 900e9  # 144 GPUs cross it
+    assert beyond_table_s(gb200, 8, 144, mib, 1) == pytest.approx(want, rel=1e-12)
 
 
 def test_dp8_decode_is_busiest_rank_plus_moe(dp8: DataParallelModel) -> None:
