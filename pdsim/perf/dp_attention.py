@@ -6,7 +6,8 @@ the dense layers, the router and shared experts, and the LM head over its own to
 GPUs; at every MoE layer all ranks meet: their hidden states are gathered over the instance's
 GPUs (all-gather), the routed experts run over the instance's tokens split moe_tp x moe_ep ways,
 and the outputs go back to their ranks (reduce-scatter). A step lasts as long as its busiest rank
-plus the MoE layers:
+plus the MoE layers (a decode step: the busiest rank holds ceil(n / dp) sequences at the
+batch's mean KV length, one table lookup, compiled as TableStep):
 
     step = max over ranks (rank part) + moe_layers x (all-gather + experts(all tokens) + reduce-scatter)
            + overhead_s + overhead_per_seq_s x (sequences of the busiest rank)
@@ -32,7 +33,7 @@ from pdsim.perf import spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.cost import ACTIVATION_BYTES
 from pdsim.perf.measured import MeasuredModel, beyond_table_s
-from pdsim.perf.steps.decode import CallStep, DecodeStep
+from pdsim.perf.steps.decode import CallStep, DecodeStep, TableStep
 
 RankShare = tuple[tuple[PrefillItem, ...], int, int]  # (prompt chunks, decodes, their context tokens)
 _MEMO_ENTRIES = 1 << 16
@@ -116,13 +117,39 @@ class DataParallelModel:
         return hit  # type: ignore[no-any-return]
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
-        return self.step_time_s((), num_seqs, context_tokens) if num_seqs > 0 else 0.0
+        """A decode step: its busiest rank holds ceil(n / dp) sequences at the batch's mean KV
+        length (decode_step compiles the same formula); the general step where attention is not
+        one table lookup (sliding / linear layers, tables scaled from another GPU)."""
+        if num_seqs <= 0:
+            return 0.0
+        if not self.rank.table_decode:
+            return self.step_time_s((), num_seqs, context_tokens)
+        busiest = -(-num_seqs // self.dp)
+        return self._decode_fixed_s(num_seqs) + self.rank.model.num_layers * (
+            self.rank.generation_ms(busiest, context_tokens / num_seqs) / 1e3)
+
+    def _decode_fixed_s(self, num_seqs: int) -> float:
+        """The context-free part of a decode step of n sequences over the dp ranks."""
+        key = ("decode_fixed", num_seqs)
+        hit = self._memo.get(key)
+        if hit is None:
+            busiest = -(-num_seqs // self.dp)
+            moe_layers = spec.num_moe_layers(self.rank.model)
+            hit = (self.rank.rank_fixed_s(busiest, busiest) + self.rank.moe_experts_s(num_seqs)
+                   + moe_layers * self._moe_exchange_s(num_seqs)
+                   + self.rank.overhead_s + self.rank.overhead_per_seq_s * busiest)
+            self._memo[key] = hit
+        return hit  # type: ignore[no-any-return]
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
         return self.step_time_s(items, num_seqs, context_tokens)
 
     def decode_step(self, num_seqs: int) -> DecodeStep:
-        return CallStep(num_seqs, self.decode_time_s)
+        if not self.rank.table_decode:
+            return CallStep(num_seqs, self.decode_time_s)
+        busiest = -(-num_seqs // self.dp)
+        return TableStep(num_seqs, self._decode_fixed_s(num_seqs), self.rank.model.num_layers,
+                         *self.rank.generation_row(busiest))
 
     def prefill_timer(self) -> PrefillTimer:
         return self.prefill_time_s

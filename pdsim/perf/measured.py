@@ -40,6 +40,7 @@ from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
 from pdsim.perf.optables import (
     AIC_DIR,
+    Row,
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     LogGrid,
@@ -287,7 +288,10 @@ class MeasuredModel:
         tokens = sum(n for n, _ in items) + num_seqs
         if tokens <= 0:
             return 0.0
-        seqs = len(items) + num_seqs
+        return self.rank_fixed_s(tokens, len(items) + num_seqs) + self._attention_layers_s(items, num_seqs, context_tokens)
+
+    def rank_fixed_s(self, tokens: int, seqs: int) -> float:
+        """rank_s without attention: what depends on the rank's token and sequence counts only."""
         key = ("rank", tokens, seqs)
         fixed = self._memo.get(key)
         if fixed is None:
@@ -299,7 +303,20 @@ class MeasuredModel:
             moe = self._router_shared_s(tokens) if moe_layers else 0.0
             fixed = m.num_layers * common + dense_layers * dense + moe_layers * moe + self._lm_head_s(seqs)
             self._remember(key, fixed)
-        return fixed + self._attention_layers_s(items, num_seqs, context_tokens)
+        return fixed
+
+    @property
+    def table_decode(self) -> bool:
+        """Decode attention is one generation-table lookup at the mean KV length (the compiled
+        TableStep's formula): own tables, full-attention layers only."""
+        return self._generation is not None and self.scaling.same and not self._mixed_layers  # type: ignore[attr-defined]
+
+    def generation_ms(self, seqs: int, mean_context: float) -> float:
+        """One layer's decode attention (ms) of `seqs` sequences at a mean KV length."""
+        return self._generation.at_second(seqs, max(mean_context, 1.0))  # type: ignore[attr-defined, no-any-return]
+
+    def generation_row(self, seqs: int) -> Row:
+        return self._generation.second_row(seqs)  # type: ignore[attr-defined, no-any-return]
 
     def _attention_layers_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
         """Attention of every layer: full layers from the tables, sliding-window layers at the

@@ -252,3 +252,16 @@ def test_dp8_ep8_colocated_run(dsv3: ModelConfig, b200: HardwareConfig) -> None:
     tokens = instance_kv_capacity_tokens(dsv3, b200, Parallel(1, 8, 8), 0.9)
     assert stats["kv_capacity_tokens"] == tokens // 16 * 16  # whole pages of 16 tokens
     assert out.summary["gpus"] == 8  # tp 1 x dp 8 (pdsim.search.rows.gpus_of)
+
+
+def test_dp8_compiled_decode_step_is_the_same_float(dp8: DataParallelModel) -> None:
+    """decode_step's TableStep (the simulator's hot path) gives decode_time_s bit for bit, and
+    the busiest of 8 ranks holds ceil(n / 8) sequences."""
+    for n in (1, 7, 8, 9, 64, 300):
+        step = dp8.decode_step(n)
+        for ctx in (n, n * 100, n * 1000 + 7, n * 40_000):
+            assert step.time_s(ctx) == dp8.decode_time_s(n, ctx), (n, ctx)
+    # 9 and 16 sequences: the busiest rank holds 2 either way; only the MoE layers differ
+    assert dp8.decode_time_s(9, 9000) == pytest.approx(dp8.decode_time_s(16, 16_000) - (
+        dp8.rank.moe_experts_s(16) - dp8.rank.moe_experts_s(9)) - 58 * (
+        dp8._moe_exchange_s(16) - dp8._moe_exchange_s(9)), rel=1e-12)
