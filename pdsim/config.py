@@ -367,10 +367,14 @@ class SearchConfig:
 
 @dataclass
 class PlanConfig:
-    """`pdsim plan`: recommend a P:D split and TP per side for a GPU budget (pdsim.search.planner)."""
+    """`pdsim plan`: recommend a P:D split and a layout per side for a GPU budget (pdsim.search.planner)."""
 
     gpus: int = 16  # GPU budget (of hardware.name)
     tp_options: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    # attention DP ranks and MoE expert parallelism to combine with each TP (pdsim/parallel.py;
+    # DP > 1 or EP > 1 need perf=measured on hardware with op_tables, EP > 1 an MoE model)
+    dp_options: list[int] = field(default_factory=lambda: [1])
+    ep_options: list[int] = field(default_factory=lambda: [1])
     # requests per simulated probe; 0 = sized per fleet and rate: arrivals spanning 20 lone-request
     # latencies (pdsim.search.planner.MIN_LIFETIMES), within [min_requests, max_requests]
     num_requests: int = 0
@@ -389,6 +393,10 @@ class FrontierConfig:
 
     gpus: int = 16  # GPU budget (of hardware.name); every deployment uses all of it
     tp_options: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    # attention DP ranks and MoE expert parallelism to combine with each TP (labels tpAdpBepCxN;
+    # DP > 1 or EP > 1 need perf=measured on hardware with op_tables, EP > 1 an MoE model)
+    dp_options: list[int] = field(default_factory=lambda: [1])
+    ep_options: list[int] = field(default_factory=lambda: [1])
     modes: list[str] = field(default_factory=lambda: ["colocated", "disaggregated"])
     # precisions to compare, "GEMM[.kvKV]" each (e.g. bf16, fp8.kvfp8, nvfp4.kvfp8); [] = the model's own
     precisions: list[str] = field(default_factory=list)

@@ -40,9 +40,14 @@ def best_per_budget(results: pd.DataFrame) -> pd.DataFrame:
     return ordered.groupby("gpus", sort=True).head(1).reset_index(drop=True)
 
 
+LAYOUT_COLUMNS = ("prefill_dp", "decode_dp", "colocated_dp", "prefill_moe_ep", "decode_moe_ep", "colocated_moe_ep")
+
+
 def format_results(results: pd.DataFrame) -> str:
-    columns = [c for c in ("job", "mode", "prefill", "decode", "colocated", "prefill_tp", "decode_tp", "gpus",
-                           "routing", "rate_rps", "attainment_both", "ttft_mean_s", "tpot_mean_s",
+    """The table's main columns; DP / EP columns only where some row has DP or EP above 1."""
+    layout = [c for c in LAYOUT_COLUMNS if c in results.columns and (results[c] != 1).any()]
+    columns = [c for c in ("job", "mode", "prefill", "decode", "colocated", "prefill_tp", "decode_tp", *layout,
+                           "gpus", "routing", "rate_rps", "attainment_both", "ttft_mean_s", "tpot_mean_s",
                            "goodput_rps", "goodput_per_gpu_rps") if c in results.columns]
     return results[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}")
 

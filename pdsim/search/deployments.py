@@ -2,16 +2,18 @@
 
 A deployment is a fleet shape: colocated (n instances of one layout) or disaggregated (n_p
 prefill instances of one layout, n_d decode instances of another). A layout is how one instance
-is parallelised; today that is its TP degree (expert parallelism and attention data parallelism,
-issue 40, become further `Layout` fields). Precision is a property of the whole deployment (both
-sides serve the same checkpoint): `Deployment.precision`, a `@GEMM[.kvKV]` label suffix
+is parallelised (pdsim/parallel.py): attention TP x attention DP ranks, the MoE layers' expert
+parallelism EP over all of its TP x DP GPUs. Precision is a property of the whole deployment
+(both sides serve the same checkpoint): `Deployment.precision`, a `@GEMM[.kvKV]` label suffix
 (docs/PRECISION.md), enumerated over `frontier.precisions`.
 
-Labels are the hydra sweep values of `pdsim frontier` (no commas, no spaces):
+Labels are the hydra sweep values of `pdsim frontier` (no commas, no spaces). A side is
+`tpA[dpB][epC]xN`: N instances of attention TP A, B DP ranks (omitted: 1), EP C (omitted: 1):
 
-    co-tp4x4            4 colocated instances at TP4
-    pd-tp4x2-tp8x1      2 prefill instances at TP4, 1 decode instance at TP8
-    co-tp2x8@fp8.kvfp8  8 colocated instances at TP2, fp8 GEMMs and an fp8 KV cache
+    co-tp4x4                  4 colocated instances at TP4
+    pd-tp4x2-tp8x1            2 prefill instances at TP4, 1 decode instance at TP8
+    co-tp2x8@fp8.kvfp8        8 colocated instances at TP2, fp8 GEMMs and an fp8 KV cache
+    pd-tp8ep8x1-tp1dp8ep8x2   1 prefill instance at TP8/EP8, 2 decode instances at TP1xDP8/EP8
 """
 
 from __future__ import annotations
@@ -20,34 +22,44 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pdsim.config import GEMM_QUANTS, KV_DTYPES, Config
-from pdsim.perf import kv_capacity_tokens
+from pdsim.parallel import Parallel
+from pdsim.perf import build_latency_model, instance_kv_capacity_tokens
 
 log = logging.getLogger(__name__)
 
 COLOCATED, DISAGG = "colocated", "disaggregated"
 FAMILIES = (COLOCATED, DISAGG)
-_SIDE = re.compile(r"tp(\d+)x(\d+)$")
+_SIDE = re.compile(r"tp(\d+)(?:dp(\d+))?(?:ep(\d+))?x(\d+)$")
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Layout:
-    """How one instance is parallelised (later: precision, EP, attention DP)."""
+    """How one instance is parallelised: attention TP x DP ranks, MoE EP over all its GPUs."""
 
     tp: int = 1
+    dp: int = 1
+    moe_ep: int = 1
+
+    @property
+    def parallel(self) -> Parallel:
+        return Parallel(self.tp, self.dp, self.moe_ep)
 
     @property
     def gpus(self) -> int:
-        return self.tp
+        return self.tp * self.dp
 
     @property
     def token(self) -> str:
-        return f"tp{self.tp}"
+        """tp4, tp1dp8ep8: the label's part (dp / ep omitted when 1)."""
+        return f"tp{self.tp}" + (f"dp{self.dp}" if self.dp != 1 else "") + (f"ep{self.moe_ep}" if self.moe_ep != 1 else "")
 
     @property
     def text(self) -> str:
-        return f"TP{self.tp}"
+        """TP4, TP1xDP8/EP8."""
+        return self.parallel.text
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,35 +140,65 @@ def with_precision(cfg: Config, precision: str) -> Config:
 
 def parse_label(label: str) -> Deployment:
     """The deployment a label names; ValueError naming the label otherwise."""
-    label, _, precision = label.partition("@")
+    name, _, precision = label.partition("@")
     parse_precision(precision)
-    parts = label.split("-")
+    parts = name.split("-")
     sides = [_SIDE.match(p) for p in parts[1:]]
     if parts[0] not in ("co", "pd") or len(sides) != (1 if parts[0] == "co" else 2) or not all(sides):
-        raise ValueError(f"frontier: deployment label {label!r} is not co-tpAxN or pd-tpAxN-tpBxM")
-    made = [Side(Layout(int(m.group(1))), int(m.group(2))) for m in sides if m is not None]
-    if any(s.count < 1 or s.layout.tp < 1 for s in made):
-        raise ValueError(f"frontier: deployment label {label!r} has a count or TP below 1")
+        raise ValueError(f"frontier: deployment label {label!r} is not co-SIDE or pd-SIDE-SIDE "
+                         f"(SIDE = tpA[dpB][epC]xN, e.g. co-tp4x4, pd-tp8ep8x1-tp1dp8ep8x2)")
+    made = [Side(Layout(*(int(g or 1) for g in m.groups()[:3])), int(m.group(4))) for m in sides if m is not None]
+    if any(min(s.count, s.layout.tp, s.layout.dp, s.layout.moe_ep) < 1 for s in made):
+        raise ValueError(f"frontier: deployment label {label!r} has a count, TP, DP or EP below 1")
     if parts[0] == "co":
         return Deployment(COLOCATED, colocated=made[0], precision=precision)
     return Deployment(DISAGG, prefill=made[0], decode=made[1], precision=precision)
 
 
-def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int, budget: str = "frontier.gpus") -> list[Layout]:
-    """Layouts (ascending) whose weights fit with room for KV, within one node and the budget."""
-    fits = []
-    for tp in sorted(set(tp_options)):
-        if tp < 1 or tp > min(cfg.hardware.gpus_per_node, gpus) or cfg.model.num_heads % tp:
-            continue
-        try:
-            kv_capacity_tokens(cfg.model, cfg.hardware, tp, cfg.cluster.gpu_memory_utilization)
-        except ValueError as exc:
-            log.info("TP%d skipped: %s", tp, exc)
-            continue
-        fits.append(Layout(tp))
+def layout_problem(cfg: Config, layout: Layout, gpus: int, budget: str = "frontier.gpus") -> str:
+    """Why `layout` cannot serve `cfg`'s model within `gpus` ("" when it can): TP beyond one node
+    (DP ranks may span nodes), more GPUs than the budget, a layout the model does not divide
+    (EP on a dense model), weights that leave no room for KV, or (DP / EP only) a perf model that
+    cannot express it."""
+    if min(layout.tp, layout.dp, layout.moe_ep) < 1:
+        return "TP, DP and EP must be >= 1"
+    if layout.tp > cfg.hardware.gpus_per_node:
+        return f"TP{layout.tp} is more than one node ({cfg.hardware.gpus_per_node} GPUs of {cfg.hardware.name})"
+    if layout.gpus > gpus:
+        return f"needs {layout.gpus} GPUs, over {budget}={gpus}"
+    model, parallel = cfg.model, layout.parallel
+    try:
+        parallel.validate(model.num_heads, model.num_experts, model.name, "")
+        instance_kv_capacity_tokens(model, cfg.hardware, parallel, cfg.cluster.gpu_memory_utilization)
+        if not parallel.plain_tp:
+            build_latency_model(cfg.perf, model, cfg.hardware, parallel, data_dir=cfg.data_dir)
+    except ValueError as exc:  # Parallel.validate names cluster fields: say it as a layout
+        return re.sub(r"^cluster: field '(\w+)' = (\d+) ", r"\1 \2 ", str(exc).splitlines()[0])
+    return ""
+
+
+def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int, budget: str = "frontier.gpus",
+                    dp_options: Sequence[int] = (1,), ep_options: Sequence[int] = (1,)) -> list[Layout]:
+    """Layouts (ascending) of every (TP, DP, EP) option that `layout_problem` lets through; the
+    others are logged with their reason."""
+    fits: list[Layout] = []
+    dropped: dict[Layout, str] = {}
+    for layout in sorted({Layout(t, d, e) for t in tp_options for d in dp_options for e in ep_options}):
+        why = layout_problem(cfg, layout, gpus, budget)
+        if why:
+            log.info("%s skipped: %s", layout.text, why)
+            dropped[layout] = why
+        else:
+            fits.append(layout)
+    wide = [f"{lay.text}: {why}" for lay, why in dropped.items() if not lay.parallel.plain_tp]
+    if wide and all(lay.parallel.plain_tp for lay in fits):
+        log.warning("no DP / EP layout fits, plain TP only: %s", "; ".join(wide))
     if not fits:
-        raise ValueError(f"{budget.split('.')[0]}: no TP option in {list(tp_options)} fits {cfg.model.name} on "
-                         f"{cfg.hardware.name} within {budget}={gpus}")
+        options = f"TP option in {list(tp_options)}"
+        if list(dp_options) != [1] or list(ep_options) != [1]:
+            options += f" x DP option in {list(dp_options)} x EP option in {list(ep_options)}"
+        raise ValueError(f"{budget.split('.')[0]}: no {options} fits {cfg.model.name} on {cfg.hardware.name} "
+                         f"within {budget}={gpus} ({'; '.join(f'{lay.text}: {why}' for lay, why in dropped.items())})")
     return fits
 
 
@@ -186,7 +228,8 @@ def frontier_deployments(cfg: Config) -> list[Deployment]:
     if not fr.deployments:
         deps = []
         for precision in fr.precisions or [""]:
-            fits = fitting_layouts(with_precision(cfg, precision), fr.tp_options, fr.gpus)
+            fits = fitting_layouts(with_precision(cfg, precision), fr.tp_options, fr.gpus,
+                                   dp_options=fr.dp_options, ep_options=fr.ep_options)
             deps += [replace(d, precision=precision) for d in enumerate_deployments(fits, fr.gpus, fr.modes)]
         if not deps:
             raise ValueError(f"frontier: no deployment of modes {list(fr.modes)} fits frontier.gpus={fr.gpus}")
@@ -196,7 +239,9 @@ def frontier_deployments(cfg: Config) -> list[Deployment]:
         if dep.gpus > fr.gpus:
             raise ValueError(f"frontier: deployment {dep.label} needs {dep.gpus} GPUs, over frontier.gpus={fr.gpus}")
         for side in dep.sides:
-            fitting_layouts(with_precision(cfg, dep.precision), [side.layout.tp], fr.gpus)
+            lay = side.layout
+            fitting_layouts(with_precision(cfg, dep.precision), [lay.tp], fr.gpus, dp_options=[lay.dp],
+                            ep_options=[lay.moe_ep])
     return deps
 
 
@@ -207,9 +252,14 @@ def deployment_config(cfg: Config, dep: Deployment) -> Config:
     if dep.mode == COLOCATED:
         assert dep.colocated is not None
         cluster = replace(c, mode=COLOCATED, total_instances=0, colocated=dep.colocated.count,
-                          colocated_tp=dep.colocated.layout.tp)
+                          **layout_fields(COLOCATED, dep.colocated.layout))
     else:
         assert dep.prefill is not None and dep.decode is not None
         cluster = replace(c, mode=DISAGG, total_instances=0, prefill=dep.prefill.count, decode=dep.decode.count,
-                          prefill_tp=dep.prefill.layout.tp, decode_tp=dep.decode.layout.tp)
+                          **layout_fields("prefill", dep.prefill.layout), **layout_fields("decode", dep.decode.layout))
     return replace(cfg, cluster=cluster)
+
+
+def layout_fields(side: str, layout: Layout) -> dict[str, Any]:
+    """The cluster fields of one side's layout: {side}_tp, {side}_dp, {side}_moe_ep."""
+    return {f"{side}_tp": layout.tp, f"{side}_dp": layout.dp, f"{side}_moe_ep": layout.moe_ep}

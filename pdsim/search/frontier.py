@@ -74,15 +74,15 @@ def _saturated(prev: dict[str, Any] | None, row: dict[str, Any], fcfg: FrontierC
 def running_capacity(cfg: Config, dep: Deployment) -> int:
     """Requests `dep`'s batch instances can run at once: max_running_requests, or as many mean
     requests (prompt + output tokens) as one instance's KV pool holds, times the instances."""
-    from pdsim.perf import kv_capacity_tokens
+    from pdsim.perf import instance_kv_capacity_tokens
     from pdsim.workload import build_workload
 
     side = dep.colocated if dep.mode == COLOCATED else dep.decode
     assert side is not None
     cfg = deployment_config(cfg, dep)  # the model at the deployment's precision (KV bytes per token)
     c = cfg.cluster
-    kv_tokens = c.kv_capacity_tokens or kv_capacity_tokens(cfg.model, cfg.hardware, side.layout.tp,
-                                                           c.gpu_memory_utilization)
+    kv_tokens = c.kv_capacity_tokens or instance_kv_capacity_tokens(cfg.model, cfg.hardware, side.layout.parallel,
+                                                                    c.gpu_memory_utilization)
     wl = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
     per_request = max(1.0, float(wl.input_tokens.mean() + wl.output_tokens.mean()))
     return side.count * max(1, min(c.max_running_requests, int(kv_tokens // per_request)))

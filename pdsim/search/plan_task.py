@@ -33,9 +33,9 @@ from pdsim.search.planner import (
 PLAN_FILE = "plan.json"
 
 
-def _best_tp(roles: tuple[RoleGoodput, ...], role: str) -> RoleGoodput | None:
+def _best_layout(roles: tuple[RoleGoodput, ...], role: str) -> RoleGoodput | None:
     mine = [r for r in roles if r.role == role]
-    return min(mine, key=lambda r: (-r.per_gpu_rps, r.tp), default=None)
+    return min(mine, key=lambda r: (-r.per_gpu_rps, r.layout), default=None)
 
 
 def plan_to_dict(result: Plan) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def plan_to_dict(result: Plan) -> dict[str, Any]:
     return {
         "small_probes": list(result.small_probes),
         "gpus": result.gpus,
-        "roles": [{**asdict(r), "per_gpu_rps": r.per_gpu_rps} for r in result.roles],
+        "roles": [{**asdict(r), "layout": r.layout.text, "per_gpu_rps": r.per_gpu_rps} for r in result.roles],
         "disaggregated": [cand(c) for c in result.disaggregated],
         "colocated": [cand(c) for c in result.colocated],
         "recommendation": cand(best) if best else None,
@@ -61,20 +61,20 @@ def format_plan(result: Plan, cfg: Config) -> str:
              f"perf={cfg.perf.kind} budget {result.gpus} GPUs, SLO TTFT<={cfg.slo.ttft_s}s TPOT<={cfg.slo.tpot_s}s "
              f"({100 * cfg.slo.attainment_target:.0f}%), {probe_text(cfg)}", "",
              "one instance per role (goodput, req/s):",
-             f"{'role':<10}{'TP':>4}{'goodput':>10}{'per GPU':>10}"]
+             f"{'role':<10}{'layout':>14}{'goodput':>10}{'per GPU':>10}"]
     small = set(result.small_probes)
     for r in result.roles:
-        flag = "  *" if f"{r.role} TP{r.tp}" in small else ""
-        lines.append(f"{r.role:<10}{r.tp:>4}{r.goodput_rps:>10.4g}{r.per_gpu_rps:>10.4g}{flag}")
+        flag = "  *" if r.label in small else ""
+        lines.append(f"{r.role:<10}{r.layout.text:>14}{r.goodput_rps:>10.4g}{r.per_gpu_rps:>10.4g}{flag}")
     for role in (PREFILL, DECODE, COLOCATED):
-        best = _best_tp(result.roles, role)
+        best = _best_layout(result.roles, role)
         if best is not None and best.goodput_rps > 0:
-            lines.append(f"best per-GPU TP for {role}: TP{best.tp} ({best.per_gpu_rps:.4g} req/s per GPU)")
+            lines.append(f"best per-GPU layout for {role}: {best.layout.text} ({best.per_gpu_rps:.4g} req/s per GPU)")
     lines += ["", "verified fleets (full goodput search):",
-              f"{'fleet':<26}{'GPUs':>6}{'estimate':>10}{'goodput':>10}{'per GPU':>10}"]
+              f"{'fleet':<34}{'GPUs':>6}{'estimate':>10}{'goodput':>10}{'per GPU':>10}"]
     for c in (*result.disaggregated, *result.colocated):
         flag = "  *" if c.label in small else ""
-        lines.append(f"{c.label:<26}{c.gpus:>6}{c.estimate_rps:>10.4g}{c.goodput_rps:>10.4g}"
+        lines.append(f"{c.label:<34}{c.gpus:>6}{c.estimate_rps:>10.4g}{c.goodput_rps:>10.4g}"
                      f"{c.goodput_rps / c.gpus:>10.4g}{flag}")
     lines.append("")
     if result.best is None:

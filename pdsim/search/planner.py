@@ -1,16 +1,19 @@
-"""Placement planner (`pdsim plan`): the P:D split and TP per side for a GPU budget.
+"""Placement planner (`pdsim plan`): the P:D split and layout per side for a GPU budget.
 
-DistServe-style placement search, with the simulator as the goodput oracle:
+DistServe-style placement search, with the simulator as the goodput oracle. A layout is TP, or
+TP x attention DP ranks with MoE expert parallelism (pdsim.search.deployments.Layout: every
+combination of plan.tp_options, plan.dp_options and plan.ep_options that fits the model).
 
-1. Per role and TP option (those whose weights fit one instance), the goodput of ONE instance:
-   prefill = 1 prefill instance at TP t beside helper decode instances at the largest TP (so
-   decode is not the bottleneck), decode = the mirror image, colocated = one colocated instance.
-   The fleet's goodput is attributed to the measured instance. Helpers start at
-   `helper_instances` and double until they offer HEADROOM x the measured rate at the largest TP.
-2. Candidates: every (TP_p, TP_d, n_p) with as many decode instances n_d as the rest of the
+1. Per role and layout (those whose weights fit one instance), the goodput of ONE instance:
+   prefill = 1 prefill instance of layout L beside helper decode instances of the helper layout
+   (`helper_layout`: the most GPUs, plain TP first, so decode is not the bottleneck), decode =
+   the mirror image, colocated = one colocated instance. The fleet's goodput is attributed to
+   the measured instance. Helpers start at `helper_instances` and double until they offer
+   HEADROOM x the measured rate of the helper layout.
+2. Candidates: every (L_p, L_d, n_p) with as many decode instances n_d as the rest of the
    budget holds; estimated goodput min(n_p * g_p, n_d * g_d), so the best estimates are the
-   splits that balance the two sides' rates. Colocated: gpus // t instances at TP t, estimate
-   n * g_c(t).
+   splits that balance the two sides' rates. Colocated: gpus // gpus(L) instances of layout L,
+   estimate n * g_c(L).
 3. The `verify_top` best estimates of each mode are re-measured with a full-fleet goodput search;
    the recommendation is the best verified fleet of either mode (ties: fewer GPUs, then
    disaggregated), and the gain is the best disaggregated goodput over the best colocated one.
@@ -34,7 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pdsim.config import Config
-from pdsim.search.deployments import fitting_layouts
+from pdsim.parallel import Parallel
+from pdsim.search.deployments import Layout, fitting_layouts, layout_fields
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +52,32 @@ Evaluate = Callable[[Config, float], float]
 
 @dataclass(frozen=True, slots=True)
 class RoleGoodput:
+    """The goodput of one instance of `role` at layout TP x DP with EP."""
+
     role: str
     tp: int
     goodput_rps: float
+    dp: int = 1
+    moe_ep: int = 1
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.dp, self.moe_ep)
 
     @property
     def per_gpu_rps(self) -> float:
-        return self.goodput_rps / self.tp
+        return self.goodput_rps / self.layout.gpus
+
+    @property
+    def label(self) -> str:
+        """`prefill TP4`, `decode TP1xDP8/EP8`."""
+        return f"{self.role} {self.layout.text}"
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One fleet: disaggregated (prefill, decode > 0) or colocated (colocated > 0)."""
+    """One fleet: disaggregated (prefill, decode > 0) or colocated (colocated > 0); each side's
+    layout in the cluster's field names ({side}_tp, {side}_dp, {side}_moe_ep)."""
 
     mode: str
     estimate_rps: float
@@ -70,18 +88,37 @@ class Candidate:
     decode_tp: int = 1
     colocated_tp: int = 1
     goodput_rps: float = math.nan  # measured on the full fleet (nan: not verified)
+    prefill_dp: int = 1
+    decode_dp: int = 1
+    colocated_dp: int = 1
+    prefill_moe_ep: int = 1
+    decode_moe_ep: int = 1
+    colocated_moe_ep: int = 1
+
+    def layout(self, side: str) -> Layout:
+        """The layout of `side` (prefill, decode, colocated)."""
+        return Layout(getattr(self, f"{side}_tp"), getattr(self, f"{side}_dp"), getattr(self, f"{side}_moe_ep"))
 
     @property
     def gpus(self) -> int:
         if self.mode == COLOCATED:
-            return self.colocated * self.colocated_tp
-        return self.prefill * self.prefill_tp + self.decode * self.decode_tp
+            return self.colocated * self.layout(COLOCATED).gpus
+        return self.prefill * self.layout(PREFILL).gpus + self.decode * self.layout(DECODE).gpus
 
     @property
     def label(self) -> str:
+        """`colocated x2 (TP8)`, `1P(TP8/EP8) 2D(TP1xDP8/EP8)`."""
         if self.mode == COLOCATED:
-            return f"colocated x{self.colocated} (TP{self.colocated_tp})"
-        return f"{self.prefill}P(TP{self.prefill_tp}) {self.decode}D(TP{self.decode_tp})"
+            return f"colocated x{self.colocated} ({self.layout(COLOCATED).text})"
+        return f"{self.prefill}P({self.layout(PREFILL).text}) {self.decode}D({self.layout(DECODE).text})"
+
+
+def fleet(mode: str, estimate_rps: float, **sides: tuple[int, Layout]) -> Candidate:
+    """A candidate from (count, layout) per side: fleet(DISAGG, 0.0, prefill=(1, lay), decode=(4, top))."""
+    fields: dict[str, int] = {}
+    for side, (count, layout) in sides.items():
+        fields.update({side: count, **layout_fields(side, layout)})
+    return Candidate(mode, estimate_rps, **fields)
 
 
 @dataclass(frozen=True)
@@ -115,40 +152,55 @@ class Plan:
         return best.goodput_rps / self.best_colocated.goodput_rps
 
 
+def plan_layouts(cfg: Config) -> list[Layout]:
+    """Layouts (ascending) of plan.tp_options x dp_options x ep_options that fit the model
+    within the budget (pdsim.search.deployments.layout_problem)."""
+    p = cfg.plan
+    return fitting_layouts(cfg, p.tp_options, p.gpus, "plan.gpus", dp_options=p.dp_options, ep_options=p.ep_options)
+
+
 def fitting_tps(cfg: Config) -> list[int]:
-    """TP options (ascending) whose weights fit with room for KV, within one node and the budget."""
-    return [layout.tp for layout in fitting_layouts(cfg, cfg.plan.tp_options, cfg.plan.gpus, "plan.gpus")]
+    """The attention TPs (ascending) of the fitting layouts."""
+    return sorted({layout.tp for layout in plan_layouts(cfg)})
+
+
+def helper_layout(layouts: Sequence[Layout]) -> Layout:
+    """The layout of the other side's helpers: the most GPUs, plain TP first, then the larger TP
+    (with TP options only: the largest TP)."""
+    return max(layouts, key=lambda lay: (lay.gpus, lay.parallel.plain_tp, lay.tp, -lay.dp, -lay.moe_ep))
 
 
 def candidate_config(cfg: Config, cand: Candidate) -> Config:
     cluster = replace(
         cfg.cluster, total_instances=0, mode="colocated" if cand.mode == COLOCATED else "disaggregated",
         prefill=max(1, cand.prefill), decode=max(1, cand.decode), colocated=max(1, cand.colocated),
-        prefill_tp=cand.prefill_tp, decode_tp=cand.decode_tp, colocated_tp=cand.colocated_tp,
+        **{k: v for side in (PREFILL, DECODE, COLOCATED) for k, v in layout_fields(side, cand.layout(side)).items()},
     )
     return replace(cfg, cluster=cluster)
 
 
-def role_fleet(role: str, tp: int, helper_tp: int, helpers: int) -> Candidate:
-    """The fleet that measures one instance of `role` at TP `tp`."""
+def role_fleet(role: str, layout: Layout, helper: Layout, helpers: int) -> Candidate:
+    """The fleet that measures one instance of `role` at `layout`."""
     if role == PREFILL:
-        return Candidate(DISAGG, 0.0, prefill=1, decode=helpers, prefill_tp=tp, decode_tp=helper_tp)
+        return fleet(DISAGG, 0.0, prefill=(1, layout), decode=(helpers, helper))
     if role == DECODE:
-        return Candidate(DISAGG, 0.0, prefill=helpers, decode=1, prefill_tp=helper_tp, decode_tp=tp)
-    return Candidate(COLOCATED, 0.0, colocated=1, colocated_tp=tp)
+        return fleet(DISAGG, 0.0, prefill=(helpers, helper), decode=(1, layout))
+    return fleet(COLOCATED, 0.0, colocated=(1, layout))
 
 
-def _measure(cfg: Config, role: str, tp: int, helper_tp: int, helpers: int, evaluate: Evaluate) -> float:
-    g = evaluate(candidate_config(cfg, role_fleet(role, tp, helper_tp, helpers)), cfg.search.start_rps)
-    log.info("one %s instance at TP%d (%d helpers): %.4g req/s", role, tp, helpers, g)
+def _measure(cfg: Config, role: str, layout: Layout, helper: Layout, helpers: int, evaluate: Evaluate) -> float:
+    g = evaluate(candidate_config(cfg, role_fleet(role, layout, helper, helpers)), cfg.search.start_rps)
+    log.info("one %s instance at %s (%d helpers): %.4g req/s", role, layout.text, helpers, g)
     return g
 
 
-def helper_counts(cfg: Config, top: int, evaluate: Evaluate) -> tuple[dict[str, int], dict[str, float]]:
+def helper_counts(cfg: Config, top: int | Layout, evaluate: Evaluate) -> tuple[dict[str, int], dict[str, float]]:
     """Helpers per measured role, doubled until they offer HEADROOM x the measured instance's rate.
 
-    Returns the helper counts and the goodputs of one prefill / one decode instance at TP `top`.
+    Returns the helper counts and the goodputs of one prefill / one decode instance at the
+    helper layout `top` (a TP: plain TP).
     """
+    top = top if isinstance(top, Layout) else Layout(top)
     other = {PREFILL: DECODE, DECODE: PREFILL}
     helpers = {PREFILL: cfg.plan.helper_instances, DECODE: cfg.plan.helper_instances}
     g = {role: _measure(cfg, role, top, top, helpers[role], evaluate) for role in (PREFILL, DECODE)}
@@ -166,16 +218,17 @@ def helper_counts(cfg: Config, top: int, evaluate: Evaluate) -> tuple[dict[str, 
     return helpers, g
 
 
-def measure_roles(cfg: Config, tps: Sequence[int], evaluate: Evaluate, colocated: bool) -> list[RoleGoodput]:
-    top = max(tps)
+def measure_roles(cfg: Config, layouts: Sequence[Layout], evaluate: Evaluate, colocated: bool) -> list[RoleGoodput]:
+    top = helper_layout(layouts)
     helpers, at_top = helper_counts(cfg, top, evaluate)
     out = []
     for role in (PREFILL, DECODE):
-        for tp in tps:
-            g = at_top[role] if tp == top else _measure(cfg, role, tp, top, helpers[role], evaluate)
-            out.append(RoleGoodput(role, tp, g))
+        for lay in layouts:
+            g = at_top[role] if lay == top else _measure(cfg, role, lay, top, helpers[role], evaluate)
+            out.append(RoleGoodput(role, lay.tp, g, lay.dp, lay.moe_ep))
     if colocated:
-        out += [RoleGoodput(COLOCATED, tp, _measure(cfg, COLOCATED, tp, top, 0, evaluate)) for tp in tps]
+        out += [RoleGoodput(COLOCATED, lay.tp, _measure(cfg, COLOCATED, lay, top, 0, evaluate), lay.dp, lay.moe_ep)
+                for lay in layouts]
     return out
 
 
@@ -186,22 +239,24 @@ def disaggregated_candidates(roles: Sequence[RoleGoodput], gpus: int) -> list[Ca
     cands = []
     for p in pre:
         for d in dec:
-            for n_p in range(1, (gpus - d.tp) // p.tp + 1):
-                n_d = (gpus - n_p * p.tp) // d.tp
+            p_gpus, d_gpus = p.layout.gpus, d.layout.gpus
+            for n_p in range(1, (gpus - d_gpus) // p_gpus + 1):
+                n_d = (gpus - n_p * p_gpus) // d_gpus
                 est = min(n_p * p.goodput_rps, n_d * d.goodput_rps)
-                cands.append(Candidate(DISAGG, est, prefill=n_p, decode=n_d, prefill_tp=p.tp, decode_tp=d.tp))
+                cands.append(fleet(DISAGG, est, prefill=(n_p, p.layout), decode=(n_d, d.layout)))
     return rank(cands, key=lambda c: c.estimate_rps)
 
 
 def colocated_candidates(roles: Sequence[RoleGoodput], gpus: int) -> list[Candidate]:
-    cands = [Candidate(COLOCATED, (gpus // r.tp) * r.goodput_rps, colocated=gpus // r.tp, colocated_tp=r.tp)
-             for r in roles if r.role == COLOCATED and r.goodput_rps > 0 and gpus // r.tp > 0]
+    cands = [fleet(COLOCATED, (gpus // r.layout.gpus) * r.goodput_rps, colocated=(gpus // r.layout.gpus, r.layout))
+             for r in roles if r.role == COLOCATED and r.goodput_rps > 0 and gpus // r.layout.gpus > 0]
     return rank(cands, key=lambda c: c.estimate_rps)
 
 
 def rank(cands: Sequence[Candidate], key: Callable[[Candidate], float]) -> list[Candidate]:
-    """Highest key first; ties: fewer GPUs, then smaller TPs, then fewer prefill instances."""
-    return sorted(cands, key=lambda c: (-key(c), c.gpus, c.prefill_tp, c.decode_tp, c.colocated_tp, c.prefill))
+    """Highest key first; ties: fewer GPUs, then smaller layouts (TP, DP, EP), then fewer prefill instances."""
+    return sorted(cands, key=lambda c: (-key(c), c.gpus, c.layout(PREFILL), c.layout(DECODE), c.layout(COLOCATED),
+                                        c.prefill))
 
 
 def verify(cfg: Config, cands: Sequence[Candidate], evaluate: Evaluate, top: int) -> tuple[Candidate, ...]:
@@ -264,9 +319,9 @@ def planning_config(cfg: Config) -> Config:
     return replace(cfg, search=search)
 
 
-def lone_parts_s(cfg: Config, tp: int) -> tuple[float, float]:
-    """(prefill, decode) latency of one mean-sized request on idle TP-`tp` instances: its prompt's
-    prefill, and every decode step at half its output's context."""
+def lone_parts_s(cfg: Config, tp: int | Parallel) -> tuple[float, float]:
+    """(prefill, decode) latency of one mean-sized request on idle instances of TP `tp` (or of a
+    Parallel layout): its prompt's prefill, and every decode step at half its output's context."""
     from pdsim.perf import build_latency_model
     from pdsim.workload import build_workload
 
@@ -276,18 +331,26 @@ def lone_parts_s(cfg: Config, tp: int) -> tuple[float, float]:
     return lat.prefill_time_s([(prompt, 0)]), max(0, output - 1) * lat.decode_time_s(1, prompt + output // 2)
 
 
-def fleet_lone_s(cfg: Config, parts: Callable[[int], tuple[float, float]] | None = None) -> float:
-    """A lone request's latency on `cfg`'s fleet: prefill at the prefill (or colocated) TP, decode
-    at the decode (or colocated) TP."""
-    parts = parts or (lambda tp: lone_parts_s(cfg, tp))
+# (prefill, decode) lone latencies of a layout: its TP when plain, else its Parallel
+Parts = Callable[[int | Parallel], tuple[float, float]]
+
+
+def fleet_lone_s(cfg: Config, parts: Parts | None = None) -> float:
+    """A lone request's latency on `cfg`'s fleet: prefill at the prefill (or colocated) layout,
+    decode at the decode (or colocated) layout."""
+    parts = parts or (lambda key: lone_parts_s(cfg, key))
     c = cfg.cluster
+
+    def key(side: str) -> int | Parallel:
+        p = c.parallel(side)
+        return p.tp if p.plain_tp else p
+
     if c.mode == COLOCATED:
-        return sum(parts(c.colocated_tp))
-    return parts(c.prefill_tp)[0] + parts(c.decode_tp)[1]
+        return sum(parts(key(COLOCATED)))
+    return parts(key(PREFILL))[0] + parts(key(DECODE))[1]
 
 
-def small_probes(cfg: Config, measured: Sequence[tuple[str, Config, float]],
-                 parts: Callable[[int], tuple[float, float]]) -> list[str]:
+def small_probes(cfg: Config, measured: Sequence[tuple[str, Config, float]], parts: Parts) -> list[str]:
     """Labels of (label, fleet config, goodput) measurements whose probe at the goodput was too
     small (`ProbeSize.too_small`: a fixed plan.num_requests, or the plan.max_requests cap)."""
     size = ProbeSize.of(cfg)
@@ -297,21 +360,21 @@ def small_probes(cfg: Config, measured: Sequence[tuple[str, Config, float]],
 def plan(cfg: Config, evaluate: Evaluate = simulated_goodput) -> Plan:
     """Measure roles, rank fleets under plan.gpus, verify the best of each mode."""
     cfg = planning_config(cfg)
-    tps = fitting_tps(cfg)
-    roles = measure_roles(cfg, tps, evaluate, cfg.plan.colocated)
+    layouts = plan_layouts(cfg)
+    roles = measure_roles(cfg, layouts, evaluate, cfg.plan.colocated)
     disagg = verify(cfg, disaggregated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
     coloc = verify(cfg, colocated_candidates(roles, cfg.plan.gpus), evaluate, cfg.plan.verify_top)
-    return Plan(cfg.plan.gpus, tuple(roles), disagg, coloc, tuple(flag_small(cfg, tps, roles, (*disagg, *coloc))))
+    return Plan(cfg.plan.gpus, tuple(roles), disagg, coloc, tuple(flag_small(cfg, layouts, roles, (*disagg, *coloc))))
 
 
-def flag_small(cfg: Config, tps: Sequence[int], roles: Sequence[RoleGoodput], fleets: Sequence[Candidate]) -> list[str]:
+def flag_small(cfg: Config, layouts: Sequence[Layout], roles: Sequence[RoleGoodput],
+               fleets: Sequence[Candidate]) -> list[str]:
     """Labels of the role measurements and verified fleets whose probes were too small (warned)."""
-    top = max(tps)
-    measured = [(f"{r.role} TP{r.tp}", candidate_config(cfg, role_fleet(r.role, r.tp, top, 1)), r.goodput_rps)
-                for r in roles]
+    top = helper_layout(layouts)
+    measured = [(r.label, candidate_config(cfg, role_fleet(r.role, r.layout, top, 1)), r.goodput_rps) for r in roles]
     measured += [(c.label, candidate_config(cfg, c), c.goodput_rps) for c in fleets]
-    cache: dict[int, tuple[float, float]] = {}
-    small = small_probes(cfg, measured, lambda tp: cache.setdefault(tp, lone_parts_s(cfg, tp)))
+    cache: dict[int | Parallel, tuple[float, float]] = {}
+    small = small_probes(cfg, measured, lambda key: cache.setdefault(key, lone_parts_s(cfg, key)))
     if small:
         log.warning("plan: probes too small to load these fleets to steady state: %s (%s)", ", ".join(small),
                     "raise plan.num_requests, or 0 to size them" if cfg.plan.num_requests else "raise plan.max_requests")
