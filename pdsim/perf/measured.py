@@ -502,7 +502,8 @@ def build_measured(
     op_tables_hardware)."""
     from pdsim.perf.catalog import load_hardware  # catalog imports config only; no cycle
 
-    name = resolve_set(hardware.op_tables, perf.engine, perf.engine_version, needed_tables(model))
+    needs = needed_tables(model) + (("nccl",) if parallel.dp > 1 else ())  # DP ranks meet over NCCL
+    name = resolve_set(hardware.op_tables, perf.engine, perf.engine_version, needs)
     tables = load_tables(name)
     reference = load_hardware(hardware.op_tables_hardware) if hardware.op_tables_hardware else hardware
     gpu = "a100" if hardware.op_tables.startswith("a100") else "h100"

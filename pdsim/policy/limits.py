@@ -74,12 +74,17 @@ class StepLimits:
         return prefill_token_budget(self.max_prefill_tokens, self.chunk_size_tokens)
 
     @classmethod
-    def from_config(cls, cluster: ClusterLike, policy: PolicyLike) -> StepLimits:
-        """pdsim's cluster + policy groups (prealloc_slots 0 = max_running_requests)."""
+    def from_config(cls, cluster: ClusterLike, policy: PolicyLike, ranks: int = 1) -> StepLimits:
+        """pdsim's cluster + policy groups (prealloc_slots 0 = max_running_requests). An instance
+        of `ranks` attention-DP ranks (each with its own scheduler in SGLang / TRT-LLM) schedules
+        one batch with `ranks` ranks' worth of each per-rank limit (docs/MOE.md)."""
+        if ranks < 1:
+            raise ValueError(f"limits: ranks must be >= 1, got {ranks}")
+        running = cluster.max_running_requests * ranks
         return cls(
-            page_size_tokens=cluster.page_size_tokens, max_running_requests=cluster.max_running_requests,
-            max_prefill_tokens=cluster.max_prefill_tokens, chunk_size_tokens=cluster.chunk_size_tokens,
-            prealloc_slots=cluster.prealloc_slots or cluster.max_running_requests,
+            page_size_tokens=cluster.page_size_tokens, max_running_requests=running,
+            max_prefill_tokens=cluster.max_prefill_tokens * ranks, chunk_size_tokens=cluster.chunk_size_tokens * ranks,
+            prealloc_slots=(cluster.prealloc_slots * ranks) or running,
             new_token_ratio=policy.new_token_ratio, decode_reserved_tokens=policy.decode_reserved_tokens,
             schedule=cluster.colocated_schedule,
         )

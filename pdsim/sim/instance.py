@@ -60,7 +60,8 @@ class InstanceBase(InstanceSide):
         self.cfg = ctx.cfg
         self.hooks = ctx.hooks
         self.latency = latency
-        self.limits = StepLimits.from_config(ctx.cfg.cluster, ctx.cfg.policy)
+        ranks = ctx.cfg.cluster.parallel(self.role).dp if self.role in ("prefill", "decode", "colocated") else 1
+        self.limits = StepLimits.from_config(ctx.cfg.cluster, ctx.cfg.policy, ranks)
         # cluster settings read per request, kept as native fields (cfg is a Python dataclass)
         self.handoff_at_prefill_end = handoff_at_prefill_end(ctx.cfg.cluster)
         self.control_plane_latency_s = ctx.cfg.cluster.control_plane_latency_s
