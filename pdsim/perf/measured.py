@@ -30,7 +30,7 @@ attention a set lacks.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
@@ -473,10 +473,16 @@ def needed_tables(model: ModelConfig) -> tuple[str, ...]:
     return tuple(needs)
 
 
-def _gemm_table(tables: OpTables, model: ModelConfig) -> LogGrid:
-    if model.gemm_quant in TABLE_QUANTS:
-        return load_quant_gemm(tables.source, model.gemm_quant)
-    return tables.gemm
+def _gemm_table(tables: OpTables, model: ModelConfig) -> Callable[[float, float, float], float]:
+    """The GEMM time (ms) of the model's quant mode: its table, never above the same set's bf16
+    table at the same shape. A quantized GEMM reads fewer weight bytes at no fewer FLOP/s, so a
+    table point above bf16 is a kernel the engine does not serve with (vLLM 0.24's fp8_block
+    GEMMs on Blackwell read ~0.18 ms at every m for 4096 x 4096, 15-20x bf16, while its fp8
+    checkpoints serve within 10% of nvfp4's TPOT; docs/MOE.md)."""
+    if model.gemm_quant not in TABLE_QUANTS:
+        return tables.gemm
+    quant, bf16 = load_quant_gemm(tables.source, model.gemm_quant), tables.gemm
+    return lambda m, n, k: min(quant(m, n, k), bf16(m, n, k))
 
 
 def _weight_only_ratio(model: ModelConfig, hw: HardwareConfig):  # noqa: ANN202 - a closure or None

@@ -11,6 +11,7 @@ import gzip
 import math
 from itertools import pairwise
 
+import pandas as pd
 import pytest
 
 from pdsim.cli import check_overrides, compose_config
@@ -265,3 +266,21 @@ def test_dp8_compiled_decode_step_is_the_same_float(dp8: DataParallelModel) -> N
     assert dp8.decode_time_s(9, 9000) == pytest.approx(dp8.decode_time_s(16, 16_000) - (
         dp8.rank.moe_experts_s(16) - dp8.rank.moe_experts_s(9)) - 58 * (
         dp8._moe_exchange_s(16) - dp8._moe_exchange_s(9)), rel=1e-12)
+
+
+def test_quant_gemm_never_above_bf16() -> None:
+    """vLLM 0.24's fp8_block GEMM table on B200 reads ~0.18 ms at m=8 for 4096 x 4096 (about
+    19x its bf16 table): the model takes the bf16 time there, and the fp8_block time where it
+    is the faster one (m=4096 is not: 0.18 > 0.09 either)."""
+    perf = dataclasses.replace(catalog.load_perf("measured_vllm"), engine_version="0.24.0")
+    model = dataclasses.replace(catalog.load_model("llama3_8b"), gemm_quant="fp8_block")
+    lat = build_measured(perf, model, catalog.load_hardware("b200"), Parallel(1))
+    gemm = pd.read_csv(AIC_DIR / "b200_sxm_vllm_0.24.0" / "gemm.csv.gz")
+    block = pd.read_csv(AIC_DIR / "b200_sxm_vllm_0.24.0" / "gemm_fp8_block.csv.gz")
+
+    def at(df: pd.DataFrame, m: int) -> float:
+        row = df[(df.m == m) & (df.n == 4096) & (df.k == 4096)]
+        return float(row[row.columns[-1]].item())
+
+    assert at(block, 8) > 10 * at(gemm, 8)
+    assert lat.gemm_s(8, 4096, 4096) == pytest.approx(at(gemm, 8) / 1e3, rel=1e-9)
