@@ -178,7 +178,7 @@ class ClusterConfig:
     colocated_tp: int = 1
     # attention data parallelism (SGLang --dp-size with --enable-dp-attention, TRT-LLM
     # enable_attention_dp): DP ranks per instance, each of *_tp GPUs with its own batch and KV;
-    # an instance has tp x dp GPUs (pdsim/perf/parallel.py)
+    # an instance has tp x dp GPUs (pdsim/parallel.py)
     prefill_dp: int = 1
     decode_dp: int = 1
     colocated_dp: int = 1
