@@ -10,8 +10,8 @@ parameters to a measured table.
 from __future__ import annotations
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
-from pdsim.paths import resolve_data_path
 from pdsim.parallel import Parallel
+from pdsim.paths import resolve_data_path
 from pdsim.perf.base import LatencyModel, PrefillItem
 from pdsim.perf.capacity import instance_kv_capacity_tokens
 from pdsim.perf.dp_attention import DataParallelModel

@@ -40,11 +40,11 @@ from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
 from pdsim.perf.optables import (
     AIC_DIR,
-    Row,
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     LogGrid,
     OpTables,
+    Row,
     elementwise_grid,
     load_kv_generation,
     load_mla,
