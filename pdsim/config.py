@@ -310,6 +310,12 @@ class PerfConfig:
     # measured: routing skew the fused-MoE tables were measured at: balanced (every expert the
     # same load) | power_law_1.01 (AIConfigurator's skewed routing); docs/MOE.md
     moe_distribution: str = "balanced"
+    # multi-token prediction / speculative decoding (pdsim/perf/speculative.py): draft tokens per
+    # decode step (0 = off), accepted tokens per step per sequence incl. the bonus token (0 = the
+    # default, 1 + 0.85 + 0.85^2 ...: DeepSeek-V3 report), MTP layers run per draft token
+    mtp_draft_tokens: int = 0
+    mtp_accepted_tokens: float = 0.0
+    mtp_draft_layers: int = 1
     mfu: float = 0.5
     mbu: float = 0.7
     overhead_s: float = 0.003

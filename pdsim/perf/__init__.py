@@ -28,6 +28,7 @@ from pdsim.perf.spec import (
     param_count,
     weight_bytes,
 )
+from pdsim.perf.speculative import SpeculativeModel, accepted_tokens
 from pdsim.perf.table import TableModel, load_table
 
 PERF_KINDS = ("linear", "roofline", "fitted", "table", "measured")
@@ -51,13 +52,20 @@ def build_latency_model(
         raise ValueError(f"perf: kind {perf.kind!r} models tensor parallelism only; layout {parallel.text} "
                          f"(attention DP / expert parallelism) needs perf.kind=measured on hardware with op_tables")
     inner = _step_model(perf, model, hardware, parallel, data_dir)
-    if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) == (0, 0) and (
-        perf.prefill_step_scale, perf.decode_step_scale) == (1, 1) and (
-            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens) == (0, 0):
+    if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) != (0, 0) or (
+        perf.prefill_step_scale, perf.decode_step_scale) != (1, 1) or (
+            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens) != (0, 0):
+        inner = StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
+                                  perf.prefill_step_scale, perf.decode_step_scale,
+                                  perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens)
+    accepted = accepted_tokens(perf.mtp_draft_tokens, perf.mtp_accepted_tokens)
+    if perf.mtp_draft_tokens == 0:
+        if perf.mtp_accepted_tokens != 0:
+            raise ValueError(f"perf: field 'mtp_accepted_tokens' = {perf.mtp_accepted_tokens} needs mtp_draft_tokens >= 1")
         return inner
-    return StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
-                             perf.prefill_step_scale, perf.decode_step_scale,
-                             perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens)
+    if not 1 <= perf.mtp_draft_layers <= model.num_layers:
+        raise ValueError(f"perf: field 'mtp_draft_layers' must be in [1, {model.num_layers}], got {perf.mtp_draft_layers}")
+    return SpeculativeModel(inner, perf.mtp_draft_tokens, accepted, perf.mtp_draft_layers / model.num_layers)
 
 
 def _step_model(
