@@ -295,19 +295,20 @@ def moe_quant_of(row: SiliconRow) -> str:
 
 
 @cache
-def _checkpoint(model: str) -> tuple[str, str, str]:
-    """(dtype, gemm_quant, moe_quant) of a catalog model as its checkpoint ships."""
+def _catalog_model(model: str):  # noqa: ANN202 - a ModelConfig (pdsim imported lazily)
     from pdsim.perf import catalog
 
-    m = catalog.load_model(model)
+    return catalog.load_model(model)
+
+
+def _checkpoint(model: str) -> tuple[str, str, str]:
+    """(dtype, gemm_quant, moe_quant) of a catalog model as its checkpoint ships."""
+    m = _catalog_model(model)
     return m.dtype, m.gemm_quant, m.moe_quant
 
 
-@cache
 def _checkpoint_sparse_topk(model: str) -> int:
-    from pdsim.perf import catalog
-
-    return catalog.load_model(model).sparse_attention_topk
+    return int(_catalog_model(model).sparse_attention_topk)
 
 
 def _block_fp8_checkpoint(model: str) -> bool:
@@ -445,11 +446,10 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
     """A fused-MoE table of the row's expert shape, quant mode, MoE TP and EP for each side."""
     import dataclasses
 
-    from pdsim.perf import catalog
     from pdsim.perf.measured import moe_grid_for, moe_table_dtype
     from pdsim.perf.optables import load_tables
 
-    m = dataclasses.replace(catalog.load_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
+    m = dataclasses.replace(_catalog_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
     shape = (m.hidden_size, m.moe_ffn_size or m.ffn_size, m.num_active_experts, m.num_experts)
     tables, dtype = load_tables(table_set), moe_table_dtype(m)
     gaps = []
