@@ -72,14 +72,14 @@ ENGINES: dict[str, Engine] = {
 # pinned table version without the mode's tables gives way to the newest set that has them
 SUPPORTED_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo"}
 # routed-expert quant modes with fused-MoE tables (a row also needs its shape, MoE TP and EP in
-# the set's moe table: _moe_gap)
+# the set's moe table: _moe_gaps)
 SUPPORTED_MOE_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "w4a8_mxfp4_mxfp8"}
 # Engine step overhead (ms per step, perf.overhead_s) per (engine, operator-table version): the
 # median of measured - predicted TPOT over the dev split's dense rows run with none, clamped at 0
 # (docs/PRECISION.md). One number per engine and version; nothing per row.
 STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm", "0.24.0"): 0.0,
                     ("trtllm", "1.3.0rc20"): 0.0}
-ISSUE_PRECISION, ISSUE_MOE = "issue 39", "issue 40"
+ISSUE_PRECISION = "issue 39"
 
 
 @dataclass(frozen=True)
@@ -333,12 +333,11 @@ def _table_set(row: SiliconRow, cat: Catalog, hardware: str) -> str:
 def _resolve(backend: str, model: str, quant: str, kv: str, system: str) -> str:
     import dataclasses
 
-    from pdsim.perf import catalog
     from pdsim.perf.measured import needed_tables
     from pdsim.perf.optables import resolve_set
 
     engine = ENGINES[backend]
-    spec_model = catalog.load_model(model) if model else None
+    spec_model = _catalog_model(model) if model else None
     needs = needed_tables(dataclasses.replace(spec_model, gemm_quant=quant, kv_dtype=kv)) if spec_model else ()
     if spec_model is not None and spec_model.num_experts:
         needs = (*needs, "nccl")  # MoE models: the sets with the MoE-at-scale tables (issue 40)
@@ -446,12 +445,11 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
     """A fused-MoE table of the row's expert shape, quant mode, MoE TP and EP for each side."""
     import dataclasses
 
-    from pdsim.perf.measured import moe_grid_for, moe_table_dtype
+    from pdsim.perf.measured import moe_grid_for, moe_shape, moe_table_dtype
     from pdsim.perf.optables import load_tables
 
     m = dataclasses.replace(_catalog_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
-    shape = (m.hidden_size, m.moe_ffn_size or m.ffn_size, m.num_active_experts, m.num_experts)
-    tables, dtype = load_tables(table_set), moe_table_dtype(m)
+    shape, tables, dtype = moe_shape(m), load_tables(table_set), moe_table_dtype(m)
     gaps = []
     for side in (s for s in (row.agg, row.prefill, row.decode) if s is not None):
         if moe_grid_for(tables, dtype, shape, side.moe_tp, side.moe_ep) is None:

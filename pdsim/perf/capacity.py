@@ -29,9 +29,7 @@ def instance_kv_capacity_tokens(
     """KV tokens one instance of this layout holds (all its DP ranks together)."""
     if parallel.plain_tp:
         return spec.kv_capacity_tokens(model, hardware, parallel.tp, gpu_memory_utilization)
-    if not 0.0 < gpu_memory_utilization <= 1.0:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    per_gpu = hardware.memory_gib * spec.GIB * gpu_memory_utilization - hardware.reserved_gib * spec.GIB
+    per_gpu = spec.usable_bytes_per_gpu(hardware, gpu_memory_utilization)
     weights = weight_bytes_per_gpu(model, parallel)
     if per_gpu <= weights:
         raise ValueError(f"model {model.name} ({weights / spec.GIB:.1f} GiB of weights per GPU) does not fit on "

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pdsim.config import HardwareConfig
+from pdsim.parallel import split_even
 from pdsim.perf import spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.cost import ACTIVATION_BYTES
@@ -77,6 +78,12 @@ class DataParallelModel:
     def gpus(self) -> int:
         return self.rank.tp * self.dp
 
+    def _remember(self, key: tuple, value: float) -> float:
+        if len(self._memo) >= _MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
     def collective_s(self, op: str, message_bytes: float) -> float:
         """One NCCL collective over the instance's GPUs (s)."""
         grids = self.rank.tables.collective(op)
@@ -92,7 +99,7 @@ class DataParallelModel:
         hit = self._memo.get(key)
         if hit is None:
             nbytes = tokens * self.rank.model.hidden_size * ACTIVATION_BYTES
-            hit = self._memo[key] = self.collective_s("all_gather", nbytes) + self.collective_s("reduce_scatter", nbytes)
+            hit = self._remember(key, self.collective_s("all_gather", nbytes) + self.collective_s("reduce_scatter", nbytes))
         return hit
 
     def step_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
@@ -111,9 +118,7 @@ class DataParallelModel:
         key = tuple(items)
         hit = self._memo.get(key)
         if hit is None:
-            if len(self._memo) >= _MEMO_ENTRIES:
-                self._memo.clear()
-            hit = self._memo[key] = self.step_time_s(items, 0, 0)
+            hit = self._remember(key, self.step_time_s(items, 0, 0))
         return hit  # type: ignore[no-any-return]
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
@@ -124,7 +129,7 @@ class DataParallelModel:
             return 0.0
         if not self.rank.table_decode:
             return self.step_time_s((), num_seqs, context_tokens)
-        busiest = -(-num_seqs // self.dp)
+        busiest = split_even(num_seqs, self.dp)
         return self._decode_fixed_s(num_seqs) + self.rank.model.num_layers * (
             self.rank.generation_ms(busiest, context_tokens / num_seqs) / 1e3)
 
@@ -133,12 +138,11 @@ class DataParallelModel:
         key = ("decode_fixed", num_seqs)
         hit = self._memo.get(key)
         if hit is None:
-            busiest = -(-num_seqs // self.dp)
+            busiest = split_even(num_seqs, self.dp)
             moe_layers = spec.num_moe_layers(self.rank.model)
-            hit = (self.rank.rank_fixed_s(busiest, busiest) + self.rank.moe_experts_s(num_seqs)
-                   + moe_layers * self._moe_exchange_s(num_seqs)
-                   + self.rank.overhead_s + self.rank.overhead_per_seq_s * busiest)
-            self._memo[key] = hit
+            hit = self._remember(key, self.rank.rank_fixed_s(busiest, busiest) + self.rank.moe_experts_s(num_seqs)
+                                 + moe_layers * self._moe_exchange_s(num_seqs)
+                                 + self.rank.overhead_s + self.rank.overhead_per_seq_s * busiest)
         return hit  # type: ignore[no-any-return]
 
     def mixed_time_s(self, items: Sequence[PrefillItem], num_seqs: int, context_tokens: int) -> float:
@@ -147,7 +151,7 @@ class DataParallelModel:
     def decode_step(self, num_seqs: int) -> DecodeStep:
         if not self.rank.table_decode:
             return CallStep(num_seqs, self.decode_time_s)
-        busiest = -(-num_seqs // self.dp)
+        busiest = split_even(num_seqs, self.dp)
         return TableStep(num_seqs, self._decode_fixed_s(num_seqs), self.rank.model.num_layers,
                          *self.rank.generation_row(busiest))
 

@@ -43,6 +43,7 @@ from pdsim.perf.optables import (
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     LogGrid,
+    MoeShape,
     OpTables,
     Row,
     elementwise_grid,
@@ -186,8 +187,7 @@ class MeasuredModel:
         m, h = self.model, self.model.hidden_size
         inter = m.moe_ffn_size or m.ffn_size
         ep, moe_tp = self.moe_ep, self.moe_gpus // self.moe_ep
-        shape = (h, inter, m.num_active_experts, m.num_experts)
-        grid = moe_grid_for(self.tables, moe_table_dtype(m), shape, moe_tp, ep, self.moe_distribution)
+        grid = moe_grid_for(self.tables, moe_table_dtype(m), moe_shape(m), moe_tp, ep, self.moe_distribution)
         if grid is not None:
             gpus = self.moe_gpus
             flops = 2 * 3 * h * inter * m.num_active_experts * tokens / gpus
@@ -434,7 +434,7 @@ def beyond_table_s(hw: HardwareConfig, measured_gpus: int, gpus: int, message_by
     return (gpus - measured_gpus) * RING_HOP_S + max(extra_bytes_s, 0.0)
 
 
-def moe_grid_for(tables: OpTables, dtype: str, shape: tuple[int, int, int, int], moe_tp: int, moe_ep: int,
+def moe_grid_for(tables: OpTables, dtype: str, shape: MoeShape, moe_tp: int, moe_ep: int,
                  distribution: str = "balanced") -> LogGrid | None:
     """The fused-MoE grid of this split, else of another split of the same GPUs (all-EP first,
     then all-TP): balanced routing moves the same expert FLOPs and bytes per GPU either way, and
@@ -448,6 +448,11 @@ def moe_grid_for(tables: OpTables, dtype: str, shape: tuple[int, int, int, int],
         if grid is not None:
             return grid
     return None
+
+
+def moe_shape(model: ModelConfig) -> MoeShape:
+    """The fused-MoE tables' key of a model's routed experts: (hidden, expert width, top-k, experts)."""
+    return (model.hidden_size, model.moe_ffn_size or model.ffn_size, model.num_active_experts, model.num_experts)
 
 
 def moe_table_dtype(model: ModelConfig) -> str:

@@ -287,6 +287,13 @@ def _check_tp(tp: int) -> None:
         raise ValueError(f"tensor parallel size must be >= 1, got {tp}")
 
 
+def usable_bytes_per_gpu(hardware: HardwareConfig, gpu_memory_utilization: float) -> float:
+    """Bytes one GPU gives to weights and KV: memory_gib x utilisation - reserved_gib."""
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    return hardware.memory_gib * GIB * gpu_memory_utilization - hardware.reserved_gib * GIB
+
+
 def kv_capacity_tokens(
     model: ModelConfig,
     hardware: HardwareConfig,
@@ -304,10 +311,7 @@ def kv_capacity_tokens(
     _check_tp(tp)
     if pp < 1:
         raise ValueError(f"pipeline parallel size must be >= 1, got {pp}")
-    if not 0.0 < gpu_memory_utilization <= 1.0:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    per_gpu = hardware.memory_gib * GIB * gpu_memory_utilization - hardware.reserved_gib * GIB
-    free = per_gpu - weight_bytes(model) / (tp * pp)
+    free = usable_bytes_per_gpu(hardware, gpu_memory_utilization) - weight_bytes(model) / (tp * pp)
     if free <= 0:
         raise ValueError(
             f"model {model.name} ({weight_bytes(model) / GIB:.1f} GiB of weights) does not fit on "

@@ -49,7 +49,7 @@ class Layout:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.dp
+        return self.parallel.gpus
 
     @property
     def token(self) -> str:
