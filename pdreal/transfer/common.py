@@ -203,6 +203,14 @@ class PagedKVManager(KVManager):
                 r.state.fail(reason)
                 for peer in r.peers:
                     self._try_notify(peer, room, reason)
+            finally:
+                self._jobs.task_done()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until every queued transfer job has run (True) or timeout_s passed (False):
+        a deterministic test or a graceful shutdown drains the worker this way."""
+        with self._jobs.all_tasks_done:
+            return self._jobs.all_tasks_done.wait_for(lambda: self._jobs.unfinished_tasks == 0, timeout_s)
 
     def _run_chunk(self, room: int, r: _SenderRoom, pages: list[int], aux: TransferAux | None) -> None:
         if r.state.get() in TERMINAL or not r.peers:
