@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pandas as pd  # noqa: E402
 import silicon_errors as errors  # noqa: E402
-from silicon_rows import RowPlan, concurrency_of, load_catalog, parse_row, plan_row  # noqa: E402
+from silicon_rows import PHASES, RowPlan, concurrency_of, load_catalog, parse_row, plan_row  # noqa: E402
 from silicon_run import STATUS_ERROR, STATUS_OK, Prediction, predict  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -42,13 +42,13 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off") -> list[RowPlan | Prediction]:
+def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off", phases: str = "aiperf") -> list[RowPlan | Prediction]:
     """A plan per row, or an `error` prediction where the row itself cannot be read."""
     catalog = load_catalog()
     out: list[RowPlan | Prediction] = []
     for r in raw:
         try:
-            out.append(plan_row(parse_row(r), catalog, prefix_cache))
+            out.append(plan_row(parse_row(r), catalog, prefix_cache, phases))
         except ValueError as exc:
             out.append(Prediction(r.get("id", "?"), float("nan"), float("nan"), STATUS_ERROR, str(exc)))
     return out
@@ -164,6 +164,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prefix-cache", choices=("off", "engine"), default="off",
                    help="off (default): every prompt computed; engine: AIPerf's 100-prompt pool repeats hit the "
                         "engine's prefix cache where its deployment enables one (vLLM, SGLang; docs/SILICON.md)")
+    p.add_argument("--phases", choices=PHASES, default="aiperf",
+                   help="aiperf (default): AIPerf's phases, the profiling phase starting when every warm-up "
+                        "request has ended and averaged whole; steady: one continuous loop, its steady-state "
+                        "window (docs/SILICON.md)")
     return p.parse_args(argv)
 
 
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     raw = read_rows(args.rows)[: args.limit or None]
-    plans = plan_all(raw, args.prefix_cache)
+    plans = plan_all(raw, args.prefix_cache, args.phases)
     preds = predict_all(plans, args.jobs)
     write_predictions(preds, args.out)
     pdsim_s = time.perf_counter() - start

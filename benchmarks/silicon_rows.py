@@ -210,21 +210,29 @@ def load_catalog() -> Catalog:
     return Catalog(models, hardware, table_sets(), tables)
 
 
+PHASES = ("aiperf", "steady")
+
+
 def requests_for(concurrency: int) -> int:
     """Requests a closed loop of `concurrency` clients sends: warm-up (2 C) plus 20 C profiled."""
     return max(MIN_REQUESTS, (WARMUP_PER_CLIENT + PROFILED_PER_CLIENT) * concurrency)
 
 
-def workload_overrides(row: SiliconRow, prefix_cache: str = "off") -> list[str]:
+def workload_overrides(row: SiliconRow, prefix_cache: str = "off", phases: str = "aiperf") -> list[str]:
     """The row's benchmark as pdsim replays it: AIPerf's closed loop, warm-up and prompt pool;
     prefix_cache "off" (every repeat computed again) or "engine" (the engine's default as
-    AIConfigurator's templates deploy it, PREFIX_CACHE)."""
+    AIConfigurator's templates deploy it, PREFIX_CACHE); phases "aiperf" (the profiling phase
+    starts when every warm-up request has ended and is averaged whole, as AIPerf does) or
+    "steady" (one continuous loop, its steady-state window)."""
     if prefix_cache not in ("off", "engine"):
         raise ValueError(f"prefix_cache must be 'off' or 'engine', got {prefix_cache!r}")
+    if phases not in PHASES:
+        raise ValueError(f"phases must be one of {PHASES}, got {phases!r}")
     cache = prefix_cache == "engine" and PREFIX_CACHE.get(row.backend, False)
     return [f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
             f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",
             f"scenario.warmup_requests={WARMUP_PER_CLIENT * row.concurrency}",
+            f"scenario.warmup_barrier={str(phases == 'aiperf').lower()}",
             f"scenario.prefix.prompt_pool={AIPERF_PROMPTS}", f"scenario.prefix.block_tokens={CACHE_BLOCK_TOKENS}",
             f"cluster.prefix_cache={str(cache).lower()}"]
 
@@ -415,7 +423,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 
-def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off") -> RowPlan:
+def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: str = "aiperf") -> RowPlan:
     """The row's pdsim run (hydra overrides), or every feature it lacks."""
     model, gaps = _model_gaps(row, cat)
     hardware, preset, engine_gaps = _engine_gaps(row, cat)
@@ -436,7 +444,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off") -> RowPla
         f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
-        *workload_overrides(row, prefix_cache), "progress=false", *cluster,
+        *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 

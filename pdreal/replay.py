@@ -207,21 +207,38 @@ class _Sender:
             self.send(session, item)
 
     async def closed_loop(self, session: aiohttp.ClientSession, items: list[_Item]) -> None:
-        """C clients; each takes the next unsent request when its previous one has ended."""
+        """C clients; each takes the next unsent request when its previous one has ended. With
+        a warm-up barrier (AIPerf's phases) the clients send the warm-up requests, all of them
+        end, then the profiling phase starts with every client at once (pdsim.workload.closed_loop)."""
+        loop = self.options.loop
+        assert loop is not None
+        phases = [items]
+        if loop.barrier and 0 < loop.warmup_requests < len(items):
+            phases = [items[:loop.warmup_requests], items[loop.warmup_requests:]]
+        sent = 0
+        for phase in phases:
+            phase_start_s = now_s() - self.start
+            sent = await self._clients(session, phase, sent, phase_start_s)
+
+    async def _clients(self, session: aiohttp.ClientSession, items: list[_Item], sent: int,
+                       phase_start_s: float) -> int:
+        """One phase of the closed loop: its clients send `items` (after `sent` earlier ones)
+        until none may be sent; returns how many have been sent in all."""
         loop = self.options.loop
         assert loop is not None
         queue = iter(items)
-        sent = 0
+        total = sent + len(items)
 
         async def client(index: int) -> None:
             nonlocal sent
-            start_s = loop.first_send_s(index)  # a ramp spreads the first wave
-            if start_s > 0:
+            start_s = phase_start_s + loop.first_send_s(index)  # a ramp spreads the first wave
+            if start_s > phase_start_s:
                 await asyncio.sleep(self.start + start_s - now_s())
-            while loop.may_send(now_s() - self.start, sent, len(items)):
+            while loop.may_send(now_s() - self.start, sent, total):
                 sent += 1
                 await asyncio.wait([self.send(session, next(queue))])
                 if loop.think_s > 0:
                     await asyncio.sleep(loop.think_s)
 
         await asyncio.gather(*(client(i) for i in range(min(loop.concurrency, len(items)))))
+        return sent

@@ -85,6 +85,9 @@ class ScenarioConfig:
     duration_s: float = 0.0  # closed loop: no request is sent after this (0 = all num_requests)
     warmup_requests: int = -1  # closed loop: the first N sent are warm-up (-1 = concurrency)
     client_ramp_s: float = 0.0  # closed loop: client i sends its first request at i * ramp / C (0 = all at t=0)
+    # closed loop: AIPerf's phases: the warm-up requests are sent, every one of them ends, then the
+    # profiling phase starts with all C clients at once and every request of it is counted
+    warmup_barrier: bool = False
 
 
 @dataclass

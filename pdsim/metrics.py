@@ -200,7 +200,7 @@ def summarize(
 
 def _steady(df: pd.DataFrame, loop: ClosedLoop) -> SteadyWindow:
     return steady_window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float),
-                         loop.concurrency, loop.warmup_requests, loop.think_s)
+                         loop.concurrency, loop.warmup_requests, loop.think_s, loop.barrier)
 
 
 def _throughput_base(df: pd.DataFrame, window: SteadyWindow | None) -> tuple[float, pd.DataFrame]:

@@ -71,7 +71,7 @@ def steady_rows(df: pd.DataFrame, loop: ClosedLoop | None) -> pd.DataFrame:
     if loop is None:
         return df
     window = steady_window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float),
-                           loop.concurrency, loop.warmup_requests, loop.think_s)
+                           loop.concurrency, loop.warmup_requests, loop.think_s, loop.barrier)
     return df[window.counted] if window.reached else df
 
 

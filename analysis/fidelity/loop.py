@@ -94,7 +94,7 @@ def loop_overrides(loop: ClosedLoop | None) -> list[str]:
     if loop is None:
         return []
     return [f"scenario.concurrency={loop.concurrency}", f"scenario.client_think_s={loop.think_s!r}",
-            f"scenario.warmup_requests={loop.warmup_requests}"]
+            f"scenario.warmup_requests={loop.warmup_requests}", f"scenario.warmup_barrier={str(loop.barrier).lower()}"]
 
 
 def simulate_requests(csv_path: Path, facts: EngineFacts, profile_csv: Path, options: FidelityOptions,

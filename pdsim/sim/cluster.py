@@ -67,6 +67,7 @@ class Simulation(SimHooks):
         self.active: dict[int, SimRequest] = {}
         self.arrived = 0
         self.terminal = 0
+        self.profiling = False  # closed loop with a warm-up barrier: the profiling phase has started
         self.done = self.env.event()
         self.health_epoch = 0  # bumped whenever an instance's routability changes
         self.on_terminal: Callable[[], None] | None = None
@@ -166,12 +167,19 @@ class Simulation(SimHooks):
             else:
                 self._send_next()
 
+    def _start_profiling(self) -> None:
+        """AIPerf's profiling phase (scenario.warmup_barrier): the clients' first wave again."""
+        self.profiling = True
+        self._send_first()
+
     def _send_next(self) -> None:
         """A client sends the workload's next request now, unless none may be sent any more;
         then the run ends with the requests sent so far (every one of them accounted for)."""
         loop = self.loop
         assert loop is not None
         now = now_s(self.events)
+        if loop.at_barrier(self.arrived) and not self.profiling:  # this client waits for the profiling phase
+            return
         if not loop.may_send(now, self.arrived, self.total_requests):
             if self.arrived < self.total_requests:  # out of time: the sent ones are the run
                 self.total_requests = self.arrived
@@ -290,8 +298,13 @@ class Simulation(SimHooks):
         self.terminal += 1
         if self.on_terminal is not None:
             self.on_terminal()
-        if self.loop is not None and self.arrived < self.total_requests:
-            self.after(self.resend_s, self._send_next)  # its client's next request
+        loop = self.loop
+        if loop is not None and self.arrived < self.total_requests:
+            if not loop.at_barrier(self.arrived) or self.profiling:
+                self.after(self.resend_s, self._send_next)  # its client's next request
+            elif self.terminal == self.arrived:  # the last warm-up request ended: every client sends
+                self.after(self.resend_s, self._start_profiling)
+            # else: its client waits (decided now: a send already queued would not see the barrier)
         if self.terminal == self.total_requests:
             self.done.succeed()
 

@@ -21,6 +21,13 @@ The steady-state window (docs/CLOSED_LOOP.md):
   inside the window divided by its length; Little's law then holds:
   throughput = C / (mean latency + think time). A window that counts fewer than C requests (not
   one request per client) is no steady state: the run reports every request and says so.
+
+With `warmup_barrier` the loop runs AIPerf's two phases instead (its warm-up docs: profiling
+waits for every warm-up response): the clients send the first W requests, then wait until all W
+have ended; the profiling phase then starts with every client at once (or along the ramp) and
+sends the rest. The window is that whole phase, as AIPerf averages it: every request after the
+first W counts, from the phase's first send to its last end, its synchronised first wave and its
+drain included.
 """
 
 from __future__ import annotations
@@ -42,6 +49,12 @@ class ClosedLoop:
     duration_s: float = 0.0  # 0 = no time limit: every request of the workload is sent
     warmup_requests: int = 0
     ramp_s: float = 0.0  # client i sends its first request at i * ramp_s / concurrency (0: all at t=0)
+    barrier: bool = False  # AIPerf's phases: profiling starts when every warm-up request has ended
+
+    def at_barrier(self, sent: int) -> bool:
+        """Whether `sent` requests sent means the warm-up phase is all out: the clients then wait
+        until every warm-up request has ended (`barrier`), and the profiling phase starts."""
+        return self.barrier and 0 < self.warmup_requests == sent
 
     def may_send(self, send_s: float, sent: int, total: int) -> bool:
         """Whether a request may still be sent at `send_s` with `sent` of `total` already out."""
@@ -67,7 +80,8 @@ def closed_loop_of(cfg: ScenarioConfig) -> ClosedLoop | None:
     if cfg.warmup_requests < -1:
         raise WorkloadError(where, "warmup_requests", f"must be >= 0 (or -1 = concurrency), got {cfg.warmup_requests}")
     warmup = cfg.concurrency if cfg.warmup_requests == -1 else cfg.warmup_requests
-    return ClosedLoop(cfg.concurrency, cfg.client_think_s, cfg.duration_s, warmup, cfg.client_ramp_s)
+    return ClosedLoop(cfg.concurrency, cfg.client_think_s, cfg.duration_s, warmup, cfg.client_ramp_s,
+                      bool(cfg.warmup_barrier))
 
 
 @dataclass(frozen=True)
@@ -89,9 +103,11 @@ class SteadyWindow:
 
 
 def steady_window(
-    arrival_s: np.ndarray, finish_s: np.ndarray, concurrency: int, warmup_requests: int, think_s: float = 0.0
+    arrival_s: np.ndarray, finish_s: np.ndarray, concurrency: int, warmup_requests: int, think_s: float = 0.0,
+    barrier: bool = False,
 ) -> SteadyWindow:
-    """The steady-state window of a closed-loop trace (rows in any order; module docstring).
+    """The steady-state window of a closed-loop trace (rows in any order; module docstring);
+    with `barrier`, the whole profiling phase after the first `warmup_requests`.
 
     `arrival_s` is when each request was sent, `finish_s` when it ended (every request of a
     complete trace ends: finished, failed or rejected)."""
@@ -103,10 +119,12 @@ def steady_window(
         return empty
     order = np.argsort(arrival, kind="stable")  # send order (ties keep row order: the ids')
     start_s = float(arrival[order[warmup_requests]])
-    ends = np.sort(finish + think_s)
-    end_s = float(ends[n - concurrency])
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
+    if barrier:
+        return SteadyWindow(rank >= warmup_requests, start_s, float(np.max(finish + think_s)))
+    ends = np.sort(finish + think_s)
+    end_s = float(ends[n - concurrency])
     counted = (rank >= warmup_requests) & (arrival < end_s)
     if not end_s > start_s or counted.sum() < concurrency:  # (not one full round of the clients)
         return empty

@@ -194,6 +194,28 @@ def test_closed_loop_replay_keeps_concurrency_and_counts_the_steady_window(clust
     assert summary["replay"]["concurrency"] == 3 and summary["tokens_per_s_per_user"]["mean"] > 0
 
 
+def test_closed_loop_replay_waits_at_the_warmup_barrier(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    # AIPerf's phases (scenario.warmup_barrier, as pdsim runs them): 3 clients send the 4 warm-up
+    # requests, wait until all 4 have ended, then all 3 send the profiling phase's first wave
+    from pdreal.replay_cli import run_replay_command
+
+    out = tmp_path / "barrier"
+    args = argparse.Namespace(
+        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=8, max_duration_s=0.0, drain_timeout_s=120.0,
+        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=3, think_s=None,
+        overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=5",
+                   "scenario.warmup_requests=4", "scenario.warmup_barrier=true"])
+    assert run_replay_command(args) == 0
+    df = read_trace(out / "trace.parquet").sort_values("arrival_s")
+    assert len(df) == 8 and (df["status"] == "finished").all()
+    sends, ends = df["arrival_s"].to_numpy(), df["finish_s"].to_numpy()
+    warm_end = ends[:4].max()
+    assert (sends[4:7] >= warm_end - 1e-3).all() and (sends[4:7] <= warm_end + 0.05).all(), (sends, warm_end)
+    assert sends[3] < warm_end  # the 4th warm-up request left at an earlier end, not at the barrier
+    summary = json.loads((out / "trace.summary.json").read_text())
+    assert summary["closed_loop"]["counted_requests"] == 4  # the whole profiling phase
+
+
 def test_closed_loop_replay_ramps_its_first_wave(cluster, tmp_path: Path) -> None:  # noqa: ANN001
     # scenario.client_ramp_s as pdsim runs it (ClosedLoop.first_send_s): client i at i * 0.3 / 3;
     # 40 output tokens keep every client's first request running past the ramp (else the next

@@ -85,6 +85,27 @@ def test_duration_stops_sending_and_accounts_for_what_was_sent() -> None:
     assert res.trace.finish_s.max() == pytest.approx(0.6654)
 
 
+def test_warmup_barrier_holds_the_clients_until_every_warmup_request_ended() -> None:
+    # C=2, W=3, five requests of (100 in, 4 out). Wave 1 (r0, r1) ends at 0.3332; client A sends
+    # r2 then, client B finds the 3 warm-up requests sent and waits. r2 runs alone (0.2321: its
+    # bootstrap takes 2 hops) to 0.5653; then both clients send r3 and r4 at once (AIPerf's
+    # profiling phase), which end together at 0.5653 + 0.3322. Without the barrier client B
+    # sends r3 at 0.3332 and r4 follows r2.
+    rows = [(0.0, 100, 4)] * 5
+    trace = simulate(closed(make_config(), 2, warmup_requests=3, warmup_barrier=True), make_requests(rows)).trace
+    trace = trace.sort_values("request_id")
+    assert list(trace.arrival_s.round(9)) == [0.0, 0.0, 0.3332, 0.5653, 0.5653]
+    assert list(trace.finish_s.round(9)) == [0.3332, 0.3332, 0.5653, 0.8975, 0.8975]
+    free = simulate(closed(make_config(), 2, warmup_requests=3), make_requests(rows)).trace.sort_values("request_id")
+    assert list(free.arrival_s.round(9)) == [0.0, 0.0, 0.3332, 0.3332, 0.6654]
+    loop = summarize(trace, Slo(1.0, 0.1), loop=closed_loop_of(closed(make_config(), 2, warmup_requests=3,
+                                                                        warmup_barrier=True).scenario))
+    # the whole profiling phase counts: r3 and r4, from their send to their end
+    window = loop["closed_loop"]
+    assert window["counted_requests"] == 2
+    assert (window["window_start_s"], window["window_end_s"]) == pytest.approx((0.5653, 0.8975))
+
+
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated_mixed", "colocated_prefill_priority"])
 @pytest.mark.parametrize("routing", ["round_robin", "least_loaded", "cache_aware", "kv_centric"])
 def test_in_flight_never_exceeds_concurrency(mode: str, routing: str) -> None:
@@ -103,6 +124,20 @@ def test_in_flight_never_exceeds_concurrency(mode: str, routing: str) -> None:
     assert np.isin(later, trace.finish_s.to_numpy()).all()
     if routing == "cache_aware":
         assert trace.cached_prefix_tokens.sum() > 0  # the prefix cache works under the loop
+
+
+def test_warmup_barrier_keeps_concurrency_on_a_larger_run() -> None:
+    # 150 requests of random lengths, C=5, W=12: never more than 5 in flight (no client sends
+    # twice across the barrier), and the profiling phase's 5 first sends leave together when
+    # the last warm-up request has ended
+    cfg = closed(make_config(dict(prefill=2, decode=2, kv_capacity_tokens=4000)), 5, warmup_requests=12,
+                 warmup_barrier=True)
+    trace = simulate(cfg, synthetic(150, seed=3)).trace
+    assert len(trace) == 150 and set(trace.status) == {"finished"}
+    assert in_flight_max(trace) == 5
+    order = trace.sort_values("arrival_s")
+    sends, ends = order.arrival_s.to_numpy(), order.finish_s.to_numpy()
+    assert (sends[12:17] == ends[:12].max()).all() and sends[17] > sends[16]
 
 
 def test_littles_law_over_the_steady_state() -> None:
