@@ -71,7 +71,7 @@ case "$cmd" in
     step "mypy (pdreal, analysis: [tool.mypy] in pyproject.toml)"
     "$VENV/bin/mypy"
     step "pytest"
-    exec "$VENV/bin/python" -m pytest "$@"
+    exec "$VENV/bin/python" -m pytest --durations=15 "$@"
     ;;
   *)
     echo "usage: bash scripts/dev.sh run|test [args...]" >&2
