@@ -169,7 +169,8 @@ def layout_problem(cfg: Config, layout: Layout, gpus: int, budget: str = "fronti
     model, parallel = cfg.model, layout.parallel
     try:
         parallel.validate(model.num_heads, model.num_experts, model.name, "")
-        instance_kv_capacity_tokens(model, cfg.hardware, parallel, cfg.cluster.gpu_memory_utilization)
+        instance_kv_capacity_tokens(model, cfg.hardware, parallel, cfg.cluster.gpu_memory_utilization,
+                                    cfg.cluster.max_running_requests)
         if not parallel.plain_tp:
             build_latency_model(cfg.perf, model, cfg.hardware, parallel, data_dir=cfg.data_dir)
     except ValueError as exc:  # Parallel.validate names cluster fields: say it as a layout

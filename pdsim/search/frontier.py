@@ -82,7 +82,7 @@ def running_capacity(cfg: Config, dep: Deployment) -> int:
     cfg = deployment_config(cfg, dep)  # the model at the deployment's precision (KV bytes per token)
     c = cfg.cluster
     kv_tokens = c.kv_capacity_tokens or instance_kv_capacity_tokens(cfg.model, cfg.hardware, side.layout.parallel,
-                                                                    c.gpu_memory_utilization)
+                                                                    c.gpu_memory_utilization, c.max_running_requests)
     wl = build_workload(cfg.scenario, cfg.seed, cfg.data_dir)
     per_request = max(1.0, float(wl.input_tokens.mean() + wl.output_tokens.mean()))
     return side.count * max(1, min(c.max_running_requests, int(kv_tokens // per_request)))

@@ -43,7 +43,7 @@ from pdsim.sim.state import (
 )
 from pdsim.sim.timeseries import TimeseriesSampler
 from pdsim.sim.topology import Topology
-from pdsim.sim.transfer import TransferService, wire_bytes_per_token
+from pdsim.sim.transfer import TransferService, state_wire_bytes, wire_bytes_per_token
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 from pdsim.workload.closed_loop import ClosedLoop, closed_loop_of
 from pdsim.workload.request import Request, Workload
@@ -81,9 +81,9 @@ class Simulation(SimHooks):
             self.env, cfg, self, self.prefill, self.decode,
             rng.stream(cfg.seed, "router.route"), rng.stream(cfg.seed, "router.bootstrap_room"),
         )
-        self.transfer = TransferService(
+        self.transfer = TransferService(  # the last chunk carries the aux data and any linear-attention state
             self.network, self.topology, cfg.cluster.page_size_tokens, cfg.cluster.link_latency_s,
-            cfg.cluster.transfer_aux_bytes,
+            cfg.cluster.transfer_aux_bytes + state_wire_bytes(cfg.model, cfg.cluster.decode_tp),
         )
         self.wire_bytes_per_token = wire_bytes_per_token(cfg.model, cfg.cluster.decode_tp)
         self.transfer_failure_prob = cfg.faults.transfer_failure_prob
@@ -105,7 +105,7 @@ class Simulation(SimHooks):
     def _capacity_pages(self, side: str) -> int:
         c = self.cfg.cluster
         tokens = c.kv_capacity_tokens or instance_kv_capacity_tokens(
-            self.cfg.model, self.cfg.hardware, c.parallel(side), c.gpu_memory_utilization)
+            self.cfg.model, self.cfg.hardware, c.parallel(side), c.gpu_memory_utilization, c.max_running_requests)
         return tokens // c.page_size_tokens
 
     def _prompt_kv(self, name: str, side: str, block_tokens: int) -> PromptKV:

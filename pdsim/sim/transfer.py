@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 
 from pdsim.config import ModelConfig
-from pdsim.perf.spec import kv_bytes_per_token_per_rank
+from pdsim.perf.spec import kv_bytes_per_token_per_rank, state_bytes_per_request_per_rank
 from pdsim.policy.kvpoll import TERMINAL, KVPoll, KVPollError, advance_poll  # noqa: F401  (re-exported)
 from pdsim.policy.views import pages_for
 from pdsim.sim.network import Flow, Network
@@ -43,6 +43,12 @@ def wire_bytes_per_token(model: ModelConfig, decode_tp: int) -> int:
     more bytes travel); MLA's latent is not split, so each decode rank receives a full copy.
     """
     return math.ceil(kv_bytes_per_token_per_rank(model, decode_tp) * decode_tp)
+
+
+def state_wire_bytes(model: ModelConfig, decode_tp: int) -> int:
+    """Linear-attention state bytes one request sends with its last KV chunk (hybrid models; 0
+    otherwise): each of the decode ranks receives its heads' share of the fixed state."""
+    return state_bytes_per_request_per_rank(model, decode_tp) * decode_tp
 
 
 class TransferService:

@@ -179,3 +179,22 @@ def test_layer_kinds_are_validated(composer, override, message):
         composer(["model=qwen35_397b_a17b", override])
     with pytest.raises(ValueError, match="needs sliding_window_tokens >= 1"):
         composer(["model=gpt_oss_120b", "model.sliding_window_tokens=0"])
+
+
+def test_qwen35_states_come_off_the_kv_capacity(moe):
+    # TP8 on B200: each rank keeps one state slot per running request (23 MiB at TP8) before KV
+    from pdsim.parallel import Parallel
+    from pdsim.perf import instance_kv_capacity_tokens
+
+    m, hw = moe["qwen35_397b_a17b"], catalog.load_hardware("b200")
+    state, kv = spec.state_bytes_per_request_per_rank(m, 8), spec.kv_bytes_per_token_per_rank(m, 8)
+    free = spec.usable_bytes_per_gpu(hw, 0.9) - spec.weight_bytes(m) / 8
+    none = instance_kv_capacity_tokens(m, hw, Parallel(8), 0.9)
+    assert none == int(free // kv)
+    assert instance_kv_capacity_tokens(m, hw, Parallel(8), 0.9, 256) == int((free - 256 * state) // kv)
+    assert none - instance_kv_capacity_tokens(m, hw, Parallel(8), 0.9, 256) == pytest.approx(256 * state / kv, abs=1)
+    with pytest.raises(ValueError, match=r"states of 100000 running requests .* \(cluster.max_running_requests=100000\)"):
+        instance_kv_capacity_tokens(m, hw, Parallel(8), 0.9, 100_000)
+    dense = catalog.load_model("llama3_70b")  # no state: running requests change nothing
+    assert (instance_kv_capacity_tokens(dense, hw, Parallel(8), 0.9, 256)
+            == instance_kv_capacity_tokens(dense, hw, Parallel(8), 0.9) == spec.kv_capacity_tokens(dense, hw, 8, 0.9))

@@ -6,8 +6,12 @@ Constants: control-plane hop L = 1 ms, prefill = 0.1 s + 1 ms/token, decode iter
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from simkit import make_config, make_requests, rounded, timeline
 
+from pdsim.perf import catalog
 from pdsim.sim import simulate
 
 PD_FIELDS = (
@@ -40,6 +44,17 @@ def test_one_request_timeline() -> None:
     ])
     row = res.trace.iloc[0]
     assert (row.status, row.transfer_bytes, row.output_tokens) == ("finished", 100_000, 4)
+
+
+def test_a_linear_attention_state_travels_with_the_last_chunk() -> None:
+    # Qwen3.5's 45 Gated DeltaNet layers: 192,061,440 state bytes per request (decode TP1) go with
+    # the last KV chunk, beside its 15 full-attention layers' KV (2 heads x 256 x 2 x 2 B = 30,720
+    # B/token): 100 tokens -> 3,072,000 + 192,061,440 bytes, at the NIC's 1e9 B/s
+    cfg = replace(make_config(), model=catalog.load_model("qwen35_397b_a17b"))
+    res = simulate(cfg, make_requests([(0.0, 100, 4)]))
+    row = res.trace.iloc[0]
+    assert row.transfer_bytes == 100 * 30_720 + 192_061_440
+    assert row.transfer_end_s - row.transfer_start_s == pytest.approx((100 * 30_720 + 192_061_440) / 1e9)
 
 
 def test_token_delivery_moves_the_token_times_to_the_client() -> None:
