@@ -170,14 +170,20 @@ def test_replay_writes_a_trace_with_every_request(cluster, tmp_path: Path) -> No
     assert all(i["kv_used_tokens"] == 0 and i["transfer_rooms"] == 0 for i in summary["instances_after"])
 
 
+def closed_loop_args(url: str, out: Path, max_requests: int, concurrency: int, *overrides: str,
+                     **extra: object) -> argparse.Namespace:
+    """`pdreal replay` arguments for a closed loop of `concurrency` clients over bench_random."""
+    return argparse.Namespace(
+        url=url, trace=None, out=out, speedup=1.0, max_requests=max_requests, max_duration_s=0.0,
+        drain_timeout_s=120.0, max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True,
+        concurrency=concurrency, think_s=None, overrides=["scenario=bench_random", *overrides], **extra)
+
+
 def test_closed_loop_replay_keeps_concurrency_and_counts_the_steady_window(cluster, tmp_path: Path) -> None:  # noqa: ANN001
     from pdreal.replay_cli import run_replay_command
 
     out = tmp_path / "closed"
-    args = argparse.Namespace(
-        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=12, max_duration_s=0.0, drain_timeout_s=120.0,
-        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=3, think_s=None,
-        overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=5"])
+    args = closed_loop_args(cluster.url, out, 12, 3, "scenario.input.value=40", "scenario.output.value=5")
     assert run_replay_command(args) == 0
     df = read_trace(out / "trace.parquet").sort_values("arrival_s")
     assert sorted(df["request_id"]) == list(range(12)) and (df["status"] == "finished").all()
@@ -200,11 +206,8 @@ def test_closed_loop_replay_waits_at_the_warmup_barrier(cluster, tmp_path: Path)
     from pdreal.replay_cli import run_replay_command
 
     out = tmp_path / "barrier"
-    args = argparse.Namespace(
-        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=8, max_duration_s=0.0, drain_timeout_s=120.0,
-        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=3, think_s=None,
-        overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=5",
-                   "scenario.warmup_requests=4", "scenario.warmup_barrier=true"])
+    args = closed_loop_args(cluster.url, out, 8, 3, "scenario.input.value=40", "scenario.output.value=5",
+                            "scenario.warmup_requests=4", "scenario.warmup_barrier=true")
     assert run_replay_command(args) == 0
     df = read_trace(out / "trace.parquet").sort_values("arrival_s")
     assert len(df) == 8 and (df["status"] == "finished").all()
@@ -223,11 +226,8 @@ def test_closed_loop_replay_ramps_its_first_wave(cluster, tmp_path: Path) -> Non
     from pdreal.replay_cli import run_replay_command
 
     out = tmp_path / "ramp"
-    args = argparse.Namespace(
-        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=3, max_duration_s=0.0, drain_timeout_s=120.0,
-        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=3, think_s=None,
-        overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=40",
-                   "scenario.client_ramp_s=0.3"])
+    args = closed_loop_args(cluster.url, out, 3, 3, "scenario.input.value=40", "scenario.output.value=40",
+                            "scenario.client_ramp_s=0.3")
     assert run_replay_command(args) == 0
     sends = np.sort(read_trace(out / "trace.parquet")["arrival_s"].to_numpy())
     due = np.array([0.0, 0.1, 0.2])
@@ -238,10 +238,8 @@ def test_closed_loop_replay_on_completions_times_content_chunks(cluster, tmp_pat
     from pdreal.replay_cli import run_replay_command
 
     out = tmp_path / "completions"
-    args = argparse.Namespace(
-        url=cluster.url, trace=None, out=out, speedup=1.0, max_requests=6, max_duration_s=0.0, drain_timeout_s=120.0,
-        max_input_tokens=0, max_output_tokens=0, seed=0, no_progress=True, concurrency=2, think_s=None,
-        endpoint="completions", overrides=["scenario=bench_random", "scenario.input.value=40", "scenario.output.value=5"])
+    args = closed_loop_args(cluster.url, out, 6, 2, "scenario.input.value=40", "scenario.output.value=5",
+                            endpoint="completions")
     assert run_replay_command(args) == 0
     df = read_trace(out / "trace.parquet").sort_values("arrival_s")
     assert sorted(df["request_id"]) == list(range(6)) and (df["status"] == "finished").all(), df["failure_reason"]
