@@ -417,12 +417,12 @@ RING_HOP_S = 5e-6  # one more step of a ring collective (a NIC or NVLink hop, la
 
 
 def beyond_table_s(hw: HardwareConfig, measured_gpus: int, gpus: int, message_bytes: float, passes: int) -> float:
-    """What a ring collective over `gpus` GPUs costs beyond the same over the `measured_gpus` a
-    table has (s): each extra GPU one more ring step, and the bytes each GPU moves
-    (passes x (g-1)/g x message: all-gather / reduce-scatter 1 pass, all-reduce 2) at the ring's
-    slowest link instead of NVLink. Once the GPUs span more than one NVLink domain
-    (hardware.nvlink_domain_gpus, else a node) that link is a NIC: nic_gbps x nics_per_node
-    shared by the node's GPUs. The measured time keeps its latency; only the difference is added."""
+    """What a collective over `gpus` GPUs costs beyond the same over the `measured_gpus` a table
+    has (s): the extra latency steps (extra_steps), and the bytes each GPU moves (passes x
+    (g-1)/g x message: all-gather / reduce-scatter 1 pass, all-reduce 2) at the slowest link
+    instead of NVLink. Once the GPUs span more than one NVLink domain (hardware.nvlink_domain_gpus,
+    else a node) that link is a NIC: nic_gbps x nics_per_node shared by the node's GPUs. The
+    measured time keeps its latency; only the difference is added."""
     if gpus <= measured_gpus:
         return 0.0
     domain = hw.nvlink_domain_gpus or hw.gpus_per_node
@@ -431,7 +431,19 @@ def beyond_table_s(hw: HardwareConfig, measured_gpus: int, gpus: int, message_by
     link = nvlink if gpus <= domain or nic <= 0 else min(nic, nvlink)
     moved = passes * message_bytes
     extra_bytes_s = moved * (gpus - 1) / gpus / link - moved * (measured_gpus - 1) / measured_gpus / nvlink
-    return (gpus - measured_gpus) * RING_HOP_S + max(extra_bytes_s, 0.0)
+    return extra_steps(measured_gpus, gpus, domain, passes) * RING_HOP_S + max(extra_bytes_s, 0.0)
+
+
+def extra_steps(measured_gpus: int, gpus: int, domain_gpus: int, passes: int) -> int:
+    """Latency steps a collective over `gpus` GPUs takes beyond one over `measured_gpus`. A ring
+    (all-gather, reduce-scatter; an all-reduce inside one NVLink domain) takes one step per
+    extra GPU. An all-reduce across domains runs NCCL's trees between them (NCCL 2.4's double
+    binary trees: latency logarithmic in the nodes) over rings inside each: the domain's extra
+    ring steps, then up and down a tree of ceil(log2(domains)) levels."""
+    if passes < 2 or gpus <= domain_gpus:
+        return gpus - measured_gpus
+    domains = -(-gpus // domain_gpus)
+    return max(0, domain_gpus - measured_gpus) + 2 * math.ceil(math.log2(domains))
 
 
 def moe_grid_for(tables: OpTables, dtype: str, shape: MoeShape, moe_tp: int, moe_ep: int,

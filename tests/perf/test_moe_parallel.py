@@ -21,7 +21,7 @@ from pdsim.perf import build_latency_model, catalog, cost, spec
 from pdsim.perf.capacity import instance_kv_capacity_tokens, weight_bytes_per_gpu
 from pdsim.perf.dp_attention import DataParallelModel, spread
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
-from pdsim.perf.measured import RING_HOP_S, beyond_table_s, build_measured, moe_grid_for
+from pdsim.perf.measured import RING_HOP_S, beyond_table_s, build_measured, extra_steps, moe_grid_for
 from pdsim.perf.optables import AIC_DIR, load_tables
 
 SGLANG_B200 = "b200_sxm_sglang_0.5.14"
@@ -113,7 +113,13 @@ def test_beyond_table_ring_and_nic() -> None:
     # its NIC share (8 x 400 Gb/s / 8 GPUs = 50 GB/s) instead of 7/8 of it over NVLink (450 GB/s)
     want = 8 * RING_HOP_S + mib * 15 / 16 / 50e9 - mib * 7 / 8 / 450e9
     assert beyond_table_s(h100, 8, 16, mib, 1) == pytest.approx(want, rel=1e-12)
-    assert beyond_table_s(h100, 8, 16, mib, 2) == pytest.approx(8 * RING_HOP_S + 2 * (want - 8 * RING_HOP_S), rel=1e-12)
+    # an all-reduce over two nodes: NCCL's tree between the nodes, 2 x log2(2) = 2 steps
+    assert beyond_table_s(h100, 8, 16, mib, 2) == pytest.approx(2 * RING_HOP_S + 2 * (want - 8 * RING_HOP_S), rel=1e-12)
+    # TP64 over 8 nodes: up and down a 3-level tree (not 56 ring steps)
+    want = 6 * RING_HOP_S + 2 * (mib * 63 / 64 / 50e9 - mib * 7 / 8 / 450e9)
+    assert beyond_table_s(h100, 8, 64, mib, 2) == pytest.approx(want, rel=1e-12)
+    assert [extra_steps(8, g, 8, 2) for g in (8, 9, 16, 17, 64, 72)] == [0, 2, 2, 4, 6, 8]
+    assert [extra_steps(8, g, 72, 2) for g in (16, 72, 144)] == [8, 64, 64 + 2]  # NVL72: a ring inside
     # NVL72 keeps 64 GPUs on NVLink (900 GB/s): only the ring's larger share and the steps
     want = 56 * RING_HOP_S + mib * (63 / 64 - 7 / 8) / 900e9
     assert beyond_table_s(gb200, 8, 64, mib, 1) == pytest.approx(want, rel=1e-12)
