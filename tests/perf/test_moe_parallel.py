@@ -21,7 +21,13 @@ from pdsim.perf import build_latency_model, catalog, cost, spec
 from pdsim.perf.capacity import instance_kv_capacity_tokens, weight_bytes_per_gpu
 from pdsim.perf.dp_attention import DataParallelModel, spread
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
-from pdsim.perf.measured import RING_HOP_S, beyond_table_s, build_measured, extra_steps, moe_grid_for
+from pdsim.perf.measured import (
+    RING_HOP_S,
+    beyond_table_s,
+    build_measured,
+    extra_steps,
+    moe_grid_for,
+)
 from pdsim.perf.optables import AIC_DIR, load_tables
 
 SGLANG_B200 = "b200_sxm_sglang_0.5.14"
