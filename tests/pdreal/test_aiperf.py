@@ -1,8 +1,9 @@
 """NVIDIA AIPerf 0.13.0 as a real client of `pdreal serve` (issue 41), and `pdreal replay` on the
 same load agreeing with it.
 
-AIPerf is installed once into its own git-ignored venv, `.venv-aiperf/` at the repository root
-(about a minute; reused afterwards); the test is skipped only when that install fails (no
+AIPerf lives in its own git-ignored venv, `.venv-aiperf/` at the repository root, which
+`scripts/dev.sh test` installs with everything else (2-3 minutes on CI, outside the suite's time);
+run alone, the test installs it when missing and is skipped only when that install fails (no
 network), with pip's error as the reason. A 1P1D SmolLM2 cluster serves AIPerf's streamed
 completions at concurrency 4 (12 requests, 32 prompt tokens, 8 output tokens with EOS ignored),
 then `pdreal replay --endpoint completions` sends the same shape to the same server.
