@@ -19,8 +19,9 @@ first onto the least-loaded rank (ties: the lowest rank), context in proportion 
 Per-rank queues, per-rank KV pools and a per-rank router are not modelled (docs/MOE.md).
 
 Collectives come from the set's NCCL tables (optables.OpTables.collective) by GPU count; past
-the largest measured count, measured.beyond_table_s adds the extra ring steps and the bytes at
-the ring's slowest link (a NIC outside one NVLink domain).
+the largest measured count, measured.beyond_table_s adds the extra latency steps (none inside
+one NVLink domain: NVLS; ring steps past it) and the bytes at the slowest link (a NIC outside
+one NVLink domain).
 """
 
 from __future__ import annotations

@@ -435,15 +435,17 @@ def beyond_table_s(hw: HardwareConfig, measured_gpus: int, gpus: int, message_by
 
 
 def extra_steps(measured_gpus: int, gpus: int, domain_gpus: int, passes: int) -> int:
-    """Latency steps a collective over `gpus` GPUs takes beyond one over `measured_gpus`. A ring
-    (all-gather, reduce-scatter; an all-reduce inside one NVLink domain) takes one step per
-    extra GPU. An all-reduce across domains runs NCCL's trees between them (NCCL 2.4's double
-    binary trees: latency logarithmic in the nodes) over rings inside each: the domain's extra
-    ring steps, then up and down a tree of ceil(log2(domains)) levels."""
-    if passes < 2 or gpus <= domain_gpus:
-        return gpus - measured_gpus
-    domains = -(-gpus // domain_gpus)
-    return max(0, domain_gpus - measured_gpus) + 2 * math.ceil(math.log2(domains))
+    """Latency steps a collective over `gpus` GPUs takes beyond one over `measured_gpus`.
+    Inside one NVLink domain none: its NVSwitches reduce and multicast in the switch (NCCL's
+    NVLS algorithms), so the latency does not grow with the GPUs (only the bytes term of
+    beyond_table_s does). Across domains a ring (all-gather, reduce-scatter) takes one step per
+    GPU past the domain; an all-reduce runs NCCL's trees between the domains (NCCL 2.4's double
+    binary trees: latency logarithmic in the nodes): up and down ceil(log2(domains)) levels."""
+    if gpus <= domain_gpus:
+        return 0
+    if passes < 2:
+        return gpus - max(measured_gpus, domain_gpus)
+    return 2 * math.ceil(math.log2(-(-gpus // domain_gpus)))
 
 
 def moe_grid_for(tables: OpTables, dtype: str, shape: MoeShape, moe_tp: int, moe_ep: int,

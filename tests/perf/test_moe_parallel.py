@@ -125,11 +125,14 @@ def test_beyond_table_ring_and_nic() -> None:
     want = 6 * RING_HOP_S + 2 * (mib * 63 / 64 / 50e9 - mib * 7 / 8 / 450e9)
     assert beyond_table_s(h100, 8, 64, mib, 2) == pytest.approx(want, rel=1e-12)
     assert [extra_steps(8, g, 8, 2) for g in (8, 9, 16, 17, 64, 72)] == [0, 2, 2, 4, 6, 8]
-    assert [extra_steps(8, g, 72, 2) for g in (16, 72, 144)] == [8, 64, 64 + 2]  # NVL72: a ring inside
-    # NVL72 keeps 64 GPUs on NVLink (900 GB/s): only the ring's larger share and the steps
-    want = 56 * RING_HOP_S + mib * (63 / 64 - 7 / 8) / 900e9
+    # inside an NVL72 domain the switches reduce and multicast (NVLS): no extra steps; past it an
+    # all-reduce climbs the tree between the 2 domains, a ring steps once per GPU past the domain
+    assert [extra_steps(8, g, 72, 2) for g in (16, 72, 144)] == [0, 0, 2]
+    assert [extra_steps(4, g, 72, 1) for g in (32, 72, 144)] == [0, 0, 72]
+    # NVL72 keeps 64 GPUs on NVLink (900 GB/s): only the ring's larger share of the bytes
+    want = mib * (63 / 64 - 7 / 8) / 900e9
     assert beyond_table_s(gb200, 8, 64, mib, 1) == pytest.approx(want, rel=1e-12)
-    want = 136 * RING_HOP_S + mib * 143 / 144 / 50e9 - mib * 7 / 8 / 900e9  # 144 GPUs cross it
+    want = 72 * RING_HOP_S + mib * 143 / 144 / 50e9 - mib * 7 / 8 / 900e9  # 144 GPUs cross it
     assert beyond_table_s(gb200, 8, 144, mib, 1) == pytest.approx(want, rel=1e-12)
 
 
