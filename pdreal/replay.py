@@ -217,23 +217,20 @@ class _Sender:
             phases = [items[:loop.warmup_requests], items[loop.warmup_requests:]]
         sent = 0
         for phase in phases:
-            phase_start_s = now_s() - self.start
-            sent = await self._clients(session, phase, sent, phase_start_s)
+            sent = await self._clients(session, loop, phase, sent)
 
-    async def _clients(self, session: aiohttp.ClientSession, items: list[_Item], sent: int,
-                       phase_start_s: float) -> int:
-        """One phase of the closed loop: its clients send `items` (after `sent` earlier ones)
-        until none may be sent; returns how many have been sent in all."""
-        loop = self.options.loop
-        assert loop is not None
+    async def _clients(self, session: aiohttp.ClientSession, loop: ClosedLoop, items: list[_Item], sent: int) -> int:
+        """One phase of the closed loop, starting now: its clients send `items` (after `sent`
+        earlier ones) until none may be sent; returns how many have been sent in all."""
+        phase_start = now_s()
         queue = iter(items)
         total = sent + len(items)
 
         async def client(index: int) -> None:
             nonlocal sent
-            start_s = phase_start_s + loop.first_send_s(index)  # a ramp spreads the first wave
-            if start_s > phase_start_s:
-                await asyncio.sleep(self.start + start_s - now_s())
+            delay_s = loop.first_send_s(index)  # a ramp spreads the first wave
+            if delay_s > 0:
+                await asyncio.sleep(phase_start + delay_s - now_s())
             while loop.may_send(now_s() - self.start, sent, total):
                 sent += 1
                 await asyncio.wait([self.send(session, next(queue))])

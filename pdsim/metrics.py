@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
-from pdsim.workload.closed_loop import ClosedLoop, SteadyWindow, steady_window
+from pdsim.workload.closed_loop import ClosedLoop, SteadyWindow
 
 PERCENTILES = (50, 90, 99)
 TPOT_DEFINITIONS = ("standard", "distserve", "tbt_mooncake")
@@ -199,8 +199,7 @@ def summarize(
 
 
 def _steady(df: pd.DataFrame, loop: ClosedLoop) -> SteadyWindow:
-    return steady_window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float),
-                         loop.concurrency, loop.warmup_requests, loop.think_s, loop.barrier)
+    return loop.window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float))
 
 
 def _throughput_base(df: pd.DataFrame, window: SteadyWindow | None) -> tuple[float, pd.DataFrame]:

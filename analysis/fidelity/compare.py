@@ -24,7 +24,7 @@ import pandas as pd
 
 from pdsim import metrics
 from pdsim.metrics import Slo
-from pdsim.workload.closed_loop import ClosedLoop, steady_window
+from pdsim.workload.closed_loop import ClosedLoop
 
 DEFINITIONS = (
     "TTFT = first_token_s - arrival_s (client send -> first token received at the client); "
@@ -70,8 +70,7 @@ def steady_rows(df: pd.DataFrame, loop: ClosedLoop | None) -> pd.DataFrame:
     """The rows a closed loop's steady-state window counts (all rows: open loop, or no window)."""
     if loop is None:
         return df
-    window = steady_window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float),
-                           loop.concurrency, loop.warmup_requests, loop.think_s, loop.barrier)
+    window = loop.window(df["arrival_s"].to_numpy(dtype=float), df["finish_s"].to_numpy(dtype=float))
     return df[window.counted] if window.reached else df
 
 

@@ -56,6 +56,10 @@ class ClosedLoop:
         until every warm-up request has ended (`barrier`), and the profiling phase starts."""
         return self.barrier and 0 < self.warmup_requests == sent
 
+    def window(self, arrival_s: np.ndarray, finish_s: np.ndarray) -> SteadyWindow:
+        """The window this loop's statistics are taken over, from a trace's send and end times."""
+        return steady_window(arrival_s, finish_s, self.concurrency, self.warmup_requests, self.think_s, self.barrier)
+
     def may_send(self, send_s: float, sent: int, total: int) -> bool:
         """Whether a request may still be sent at `send_s` with `sent` of `total` already out."""
         return sent < total and (self.duration_s <= 0 or send_s < self.duration_s)
