@@ -42,7 +42,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off", phases: str = "aiperf") -> list[RowPlan | Prediction]:
+def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off", phases: str = "harness") -> list[RowPlan | Prediction]:
     """A plan per row, or an `error` prediction where the row itself cannot be read."""
     catalog = load_catalog()
     out: list[RowPlan | Prediction] = []
@@ -164,10 +164,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prefix-cache", choices=("off", "engine"), default="off",
                    help="off (default): every prompt computed; engine: AIPerf's 100-prompt pool repeats hit the "
                         "engine's prefix cache where its deployment enables one (vLLM, SGLang; docs/SILICON.md)")
-    p.add_argument("--phases", choices=PHASES, default="aiperf",
-                   help="aiperf (default): AIPerf's phases, the profiling phase starting when every warm-up "
-                        "request has ended and averaged whole; steady: one continuous loop, its steady-state "
-                        "window (docs/SILICON.md)")
+    p.add_argument("--phases", choices=PHASES, default="harness",
+                   help="harness (default): each row's own benchmark client (AIPerf's phases for "
+                        "AIConfigurator's collection, InferenceX's bench_serving run for the rest); aiperf: AIPerf's "
+                        "phases for every row; steady: one continuous loop, its steady-state window (docs/SILICON.md)")
     return p.parse_args(argv)
 
 

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
+from silicon_harness import INFERENCEX_DEPLOYMENTS, harness_of, inferencex_workload
+
 # model_path -> catalog model. Instruct / quantized checkpoints share their base model's
 # architecture (config.json); their quantization comes from the row's quant modes.
 MODELS: dict[str, str] = {
@@ -115,6 +117,7 @@ class SiliconRow:
     decode: Side | None
     measured_ttft_ms: float
     measured_tpot_ms: float
+    harness: str = "aiperf"  # the benchmark client that measured it: HARNESSES
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ def parse_row(raw: dict[str, str]) -> SiliconRow:
             prefill=_side(raw, "prefill_"), decode=_side(raw, "decode_"),
             measured_ttft_ms=float(raw.get("silicon_ttft_ms") or "nan"),
             measured_tpot_ms=float(raw.get("silicon_tpot_ms") or "nan"),
+            harness=harness_of(raw.get("silicon_data_source", "")),
         )
     except KeyError as exc:
         raise ValueError(f"row {raw.get('id', '?')}: missing column {exc.args[0]}") from None
@@ -210,7 +214,10 @@ def load_catalog() -> Catalog:
     return Catalog(models, hardware, table_sets(), tables)
 
 
-PHASES = ("aiperf", "steady")
+# How the replay runs each row's benchmark client: "harness" (default) as the row's own harness
+# did (harness_of: AIPerf's phases or InferenceX's bench_serving run), "aiperf" AIPerf's phases
+# for every row, "steady" one continuous loop and its steady-state window (silicon_harness.py).
+PHASES = ("harness", "aiperf", "steady")
 
 
 def requests_for(concurrency: int) -> int:
@@ -218,21 +225,22 @@ def requests_for(concurrency: int) -> int:
     return max(MIN_REQUESTS, (WARMUP_PER_CLIENT + PROFILED_PER_CLIENT) * concurrency)
 
 
-def workload_overrides(row: SiliconRow, prefix_cache: str = "off", phases: str = "aiperf") -> list[str]:
-    """The row's benchmark as pdsim replays it: AIPerf's closed loop, warm-up and prompt pool;
-    prefix_cache "off" (every repeat computed again) or "engine" (the engine's default as
-    AIConfigurator's templates deploy it, PREFIX_CACHE); phases "aiperf" (the profiling phase
-    starts when every warm-up request has ended and is averaged whole, as AIPerf does) or
-    "steady" (one continuous loop, its steady-state window)."""
+def workload_overrides(row: SiliconRow, prefix_cache: str = "off", phases: str = "harness") -> list[str]:
+    """The row's benchmark as pdsim replays it (PHASES): AIPerf's closed loop, warm-up and prompt
+    pool, or InferenceX's bench_serving run; prefix_cache "off" (every repeat computed again) or
+    "engine" (the engine's default as AIConfigurator's templates deploy it, PREFIX_CACHE)."""
     if prefix_cache not in ("off", "engine"):
         raise ValueError(f"prefix_cache must be 'off' or 'engine', got {prefix_cache!r}")
     if phases not in PHASES:
         raise ValueError(f"phases must be one of {PHASES}, got {phases!r}")
+    c = row.concurrency
+    if phases == "harness" and row.harness == "inferencex":
+        return inferencex_workload(c, row.isl_tokens, row.osl_tokens)
     cache = prefix_cache == "engine" and PREFIX_CACHE.get(row.backend, False)
-    return [f"scenario.concurrency={row.concurrency}", f"scenario.input.value={row.isl_tokens}",
-            f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(row.concurrency)}",
-            f"scenario.warmup_requests={WARMUP_PER_CLIENT * row.concurrency}",
-            f"scenario.warmup_barrier={str(phases == 'aiperf').lower()}",
+    return [f"scenario.concurrency={c}", f"scenario.input.value={row.isl_tokens}",
+            f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(c)}",
+            f"scenario.warmup_requests={WARMUP_PER_CLIENT * c}",
+            f"scenario.warmup_barrier={str(phases != 'steady').lower()}",
             f"scenario.prefix.prompt_pool={AIPERF_PROMPTS}", f"scenario.prefix.block_tokens={CACHE_BLOCK_TOKENS}",
             f"cluster.prefix_cache={str(cache).lower()}"]
 
@@ -423,7 +431,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 
-def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: str = "aiperf") -> RowPlan:
+def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: str = "harness") -> RowPlan:
     """The row's pdsim run (hydra overrides), or every feature it lacks."""
     model, gaps = _model_gaps(row, cat)
     hardware, preset, engine_gaps = _engine_gaps(row, cat)
@@ -446,7 +454,16 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
+    deployment = INFERENCEX_DEPLOYMENTS.get((row.backend, row.model_path))
+    if phases == "harness" and row.harness == "inferencex" and deployment is not None and row.agg is not None:
+        overrides = _replace(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp))
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
+
+
+def _replace(overrides: tuple[str, ...], extra: list[str]) -> tuple[str, ...]:
+    """`overrides` with each `key=value` of `extra` in place of the same key's entry (or added)."""
+    keys = {e.split("=", 1)[0] for e in extra}
+    return (*(o for o in overrides if o.split("=", 1)[0] not in keys), *extra)
 
 
 def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:

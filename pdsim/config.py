@@ -211,6 +211,11 @@ class ClusterConfig:
     prealloc_slots: int = 0  # decode pre-allocation slots beyond max_running_requests (0 = same)
     transfer_aux_bytes: int = 4096  # aux metadata sent with the last KV chunk
     colocated_schedule: str = "mixed"  # mixed (chunked-prefill mixed batches) | prefill_priority
+    # TensorRT-LLM's batch waiting (its batch_wait_timeout_iters / batch_wait_max_tokens_ratio; 0 =
+    # off): while decodes run, a colocated engine holds new prompts back until they and the decodes
+    # fill this share of max_prefill_tokens or it has held them this many iterations
+    batch_wait_iters: int = 0
+    batch_wait_tokens_ratio: float = 0.0
     # prefill makes the first output token (SGLang, vLLM); false: it makes none and decode runs
     # output_tokens iterations (DistServe's simulator)
     prefill_emits_token: bool = True

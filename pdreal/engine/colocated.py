@@ -125,6 +125,7 @@ class ColocatedEngine(GuardedStep):
         self.limits = config.limits  # checks the schedule name
         self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
         self._victims: list[int] = []  # retracted by this step's plan (decision log)
+        self._batch_waited = 0  # iterations batch waiting has held prompts back (pdsim.policy.batch_waits)
         self.kv: Any = None  # no KV transfer on a colocated instance
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
         self.waiting: deque[ColocatedState] = deque()
@@ -189,7 +190,8 @@ class ColocatedEngine(GuardedStep):
         self._apply_aborts()
         self._victims = []
         now = self.now_s()
-        step = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
+        step = plan_colocated_step(self.limits, self, self._batch_waited)  # the shared step plan (pdsim.policy)
+        self._batch_waited = step.waited_after(self._batch_waited)
         plan = self._start(step.prefill.chunks)
         decodes = list(step.decodes)
         if step.prefill.chunks and not plan and not decodes:  # its chunks did not fit after all

@@ -27,6 +27,8 @@ class EngineConfig:
     new_token_ratio: float = 0.0  # prefill-side reserve (max_new_tokens is 1 there)
     decode_reserved_tokens: int = 0  # 0 = reserve each request's remaining output
     colocated_schedule: str = "mixed"  # colocated engine: mixed | prefill_priority (pdsim's names)
+    batch_wait_iters: int = 0  # colocated engine: TensorRT-LLM's batch waiting (pdsim's cluster fields)
+    batch_wait_tokens_ratio: float = 0.0
     prefix_cache: bool = True  # radix prefix cache on prefill / colocated engines (pdsim's cluster.prefix_cache)
     attention: str = "torch"
     dtype: str = "fp32"
@@ -45,6 +47,7 @@ class EngineConfig:
             max_prefill_tokens=self.max_prefill_tokens, chunk_size_tokens=self.chunk_size_tokens,
             prealloc_slots=self.max_prealloc_requests, new_token_ratio=self.new_token_ratio,
             decode_reserved_tokens=self.decode_reserved_tokens, schedule=self.colocated_schedule,
+            batch_wait_iters=self.batch_wait_iters, batch_wait_tokens_ratio=self.batch_wait_tokens_ratio,
         )
 
 

@@ -33,6 +33,8 @@ class ClusterLike(Protocol):
     chunk_size_tokens: int
     prealloc_slots: int
     colocated_schedule: str
+    batch_wait_iters: int
+    batch_wait_tokens_ratio: float
 
 
 class PolicyLike(Protocol):
@@ -50,7 +52,9 @@ class StepLimits:
     count; prealloc_slots: decode pre-allocation slots beyond the running batch
     (SGLang's DecodeReqToTokenPool); new_token_ratio: the share of a request's remaining output
     held back when it is admitted to a prefill forward; decode_reserved_tokens: the decode side's
-    per-request reserve (0 = each request's remaining output).
+    per-request reserve (0 = each request's remaining output); batch_wait_iters /
+    batch_wait_tokens_ratio: TensorRT-LLM's batch waiting on a colocated engine (0 = off;
+    prefill_step.batch_waits).
     """
 
     page_size_tokens: int = 16
@@ -61,11 +65,17 @@ class StepLimits:
     new_token_ratio: float = 0.0
     decode_reserved_tokens: int = 0
     schedule: str = MIXED
+    batch_wait_iters: int = 0
+    batch_wait_tokens_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("page_size_tokens", "max_running_requests", "max_prefill_tokens", "prealloc_slots"):
             if getattr(self, name) < 1:
                 raise ValueError(f"limits: field {name!r} must be >= 1, got {getattr(self, name)}")
+        if self.batch_wait_iters < 0:
+            raise ValueError(f"limits: field 'batch_wait_iters' must be >= 0, got {self.batch_wait_iters}")
+        if not 0.0 <= self.batch_wait_tokens_ratio <= 1.0:
+            raise ValueError(f"limits: field 'batch_wait_tokens_ratio' must be in [0, 1], got {self.batch_wait_tokens_ratio}")
         check_schedule(self.schedule)
 
     @property
@@ -86,5 +96,6 @@ class StepLimits:
             max_prefill_tokens=cluster.max_prefill_tokens * ranks, chunk_size_tokens=cluster.chunk_size_tokens * ranks,
             prealloc_slots=(cluster.prealloc_slots * ranks) or running,
             new_token_ratio=policy.new_token_ratio, decode_reserved_tokens=policy.decode_reserved_tokens,
-            schedule=cluster.colocated_schedule,
+            schedule=cluster.colocated_schedule, batch_wait_iters=cluster.batch_wait_iters,
+            batch_wait_tokens_ratio=cluster.batch_wait_tokens_ratio,
         )

@@ -11,6 +11,10 @@
   prefill_priority (vLLM v0): a prefill batch runs alone whenever one can be formed; otherwise
   the decodes' pages grow and a decode-only iteration runs (if the growth failed every decode,
   the KV it freed goes to a prefill batch in the same iteration).
+- `batch_waits`: TensorRT-LLM's batch waiting under the mixed schedule: while decodes run, the
+  planned prompts are held back (a decode-only iteration) until they and the decodes fill
+  `batch_wait_tokens_ratio` of the token budget or they have been held `batch_wait_iters`
+  iterations; the executor keeps the count (`ColocatedStepPlan.waited_after`).
 
 Each planner reads its executor through a protocol of pdsim.policy.executors
 (`PrefillExecutor`, `ColocatedExecutor`); the colocated planner tells its executor when to apply
@@ -64,15 +68,33 @@ def plan_prefill_step(limits: StepLimits, ex: PrefillExecutor) -> PrefillBatch:
 
 
 class ColocatedStepPlan(Record, Generic[T]):
-    FIELDS: ClassVar[tuple[str, ...]] = ("prefill", "decodes")
+    FIELDS: ClassVar[tuple[str, ...]] = ("prefill", "decodes", "held")
 
-    def __init__(self, prefill: PrefillBatch, decodes: tuple[T, ...]) -> None:
+    def __init__(self, prefill: PrefillBatch, decodes: tuple[T, ...], held: bool = False) -> None:
         self.prefill: Final = prefill
         self.decodes: Final = decodes
+        self.held: Final = held  # prompts were ready but batch waiting held them back
 
     @property
     def empty(self) -> bool:
         return not self.prefill.chunks and not self.decodes
+
+    def waited_after(self, waited_iters: int) -> int:
+        """The executor's batch-wait count after this iteration: one more when it held prompts
+        back, 0 once prompts run beside decodes (TensorRT-LLM resets it then), else unchanged."""
+        if self.held:
+            return waited_iters + 1
+        return 0 if self.prefill.chunks and self.decodes else waited_iters
+
+
+def batch_waits(limits: StepLimits, batch: PrefillBatch, num_decodes: int, waited_iters: int) -> bool:
+    """Whether TensorRT-LLM's batch waiting holds `batch` back this iteration: only beside running
+    decodes (an idle engine never waits), until the prompts' new tokens plus one per decode reach
+    `batch_wait_tokens_ratio` x max_prefill_tokens or `waited_iters` reaches `batch_wait_iters`."""
+    if not batch.chunks or num_decodes == 0 or (limits.batch_wait_iters, limits.batch_wait_tokens_ratio) == (0, 0.0):
+        return False
+    tokens = sum(c.new_tokens for c in batch.chunks) + num_decodes
+    return waited_iters < limits.batch_wait_iters and tokens < limits.batch_wait_tokens_ratio * limits.max_prefill_tokens
 
 
 def plan_colocated_decodes(limits: StepLimits, ex: ColocatedExecutor[T]) -> tuple[T, ...]:
@@ -92,11 +114,15 @@ def _prefill(limits: StepLimits, ex: ColocatedExecutor[T], num_decodes: int) -> 
     return form_prefill_batch(ex.prefill_candidates(), budget) if budget is not None else EMPTY
 
 
-def plan_colocated_step(limits: StepLimits, ex: ColocatedExecutor[T]) -> ColocatedStepPlan[T]:
-    """One colocated iteration under `limits.schedule` (see the module docstring)."""
+def plan_colocated_step(limits: StepLimits, ex: ColocatedExecutor[T], waited_iters: int = 0) -> ColocatedStepPlan[T]:
+    """One colocated iteration under `limits.schedule` (see the module docstring); `waited_iters`:
+    the iterations batch waiting has held prompts back so far (`batch_waits`)."""
     if limits.schedule == MIXED:
         decodes = plan_colocated_decodes(limits, ex)
-        return ColocatedStepPlan(_prefill(limits, ex, len(decodes)), decodes)
+        batch = _prefill(limits, ex, len(decodes))
+        if batch_waits(limits, batch, len(decodes), waited_iters):
+            return ColocatedStepPlan(EMPTY, decodes, held=True)
+        return ColocatedStepPlan(batch, decodes)
     batch = _prefill(limits, ex, 0)
     if batch.chunks:
         return ColocatedStepPlan(batch, ())

@@ -59,6 +59,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.retractions = 0
         self._matches: dict[int, list[BlockNode]] = {}
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
+        self.batch_waited = 0  # iterations batch waiting has held prompts back (pdsim.policy.batch_waits)
         # the running batch's spans (self.span_planner is the base class's optional handle to it)
         self.spans = self.span_planner = SpanPlanner(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
         self.spans.process = start(self.env, self.run())
@@ -89,7 +90,8 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def run(self) -> Generator[Wait, Any, None]:
         while self.alive:
             self._victims = []
-            plan = plan_colocated_step(self.limits, self)  # the shared step plan (pdsim.policy)
+            plan = plan_colocated_step(self.limits, self, self.batch_waited)  # the shared step plan (pdsim.policy)
+            self.batch_waited = plan.waited_after(self.batch_waited)
             planned = start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.events)) if plan.prefill.chunks else []
             decodes = list(plan.decodes)
             if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all

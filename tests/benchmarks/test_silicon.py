@@ -18,6 +18,7 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import silicon  # noqa: E402
 import silicon_errors  # noqa: E402
+from silicon_harness import harness_of  # noqa: E402
 from silicon_rows import load_catalog, parse_row, plan_row  # noqa: E402
 
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
@@ -28,9 +29,12 @@ HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,prec
           "silicon_tpot_ms").split(",")
 
 
+AIPERF = "source_file=/data/aic-auto-gap-analysis"  # AIConfigurator's collection: AIPerf
+
+
 def row(id: str, **fields: str) -> dict[str, str]:
     base = {k: "" for k in HEADER}
-    base.update(id=id, silicon_data_source="test; silicon_concurrency=4", backend="sglang",
+    base.update(id=id, silicon_data_source=f"{AIPERF}/test; silicon_concurrency=4", backend="sglang",
                 backend_version="0.5.1.post1", model_path="Qwen/Qwen3-32B", system="h100_sxm", mode="agg",
                 isl="256", osl="16", batch_size="4.0", tp_size="2.0", pp_size="1.0", moe_tp_size="1.0",
                 moe_ep_size="1.0", silicon_ttft_ms="100.0", silicon_tpot_ms="10.0")
@@ -103,7 +107,7 @@ def test_statuses_reasons_and_a_finite_prediction(tmp_path: Path, capsys: pytest
 
 def test_plans_carry_the_row_shape() -> None:
     catalog = load_catalog()
-    plan = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog)
+    plan = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source=AIPERF)), catalog)
     assert plan.supported
     assert {"model=qwen3_32b", "hardware=h100", "perf=measured", "cluster.mode=colocated", "cluster.colocated_tp=2",
             "scenario.concurrency=8", "scenario.input.value=256", "scenario.output.value=16"} <= set(plan.overrides)
@@ -119,15 +123,15 @@ def test_plans_replay_aiperfs_warmup_and_prompt_pool() -> None:
     # AIConfigurator's aiperf template: 2 C warm-up + 20 C profiled, 100 dataset prompts; the
     # prefix cache is off unless asked, then on where the engine's deployment enables it
     catalog = load_catalog()
-    plan = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog)
+    plan = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source=AIPERF)), catalog)
     assert {"scenario.num_requests=176", "scenario.warmup_requests=16", "scenario.prefix.prompt_pool=100",
             "scenario.prefix.block_tokens=16", "cluster.prefix_cache=false"} <= set(plan.overrides)
-    cached = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog, "engine")
+    cached = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source=AIPERF)), catalog, "engine")
     assert "cluster.prefix_cache=true" in cached.overrides  # an SGLang row: radix cache on by default
-    trt = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x", backend="trtllm")), catalog, "engine")
+    trt = plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source=AIPERF, backend="trtllm")), catalog, "engine")
     assert "cluster.prefix_cache=false" in trt.overrides  # the template writes enable_block_reuse: false
     with pytest.raises(ValueError, match="prefix_cache must be 'off' or 'engine', got 'on'"):
-        plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source="x")), catalog, "on")
+        plan_row(parse_row(row("ok", batch_size="8.0", silicon_data_source=AIPERF)), catalog, "on")
 
 
 @pytest.mark.parametrize(("backend", "mode", "budget", "chunk"), [
@@ -138,12 +142,46 @@ def test_plans_replay_aiperfs_warmup_and_prompt_pool() -> None:
 ])
 def test_plans_take_the_engines_token_budget_as_deployed(backend: str, mode: str, budget: int, chunk: int) -> None:
     # AIConfigurator's benchmark rules size one forward's tokens from the row (isl 256, C 8 here)
-    fields = dict(batch_size="8.0", silicon_data_source="x", backend=backend) if mode == "agg" else \
+    fields = dict(batch_size="8.0", silicon_data_source=AIPERF, backend=backend) if mode == "agg" else \
         {**DISAGG, "prefill_num_workers": "1", "prefill_tp_size": "2", "decode_num_workers": "1",
-         "decode_tp_size": "2", "backend": backend, "silicon_data_source": "silicon_concurrency=8"}
+         "decode_tp_size": "2", "backend": backend, "silicon_data_source": f"{AIPERF}; silicon_concurrency=8"}
     plan = plan_row(parse_row(row("b", **fields)), load_catalog())
     assert plan.supported, plan.missing
     assert {f"cluster.max_prefill_tokens={budget}", f"cluster.chunk_size_tokens={chunk}"} <= set(plan.overrides)
+
+
+def test_harness_of_the_dev_splits_sources() -> None:
+    assert harness_of("source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/a.csv; "
+                      "silicon_concurrency=8") == "aiperf"
+    for source in ("db-dump/2026-04-27; config_id=733; silicon_concurrency=128; workflow_run_id=758",
+                   "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8",
+                   "source_file=kimi-k2.5-gap-analysis.csv; silicon_concurrency=4"):
+        assert harness_of(source) == "inferencex", source
+
+
+IMAX = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=4"
+
+
+def test_inferencex_rows_replay_bench_serving_and_the_launch_script() -> None:
+    # bench_serving: 10 C requests, lengths in [int(0.8 L), L], every request counted; the TRT-LLM
+    # Llama-3.1-70B script: max_num_tokens 16384 unchunked, fp8 KV, batch waiting on 1k/1k below TP8
+    catalog = load_catalog()
+    llama = dict(silicon_data_source=IMAX, backend="trtllm", model_path="meta-llama/Llama-3.1-70B",
+                 system="b200_sxm", precision="fp8", gemm_quant_mode="fp8", isl="1024", osl="1024")
+    plan = plan_row(parse_row(row("trt", **llama, tp_size="2.0")), catalog)
+    assert plan.supported, plan.missing
+    assert {"scenario.num_requests=40", "scenario.warmup_requests=0", "scenario.warmup_barrier=true",
+            "scenario.input.kind=random", "scenario.input.range_ratio=0.8", "scenario.output.range_ratio=0.8",
+            "cluster.max_prefill_tokens=16384", "cluster.chunk_size_tokens=0", "model.kv_dtype=fp8",
+            "cluster.batch_wait_iters=20", "cluster.batch_wait_tokens_ratio=0.9"} <= set(plan.overrides)
+    keys = [o.split("=", 1)[0] for o in plan.overrides]
+    assert len(keys) == len(set(keys))  # the script's values replace the rule-based ones
+    for shape in (dict(tp_size="8.0"), dict(tp_size="2.0", isl="8192")):
+        assert not any("batch_wait" in o for o in plan_row(parse_row(row("t", **{**llama, **shape})), catalog).overrides)
+    aiperf = plan_row(parse_row(row("trt", **{**llama, "silicon_data_source": AIPERF})), catalog, phases="harness")
+    assert "scenario.warmup_requests=8" in aiperf.overrides and "cluster.max_prefill_tokens=2528" in aiperf.overrides
+    every = plan_row(parse_row(row("trt", **llama)), catalog, phases="aiperf")  # AIPerf's phases for every row
+    assert "scenario.warmup_requests=8" in every.overrides
 
 
 def test_suspect_rows_are_flagged_not_dropped() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from pdsim.policy import (
     DecodeMemoryView,
     GrowthPlan,
@@ -194,3 +196,33 @@ def test_colocated_prefill_priority_runs_prefill_alone() -> None:
     ex.waiting.clear()
     plan = plan_colocated_step(limits, ex)
     assert plan.prefill.chunks == () and [r.rid for r in plan.decodes] == [0] and len(ex.applied) == 1
+
+
+def test_batch_waiting_holds_prompts_beside_decodes_until_iterations_or_tokens() -> None:
+    # TensorRT-LLM's batch waiting: 2 decodes + a 30-token prompt = 32 tokens < 0.5 x 100 -> held
+    # while waited < 3 iterations; the count goes 0 -> 1 -> 2 -> 3, then the prompt runs and it is 0
+    limits = StepLimits(page_size_tokens=PAGE, max_running_requests=4, prealloc_slots=4, max_prefill_tokens=100,
+                        chunk_size_tokens=0, batch_wait_iters=3, batch_wait_tokens_ratio=0.5)
+    ex = Colocated([Req(0, 8, 10, generated=2, kv=8), Req(1, 5, 10, generated=2, kv=6)], [Req(2, 30, 4)], free=40)
+    waited, held = 0, []
+    for _ in range(4):
+        plan = plan_colocated_step(limits, ex, waited)
+        held.append(plan.held)
+        assert [r.rid for r in plan.decodes] == [0, 1]
+        waited = plan.waited_after(waited)
+    assert held == [True, True, True, False] and waited == 0
+    assert [c.request_id for c in plan.prefill.chunks] == [2]
+    # enough tokens waiting (two prompts: 30 + 30 + 2 >= 50) -> no hold at all
+    ex.waiting.append(Req(3, 30, 4))
+    assert not plan_colocated_step(limits, ex, 0).held
+    # an idle engine never waits: no decodes, the prompt runs at once
+    idle = Colocated([], [Req(2, 30, 4)], free=40)
+    plan = plan_colocated_step(limits, idle, 0)
+    assert not plan.held and [c.request_id for c in plan.prefill.chunks] == [2] and plan.waited_after(2) == 2
+
+
+def test_batch_wait_limits_are_checked() -> None:
+    with pytest.raises(ValueError, match="batch_wait_tokens_ratio.*1.5"):
+        StepLimits(batch_wait_tokens_ratio=1.5)
+    with pytest.raises(ValueError, match="batch_wait_iters.*-1"):
+        StepLimits(batch_wait_iters=-1)
