@@ -202,7 +202,7 @@ def engine_config(cfg: Config, instance_id: int = 0) -> EngineConfig:
         max_prealloc_requests=c.prealloc_slots or c.max_running_requests, max_prefill_tokens=c.max_prefill_tokens,
         chunk_size_tokens=c.chunk_size_tokens, new_token_ratio=p.new_token_ratio,
         decode_reserved_tokens=p.decode_reserved_tokens, colocated_schedule=c.colocated_schedule,
-        prefix_cache=c.prefix_cache,
+        prefix_cache=c.prefix_cache, batch_wait_iters=c.batch_wait_iters, batch_wait_tokens_ratio=c.batch_wait_tokens_ratio,
     )
 
 
