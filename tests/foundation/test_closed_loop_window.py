@@ -25,6 +25,16 @@ def test_window_by_hand() -> None:
     assert list(w.counted) == [False, False, True, True, True, True]  # sent in [1, 4), however late they end
 
 
+def test_a_whole_run_without_warmup_counts_every_request() -> None:
+    # bench_serving (InferenceX): no warm-up in the statistics, the whole run averaged: the
+    # first wave, the drain and every request between, from the first send to the last end
+    sent = np.array([0.0, 0.0, 1.0, 2.0, 3.0, 3.5])
+    ends = np.array([1.0, 2.0, 3.0, 3.5, 6.0, 4.0])
+    w = ClosedLoop(2, warmup_requests=0, barrier=True).window(sent, ends)
+    assert (w.start_s, w.end_s) == (0.0, 6.0) and w.counted.all()
+    assert not ClosedLoop(2, warmup_requests=0, barrier=True).at_barrier(0)  # nobody waits
+
+
 def test_window_with_think_time_and_more_warmup() -> None:
     sent = np.array([0.0, 0.0, 1.5, 2.5, 3.5, 4.0])
     ends = np.array([1.0, 2.0, 3.0, 3.5, 6.0, 4.0])
