@@ -51,24 +51,37 @@ class Deployment:
     """An InferenceX launch script's scheduling settings for one (engine, model)."""
 
     script: str  # benchmarks/<script> in SemiAnalysisAI/InferenceX
-    max_num_tokens: int  # vLLM max-num-batched-tokens / TRT-LLM max_num_tokens
+    max_num_tokens: int  # vLLM max-num-batched-tokens / TRT-LLM max_num_tokens (0: the rules' budget stays)
     chunked: bool  # whether the engine chunks a prompt that overflows the budget
-    kv_dtype: str
+    kv_dtype: str  # "" = as the row's precision gives it
     # TRT-LLM batch waiting (iterations, token ratio) on the (isl, osl) shapes below a TP size
     batch_wait: tuple[int, float] = (0, 0.0)
     batch_wait_shapes: tuple[tuple[int, int], ...] = ()
     batch_wait_below_tp: int = 0
+    # SGLang --scheduler-recv-interval (below RECV_INTERVAL_FROM_CLIENTS clients, from there up)
+    recv_interval: tuple[int, int] = (1, 1)
 
-    def overrides(self, isl_tokens: int, osl_tokens: int, tp: int) -> list[str]:
+    def overrides(self, isl_tokens: int, osl_tokens: int, tp: int, concurrency: int) -> list[str]:
         """pdsim cluster/model overrides for a row of this deployment."""
-        chunk = self.max_num_tokens if self.chunked else 0
-        out = [f"cluster.max_prefill_tokens={self.max_num_tokens}", f"cluster.chunk_size_tokens={chunk}",
-               f"model.kv_dtype={self.kv_dtype}"]
+        out = [] if self.max_num_tokens == 0 else [
+            f"cluster.max_prefill_tokens={self.max_num_tokens}",
+            f"cluster.chunk_size_tokens={self.max_num_tokens if self.chunked else 0}"]
+        if self.kv_dtype:
+            out.append(f"model.kv_dtype={self.kv_dtype}")
+        if self.recv_interval != (1, 1):
+            out.append(f"cluster.recv_interval_steps={self.recv_interval[concurrency >= RECV_INTERVAL_FROM_CLIENTS]}")
         if (isl_tokens, osl_tokens) in self.batch_wait_shapes and tp < self.batch_wait_below_tp:
             out += [f"cluster.batch_wait_iters={self.batch_wait[0]}",
                     f"cluster.batch_wait_tokens_ratio={self.batch_wait[1]}"]
         return out
 
+
+RECV_INTERVAL_FROM_CLIENTS = 16
+# SGLang DeepSeek-R1 and Qwen3.5 scripts (dsr1_fp4_b200.sh, dsr1_fp8_b200.sh, qwen3.5_*_b200.sh and
+# their B300 copies): `--scheduler-recv-interval` 30 if CONC >= 16 else 10. Only that setting is
+# taken from them so far (their chunked-prefill sizes, memory fractions and fp8 KV are not);
+# exceptions not modelled: dsr1_fp8_b200.sh's TP4 branch (8k/1k) and qwen3.5_fp8_b300.sh use 10.
+SGLANG_RECV = Deployment("dsr1_fp4_b200.sh, dsr1_fp8_b200.sh, qwen3.5_*_b200.sh", 0, True, "", recv_interval=(10, 30))
 
 # (backend, model_path) -> the launch script's settings. vLLM: `kv-cache-dtype: fp8`,
 # `max-num-batched-tokens: 8192`, chunked prefill (V1 always chunks). TRT-LLM: `--max_num_tokens
@@ -79,4 +92,7 @@ INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], Deployment] = {
     ("trtllm", "meta-llama/Llama-3.1-70B"): Deployment(
         "70b_fp8_b200_trt_slurm.sh, 70b_fp4_b200_trt_slurm.sh", 16384, False, "fp8",
         batch_wait=(20, 0.9), batch_wait_shapes=((1024, 1024),), batch_wait_below_tp=8),
+    ("sglang", "deepseek-ai/DeepSeek-R1"): SGLANG_RECV,
+    ("sglang", "deepseek-ai/DeepSeek-V3"): SGLANG_RECV,  # (InferenceX's dsr1 rows, as AIConfigurator maps them)
+    ("sglang", "Qwen/Qwen3.5-397B-A17B"): SGLANG_RECV,
 }

@@ -456,7 +456,8 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
     )
     deployment = INFERENCEX_DEPLOYMENTS.get((row.backend, row.model_path))
     if phases == "harness" and row.harness == "inferencex" and deployment is not None and row.agg is not None:
-        overrides = _replace(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp))
+        overrides = _replace(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp,
+                                                               row.concurrency))
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 
 

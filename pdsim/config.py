@@ -216,6 +216,9 @@ class ClusterConfig:
     # fill this share of max_prefill_tokens or it has held them this many iterations
     batch_wait_iters: int = 0
     batch_wait_tokens_ratio: float = 0.0
+    # SGLang's --scheduler-recv-interval on a colocated engine: during decodes new requests are
+    # taken in every this many decode steps (pdsim.policy.receive; 1 = every iteration)
+    recv_interval_steps: int = 1
     # prefill makes the first output token (SGLang, vLLM); false: it makes none and decode runs
     # output_tokens iterations (DistServe's simulator)
     prefill_emits_token: bool = True

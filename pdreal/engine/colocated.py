@@ -67,6 +67,7 @@ from pdsim.policy import (
     plan_colocated_step,
 )
 from pdsim.policy.decisions import DecisionLog
+from pdsim.policy.receive import receives, recv_weight
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,10 @@ class ColocatedEngine(GuardedStep):
         self.decisions: DecisionLog | None = None  # scheduling decisions, when asked (lockstep test)
         self._victims: list[int] = []  # retracted by this step's plan (decision log)
         self._batch_waited = 0  # iterations batch waiting has held prompts back (pdsim.policy.batch_waits)
+        # arrivals not taken in yet, and the receive counter (pdsim.policy.receive; starts full)
+        self.inbox: deque[ColocatedState] = deque()
+        self._recv_counter = self.limits.recv_interval_steps
+        self._ran_forward = False
         self.kv: Any = None  # no KV transfer on a colocated instance
         self.eos_ids = frozenset(runner.model.spec.eos_token_ids)
         self.waiting: deque[ColocatedState] = deque()
@@ -153,10 +158,10 @@ class ColocatedEngine(GuardedStep):
         self.emit = emit
 
     def live(self) -> list[ColocatedState]:
-        return [*self.waiting, *([self.chunked] if self.chunked else []), *self.running]
+        return [*self.inbox, *self.waiting, *([self.chunked] if self.chunked else []), *self.running]
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.chunked or self.running)
+        return bool(self.inbox or self.waiting or self.chunked or self.running)
 
     def ready_to_run(self) -> bool:
         """True when the next step has a forward to run (else a server loop may sleep a little)."""
@@ -174,11 +179,12 @@ class ColocatedEngine(GuardedStep):
             return
         if self.cache is not None:
             state.page_hashes = self.cache.hashes(req.input_ids)
-        self.waiting.append(state)
+        (self.inbox if self.limits.recv_interval_steps > 1 else self.waiting).append(state)
 
     def _fail_step(self, exc: Exception) -> None:
         reason, victims, ids = step_victims(self._batch, self.live(), exc, self.name)
         self.waiting = deque(s for s in self.waiting if id(s) not in ids)
+        self.inbox = deque(s for s in self.inbox if id(s) not in ids)
         self.running = [s for s in self.running if id(s) not in ids]
         if self.chunked is not None and id(self.chunked) in ids:
             self.chunked = None
@@ -186,8 +192,17 @@ class ColocatedEngine(GuardedStep):
         for state in victims:
             self._finish(state, STATUS_FAILED, reason)
 
+    def _take_in(self) -> None:
+        """The top of a step: at a receive point (pdsim.policy.receive) the arrivals join the
+        waiting queue in arrival order and the counter starts again (as pdsim's instance)."""
+        if receives(self.limits.recv_interval_steps, self._recv_counter, not self._ran_forward):
+            self._recv_counter = 0
+            self.waiting.extend(self.inbox)
+            self.inbox.clear()
+
     def _step(self) -> None:
         self._apply_aborts()
+        self._take_in()
         self._victims = []
         now = self.now_s()
         step = plan_colocated_step(self.limits, self, self._batch_waited)  # the shared step plan (pdsim.policy)
@@ -200,7 +215,9 @@ class ColocatedEngine(GuardedStep):
             self.decisions.colocated(now, self.name, [c for _, c in plan], [s.req.request_id for s in decodes],
                                      self._victims)
         self._emit_early()
+        self._ran_forward = bool(plan or decodes)
         if plan or decodes:
+            self._recv_counter += recv_weight(prefill=bool(plan))
             self._batch = [s for s, _ in plan] + decodes
             chunks = [s.prefill_chunk(c) for s, c in plan] + [s.decode_chunk() for s in decodes]
             logits, full = self.runner.forward_logits(chunks, num_decodes=len(decodes))
@@ -374,14 +391,14 @@ class ColocatedEngine(GuardedStep):
         if self.chunked is not None and self.chunked.req.request_id in self._aborts:
             state, self.chunked = self.chunked, None
             self._finish(state, STATUS_FAILED, self._aborts[state.req.request_id])
-        for queue in (self.waiting, self.running):
+        for queue in (self.inbox, self.waiting, self.running):
             for state in [s for s in queue if s.req.request_id in self._aborts]:
                 queue.remove(state)
                 self._finish(state, STATUS_FAILED, self._aborts[state.req.request_id])
         self._aborts.clear()
 
     def stats(self) -> EngineStats:
-        queues = {"waiting": len(self.waiting) + (self.chunked is not None), "running": len(self.running)}
+        queues = {"waiting": len(self.inbox) + len(self.waiting) + (self.chunked is not None), "running": len(self.running)}
         return engine_stats(self, queues)
 
     def check_invariants(self) -> None:

@@ -29,6 +29,7 @@ class EngineConfig:
     colocated_schedule: str = "mixed"  # colocated engine: mixed | prefill_priority (pdsim's names)
     batch_wait_iters: int = 0  # colocated engine: TensorRT-LLM's batch waiting (pdsim's cluster fields)
     batch_wait_tokens_ratio: float = 0.0
+    recv_interval_steps: int = 1  # colocated engine: SGLang's scheduler receive interval (pdsim.policy.receive)
     prefix_cache: bool = True  # radix prefix cache on prefill / colocated engines (pdsim's cluster.prefix_cache)
     attention: str = "torch"
     dtype: str = "fp32"
@@ -48,6 +49,7 @@ class EngineConfig:
             prealloc_slots=self.max_prealloc_requests, new_token_ratio=self.new_token_ratio,
             decode_reserved_tokens=self.decode_reserved_tokens, schedule=self.colocated_schedule,
             batch_wait_iters=self.batch_wait_iters, batch_wait_tokens_ratio=self.batch_wait_tokens_ratio,
+            recv_interval_steps=self.recv_interval_steps,
         )
 
 

@@ -42,6 +42,7 @@ def engine_config(cfg: ServeConfig, role: str) -> Any:
         decode_reserved_tokens=cfg.policy.decode_reserved_tokens, attention=n.attention, dtype=n.dtype,
         device=n.device, colocated_schedule=c.colocated_schedule, prefix_cache=c.prefix_cache,
         batch_wait_iters=c.batch_wait_iters, batch_wait_tokens_ratio=c.batch_wait_tokens_ratio,
+        recv_interval_steps=c.recv_interval_steps,
         tp_size=getattr(c, f"{role}_tp"),
     )
 

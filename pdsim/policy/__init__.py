@@ -10,6 +10,7 @@ deterministic given a seeded numpy Generator argument. Modules:
 - routing_state.py: RouterState (the caller-owned routing state) and RoutingParams.
 - admission.py: accept_all, threshold, token_bucket, early_reject (predicted TTFT/TBT vs SLO).
 - scaling.py: P:D rebalancer proposing role moves (hysteresis, warm-up delay).
+- receive.py: when a colocated scheduler takes in arrivals (SGLang's scheduler receive interval).
 
 The step planners (what pdsim's simulated instances and pdreal's engines both call, then only
 execute), each reading its executor through one protocol of executors.py: limits.py (StepLimits, the colocated schedule names), router_policy.py (RouterPolicy:

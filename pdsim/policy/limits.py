@@ -35,6 +35,7 @@ class ClusterLike(Protocol):
     colocated_schedule: str
     batch_wait_iters: int
     batch_wait_tokens_ratio: float
+    recv_interval_steps: int
 
 
 class PolicyLike(Protocol):
@@ -54,7 +55,8 @@ class StepLimits:
     held back when it is admitted to a prefill forward; decode_reserved_tokens: the decode side's
     per-request reserve (0 = each request's remaining output); batch_wait_iters /
     batch_wait_tokens_ratio: TensorRT-LLM's batch waiting on a colocated engine (0 = off;
-    prefill_step.batch_waits).
+    prefill_step.batch_waits); recv_interval_steps: SGLang's scheduler receive interval
+    (pdsim.policy.receive; 1 = every iteration).
     """
 
     page_size_tokens: int = 16
@@ -67,9 +69,11 @@ class StepLimits:
     schedule: str = MIXED
     batch_wait_iters: int = 0
     batch_wait_tokens_ratio: float = 0.0
+    recv_interval_steps: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("page_size_tokens", "max_running_requests", "max_prefill_tokens", "prealloc_slots"):
+        for name in ("page_size_tokens", "max_running_requests", "max_prefill_tokens", "prealloc_slots",
+                     "recv_interval_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"limits: field {name!r} must be >= 1, got {getattr(self, name)}")
         if self.batch_wait_iters < 0:
@@ -97,5 +101,5 @@ class StepLimits:
             prealloc_slots=(cluster.prealloc_slots * ranks) or running,
             new_token_ratio=policy.new_token_ratio, decode_reserved_tokens=policy.decode_reserved_tokens,
             schedule=cluster.colocated_schedule, batch_wait_iters=cluster.batch_wait_iters,
-            batch_wait_tokens_ratio=cluster.batch_wait_tokens_ratio,
+            batch_wait_tokens_ratio=cluster.batch_wait_tokens_ratio, recv_interval_steps=cluster.recv_interval_steps,
         )

@@ -27,6 +27,7 @@ from pdsim.policy import (
     plan_colocated_step,
 )
 from pdsim.policy.prefix_cache import BlockNode
+from pdsim.policy.receive import counter_after_decodes, receives, recv_weight
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
 from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
 from pdsim.sim.events import Wait, now_s, start, timeout
@@ -60,6 +61,10 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self._matches: dict[int, list[BlockNode]] = {}
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
         self.batch_waited = 0  # iterations batch waiting has held prompts back (pdsim.policy.batch_waits)
+        # arrivals not taken in yet, and the receive counter (pdsim.policy.receive; starts full)
+        self.inbox: dict[int, SimRequest] = {}
+        self.recv_counter = self.limits.recv_interval_steps
+        self.ran_forward = False
         # the running batch's spans (self.span_planner is the base class's optional handle to it)
         self.spans = self.span_planner = SpanPlanner(self.env, ctx.series_for(latency), self.page, self.cfg.skip_ahead)
         self.spans.process = start(self.env, self.run())
@@ -70,12 +75,13 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         if need > self.kv.pool.capacity_tokens:
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}")
             return
-        self.waiting[sr.rid] = sr
+        (self.inbox if self.limits.recv_interval_steps > 1 else self.waiting)[sr.rid] = sr
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
         self.spans.settle_now(self)
         self.waiting.pop(sr.rid, None)
+        self.inbox.pop(sr.rid, None)
         if self.chunked is sr:
             self.chunked = None
         if self.running.pop(sr.rid, None) is not None:
@@ -90,6 +96,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def run(self) -> Generator[Wait, Any, None]:
         while self.alive:
             self._victims = []
+            self._take_in()
             plan = plan_colocated_step(self.limits, self, self.batch_waited)  # the shared step plan (pdsim.policy)
             self.batch_waited = plan.waited_after(self.batch_waited)
             planned = start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.events)) if plan.prefill.chunks else []
@@ -100,8 +107,11 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
                 self.decisions.colocated(now_s(self.events), self.name, [c for _, _, c in planned],
                                          [sr.rid for sr in decodes], self._victims)
             if not planned and not decodes:
-                yield self.idle()
+                self.ran_forward = False
+                if not self.inbox:  # (arrivals not taken in yet: an idle loop takes them in at once)
+                    yield self.idle()
                 continue
+            self.ran_forward = True
             if not planned:  # decode-only iterations
                 if (yield from self.spans.run_span(self, self._begin_span())):
                     self._complete([], list(self.running.values()))
@@ -111,22 +121,33 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             step_s = self.latency.mixed_time_s(items, len(decodes), ctx)
             self.busy_s += step_s
             self.iterations += 1
+            self.recv_counter += recv_weight(prefill=True)
             self.batch_size = len(planned) + len(decodes)  # (the router's view is stale from here)
             yield timeout(self.events, step_s)
             self.view_stale = True
             if self.alive:
                 self._complete(planned, decodes)
 
+    def _take_in(self) -> None:
+        """The top of an iteration: at a receive point (pdsim.policy.receive) the arrivals join
+        the waiting queue in arrival order and the counter starts again."""
+        if receives(self.limits.recv_interval_steps, self.recv_counter, not self.ran_forward):
+            self.recv_counter = 0
+            if self.inbox:
+                self.waiting.update(self.inbox)
+                self.inbox.clear()
+
     def _begin_span(self) -> Span:
         """Decode-only iterations: as many as run before a finish or a retraction (page growth
         may evict cache blocks); one while requests wait (their prefill may fit at any boundary)."""
         n, spans = len(self.running), self.spans
         k, growth = 1, None
-        if not self.waiting and self.chunked is None:
+        if not self.waiting and self.chunked is None and not self.inbox:
             k, growth, _ = spans.limit(self.running.values(), self.kv.pool.free_pages + self.kv.evictable_pages)
         span = spans.begin(n, self.ctx_tokens, k, growth)
         self.busy_s += span.times.step(0)
         self.iterations += 1
+        self.recv_counter += recv_weight(prefill=False)
         self.batch_size = n
         return span
 
@@ -138,6 +159,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.ctx_tokens += iterations * len(self.running)
         self.busy_s = busy_s
         self.iterations += iterations
+        self.recv_counter = counter_after_decodes(self.limits.recv_interval_steps, self.recv_counter, iterations)
 
     # -- pdsim.policy.ColocatedExecutor: what the shared step planner reads and applies ------
     def running_requests(self) -> list[SimRequest]:

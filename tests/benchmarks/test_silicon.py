@@ -184,6 +184,18 @@ def test_inferencex_rows_replay_bench_serving_and_the_launch_script() -> None:
     assert "scenario.warmup_requests=8" in every.overrides
 
 
+@pytest.mark.parametrize(("clients", "interval"), [(8, 10), (16, 30)])
+def test_inferencex_sglang_rows_take_the_scripts_receive_interval(clients: int, interval: int) -> None:
+    # dsr1_fp8_b200.sh: --scheduler-recv-interval 30 if CONC >= 16 else 10; the budget stays the rules'
+    fields = dict(silicon_data_source=f"db-dump/x; silicon_concurrency={clients}", model_path="deepseek-ai/DeepSeek-V3",
+                  system="b200_sxm", precision="fp8", gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block",
+                  isl="1024", osl="1024", tp_size="8.0", moe_tp_size="1.0", moe_ep_size="8.0")
+    plan = plan_row(parse_row(row("dsr1", **fields)), load_catalog())
+    assert plan.supported, plan.missing
+    assert f"cluster.recv_interval_steps={interval}" in plan.overrides
+    assert "cluster.max_prefill_tokens=2524" in plan.overrides  # isl + 1500 (SGLang's rule)
+
+
 def test_suspect_rows_are_flagged_not_dropped() -> None:
     df = pd.DataFrame([row(f"c{c}", batch_size=f"{c}.0", silicon_tpot_ms=str(t))
                        for c, t in ((4, 10.0), (8, 400.0), (16, 12.0))])

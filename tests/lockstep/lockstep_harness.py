@@ -203,6 +203,7 @@ def engine_config(cfg: Config, instance_id: int = 0) -> EngineConfig:
         chunk_size_tokens=c.chunk_size_tokens, new_token_ratio=p.new_token_ratio,
         decode_reserved_tokens=p.decode_reserved_tokens, colocated_schedule=c.colocated_schedule,
         prefix_cache=c.prefix_cache, batch_wait_iters=c.batch_wait_iters, batch_wait_tokens_ratio=c.batch_wait_tokens_ratio,
+        recv_interval_steps=c.recv_interval_steps,
     )
 
 

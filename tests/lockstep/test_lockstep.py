@@ -56,13 +56,13 @@ COMPARED = ("arrival_s", "route_s", "bootstrap_leave_s", "prefill_start_s", "pre
 
 
 def config(mode: str = "disaggregated", schedule: str = "mixed", perf: PerfConfig = LINEAR,
-           prefix_cache: bool = False, batch_wait: tuple[int, float] = (0, 0.0)) -> Config:
+           prefix_cache: bool = False, batch_wait: tuple[int, float] = (0, 0.0), recv_interval: int = 1) -> Config:
     cluster = ClusterConfig(
         mode=mode, prefill=1, decode=1, colocated=1, page_size_tokens=8, kv_capacity_tokens=480,
         max_running_requests=6, prealloc_slots=6, max_prefill_tokens=160, chunk_size_tokens=64,
         prefix_cache=prefix_cache, control_plane_latency_s=0.0, dispatch_latency_s=0.0, link_latency_s=0.0,
         transfer_aux_bytes=0, colocated_schedule=schedule, batch_wait_iters=batch_wait[0],
-        batch_wait_tokens_ratio=batch_wait[1],
+        batch_wait_tokens_ratio=batch_wait[1], recv_interval_steps=recv_interval,
     )
     return Config(scenario=ScenarioConfig(name="lockstep"), model=MODEL, hardware=HARDWARE, cluster=cluster,
                   policy=PolicyConfig(decode_reserved_tokens=4, new_token_ratio=0.3), slo=SloConfig(), perf=perf,
@@ -185,6 +185,17 @@ def test_colocated_batch_waiting_lockstep() -> None:
     log, trace = check(config("colocated", batch_wait=(3, 0.9)))
     ttft = lambda t: float((t.first_token_s - t.arrival_s).mean())  # noqa: E731
     assert ttft(trace) > ttft(plain) + 0.01, (ttft(trace), ttft(plain))  # prompts were held back
+    assert (trace.status == "finished").sum() >= 45
+
+
+def test_colocated_receive_interval_lockstep() -> None:
+    """SGLang's scheduler receive interval (arrivals taken in every 5 decode steps, at once after
+    a prefill or an idle loop) decided alike on both sides, and later than without it."""
+    _, plain = check(config("colocated"))
+    _, trace = check(config("colocated", recv_interval=5))
+    first = trace.sort_values("request_id").prefill_start_s.to_numpy()[:10]  # before the KV fills up
+    assert (first >= plain.sort_values("request_id").prefill_start_s.to_numpy()[:10]).all()
+    assert (first > plain.sort_values("request_id").prefill_start_s.to_numpy()[:10] + 1e-6).sum() >= 2
     assert (trace.status == "finished").sum() >= 45
 
 

@@ -15,6 +15,7 @@ from pdsim.policy import (
     plan_colocated_step,
     plan_decode_step,
 )
+from pdsim.policy.receive import counter_after_decodes, receives, recv_weight
 
 PAGE = 4
 
@@ -226,3 +227,16 @@ def test_batch_wait_limits_are_checked() -> None:
         StepLimits(batch_wait_tokens_ratio=1.5)
     with pytest.raises(ValueError, match="batch_wait_iters.*-1"):
         StepLimits(batch_wait_iters=-1)
+
+
+def test_receive_interval_counts_decodes_and_receives_after_prefill_or_idle() -> None:
+    # SGLang's SchedulerRecvSkipper with --scheduler-recv-interval 5: a decode adds 1, a forward
+    # with prefill 1000; an idle loop receives at once; interval 1 receives every iteration
+    assert receives(1, 0, idle=False) and receives(5, 0, idle=True) and receives(5, 5, idle=False)
+    assert not receives(5, 4, idle=False)
+    assert recv_weight(prefill=True) == 1000 and recv_weight(prefill=False, iterations=3) == 3
+    # a span of decodes with nothing arriving: tops receive (and restart) whenever it reached 5
+    assert [counter_after_decodes(5, 0, d) for d in (1, 4, 5, 6, 10, 11)] == [1, 4, 5, 1, 5, 1]
+    assert counter_after_decodes(5, 3, 2) == 5 and counter_after_decodes(5, 3, 3) == 1
+    assert counter_after_decodes(5, 1000, 2) == 2  # after a prefill: received at the first top
+    assert counter_after_decodes(1, 0, 7) == 7  # (interval 1: the counter is never read)
