@@ -278,4 +278,4 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         return self.instance_view(len(self.running), 0, self.kv_used_tokens(), self.kv.pool.capacity_tokens)
 
     def queue_counts(self) -> tuple[int, int, int, int, int, int, int]:
-        return (0, 0, 0, len(self.waiting) + (self.chunked is not None), len(self.running), 0, 0)
+        return (0, 0, 0, len(self.inbox) + len(self.waiting) + (self.chunked is not None), len(self.running), 0, 0)
