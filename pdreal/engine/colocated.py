@@ -67,7 +67,7 @@ from pdsim.policy import (
     plan_colocated_step,
 )
 from pdsim.policy.decisions import DecisionLog
-from pdsim.policy.receive import receives, recv_weight
+from pdsim.policy.receive import receive_point, recv_weight
 from pdsim.trace import STATUS_FAILED, STATUS_FINISHED, STATUS_REJECTED
 
 log = logging.getLogger(__name__)
@@ -195,8 +195,9 @@ class ColocatedEngine(GuardedStep):
     def _take_in(self) -> None:
         """The top of a step: at a receive point (pdsim.policy.receive) the arrivals join the
         waiting queue in arrival order and the counter starts again (as pdsim's instance)."""
-        if receives(self.limits.recv_interval_steps, self._recv_counter, not self._ran_forward):
-            self._recv_counter = 0
+        take, self._recv_counter = receive_point(self.limits.recv_interval_steps, self._recv_counter,
+                                                 not self._ran_forward)
+        if take:
             self.waiting.extend(self.inbox)
             self.inbox.clear()
 

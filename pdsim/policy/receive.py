@@ -9,8 +9,9 @@ N-th decode step since the last receive: N / 2 steps on average. N = 1 (the defa
 every iteration, as every other engine does.
 
 An executor keeps the counter (`recv_counter`, starting full: the first loop receives) and the
-arrivals it has not taken in yet (its inbox); at the top of each iteration it asks `receives`, and
-after each forward it adds `recv_weight`. No simpy, no clock, no I/O.
+arrivals it has not taken in yet (its inbox); at the top of each iteration it asks
+`receive_point` (whether to take them in, and the counter from then on), and after each forward
+it adds `recv_weight`. No simpy, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ DECODE_WEIGHT: Final = 1  # a decode-only forward
 PREFILL_WEIGHT: Final = 1000  # a forward with prefill (extend or mixed) work
 
 
-def receives(recv_interval_steps: int, counter: int, idle: bool) -> bool:
-    """Whether this iteration takes in the arrivals: always with interval 1 or after a loop
-    that ran no forward (`idle`), else once the counter has reached the interval."""
-    return recv_interval_steps <= 1 or idle or counter >= recv_interval_steps
+def receive_point(recv_interval_steps: int, counter: int, idle: bool) -> tuple[bool, int]:
+    """(whether this iteration takes in the arrivals, the counter from then on): it receives
+    always with interval 1 or after a loop that ran no forward (`idle`), else once the counter
+    has reached the interval; a receive starts the counter again at 0."""
+    if recv_interval_steps <= 1 or idle or counter >= recv_interval_steps:
+        return True, 0
+    return False, counter
 
 
-def recv_weight(prefill: bool, iterations: int = 1) -> int:
-    """What `iterations` forwards add to the counter (a span of decodes adds one each)."""
-    return PREFILL_WEIGHT if prefill else DECODE_WEIGHT * iterations
-
+def recv_weight(prefill: bool) -> int:
+    """What one forward adds to the counter (a span of decodes: `counter_after_decodes`)."""
+    return PREFILL_WEIGHT if prefill else DECODE_WEIGHT
 
 
 def counter_after_decodes(recv_interval_steps: int, counter: int, iterations: int) -> int:

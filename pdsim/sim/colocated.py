@@ -27,7 +27,7 @@ from pdsim.policy import (
     plan_colocated_step,
 )
 from pdsim.policy.prefix_cache import BlockNode
-from pdsim.policy.receive import counter_after_decodes, receives, recv_weight
+from pdsim.policy.receive import counter_after_decodes, receive_point, recv_weight
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
 from pdsim.sim.chunks import ChunkOwner, Planned, start_chunks
 from pdsim.sim.events import Wait, now_s, start, timeout
@@ -131,11 +131,11 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
     def _take_in(self) -> None:
         """The top of an iteration: at a receive point (pdsim.policy.receive) the arrivals join
         the waiting queue in arrival order and the counter starts again."""
-        if receives(self.limits.recv_interval_steps, self.recv_counter, not self.ran_forward):
-            self.recv_counter = 0
-            if self.inbox:
-                self.waiting.update(self.inbox)
-                self.inbox.clear()
+        take, self.recv_counter = receive_point(self.limits.recv_interval_steps, self.recv_counter,
+                                                not self.ran_forward)
+        if take and self.inbox:
+            self.waiting.update(self.inbox)
+            self.inbox.clear()
 
     def _begin_span(self) -> Span:
         """Decode-only iterations: as many as run before a finish or a retraction (page growth

@@ -15,7 +15,7 @@ from pdsim.policy import (
     plan_colocated_step,
     plan_decode_step,
 )
-from pdsim.policy.receive import counter_after_decodes, receives, recv_weight
+from pdsim.policy.receive import counter_after_decodes, receive_point, recv_weight
 
 PAGE = 4
 
@@ -232,9 +232,9 @@ def test_batch_wait_limits_are_checked() -> None:
 def test_receive_interval_counts_decodes_and_receives_after_prefill_or_idle() -> None:
     # SGLang's SchedulerRecvSkipper with --scheduler-recv-interval 5: a decode adds 1, a forward
     # with prefill 1000; an idle loop receives at once; interval 1 receives every iteration
-    assert receives(1, 0, idle=False) and receives(5, 0, idle=True) and receives(5, 5, idle=False)
-    assert not receives(5, 4, idle=False)
-    assert recv_weight(prefill=True) == 1000 and recv_weight(prefill=False, iterations=3) == 3
+    assert receive_point(1, 0, idle=False) == receive_point(5, 3, idle=True) == receive_point(5, 5, idle=False) == (True, 0)
+    assert receive_point(5, 4, idle=False) == (False, 4)  # (the counter kept: no receive yet)
+    assert recv_weight(prefill=True) == 1000 and recv_weight(prefill=False) == 1
     # a span of decodes with nothing arriving: tops receive (and restart) whenever it reached 5
     assert [counter_after_decodes(5, 0, d) for d in (1, 4, 5, 6, 10, 11)] == [1, 4, 5, 1, 5, 1]
     assert counter_after_decodes(5, 3, 2) == 5 and counter_after_decodes(5, 3, 3) == 1
