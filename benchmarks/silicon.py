@@ -21,13 +21,22 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pandas as pd  # noqa: E402
 import silicon_errors as errors  # noqa: E402
-from silicon_rows import PHASES, RowPlan, concurrency_of, load_catalog, parse_row, plan_row  # noqa: E402
+from silicon_rows import (  # noqa: E402
+    PHASES,
+    RowPlan,
+    concurrency_of,
+    load_catalog,
+    parse_row,
+    plan_row,
+    with_overrides,
+)
 from silicon_run import STATUS_ERROR, STATUS_OK, Prediction, predict  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -42,13 +51,16 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off", phases: str = "harness") -> list[RowPlan | Prediction]:
-    """A plan per row, or an `error` prediction where the row itself cannot be read."""
+def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off", phases: str = "harness",
+             extra: tuple[str, ...] = ()) -> list[RowPlan | Prediction]:
+    """A plan per row (with `extra` overrides in place of the plan's own for the same keys), or an
+    `error` prediction where the row itself cannot be read."""
     catalog = load_catalog()
     out: list[RowPlan | Prediction] = []
     for r in raw:
         try:
-            out.append(plan_row(parse_row(r), catalog, prefix_cache, phases))
+            plan = plan_row(parse_row(r), catalog, prefix_cache, phases)
+            out.append(replace(plan, overrides=with_overrides(plan.overrides, extra)) if plan.supported else plan)
         except ValueError as exc:
             out.append(Prediction(r.get("id", "?"), float("nan"), float("nan"), STATUS_ERROR, str(exc)))
     return out
@@ -164,6 +176,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prefix-cache", choices=("off", "engine"), default="off",
                    help="off (default): every prompt computed; engine: AIPerf's 100-prompt pool repeats hit the "
                         "engine's prefix cache where its deployment enables one (vLLM, SGLang; docs/SILICON.md)")
+    p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="a hydra override for every row's run, in place of the row's own value for KEY "
+                        "(repeatable; e.g. --set perf.prefill_host_s_per_layer=0.001 to try an engine constant)")
     p.add_argument("--phases", choices=PHASES, default="harness",
                    help="harness (default): each row's own benchmark client (AIPerf's phases for "
                         "AIConfigurator's collection, InferenceX's bench_serving run for the rest); aiperf: AIPerf's "
@@ -175,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     raw = read_rows(args.rows)[: args.limit or None]
-    plans = plan_all(raw, args.prefix_cache, args.phases)
+    for item in args.extra:
+        if "=" not in item:
+            raise SystemExit(f"silicon.py: --set {item!r} is not KEY=VALUE")
+    plans = plan_all(raw, args.prefix_cache, args.phases, tuple(args.extra))
     preds = predict_all(plans, args.jobs)
     write_predictions(preds, args.out)
     pdsim_s = time.perf_counter() - start

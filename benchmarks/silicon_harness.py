@@ -24,10 +24,17 @@ AIConfigurator's rule-based deployment (silicon_rows.budget_overrides).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 HARNESSES = ("aiperf", "inferencex")
 INFERENCEX_RANGE_RATIO, INFERENCEX_PROMPTS_PER_CLIENT = 0.8, 10
+
+
+def measured_date(source: str) -> str:
+    """The measurement date (YYYY-MM-DD) a `silicon_data_source` names, or "" where none."""
+    found = re.search(r"measured=(\d{4}-\d\d-\d\d)", source) or re.search(r"source_file=(\d{4}-\d\d-\d\d)", source)
+    return found.group(1) if found else ""
 
 
 def harness_of(source: str) -> str:
@@ -48,51 +55,137 @@ def inferencex_workload(concurrency: int, isl_tokens: int, osl_tokens: int) -> l
 
 @dataclass(frozen=True)
 class Deployment:
-    """An InferenceX launch script's scheduling settings for one (engine, model)."""
+    """An InferenceX launch script's scheduling settings for one (engine, model), as of one date.
+
+    Budget: `max_num_tokens` tokens per forward (vLLM max-num-batched-tokens, SGLang
+    chunked-prefill-size, TRT-LLM max_num_tokens; 0 keeps the rules' budget), or `isl_multiple` x
+    the row's isl (vLLM `--max-num-batched-tokens $((ISL*2))`), or TRT-LLM's DeepSeek formula
+    (`trtllm_clients_budget`: C + isl + 64 up to a multiple of 64, at least `max_num_tokens`).
+    """
 
     script: str  # benchmarks/<script> in SemiAnalysisAI/InferenceX
-    max_num_tokens: int  # vLLM max-num-batched-tokens / TRT-LLM max_num_tokens (0: the rules' budget stays)
-    chunked: bool  # whether the engine chunks a prompt that overflows the budget
-    kv_dtype: str  # "" = as the row's precision gives it
+    max_num_tokens: int = 0
+    chunked: bool = True  # whether the engine chunks a prompt that overflows the budget
+    kv_dtype: str = ""  # "" = as the row's precision gives it
+    since: str = ""  # first measurement date (YYYY-MM-DD) this version of the script covers
+    precisions: tuple[str, ...] = ()  # the rows' `precision` it deploys (empty: any)
+    systems: tuple[str, ...] = ()  # the rows' `system` it deploys (empty: any)
+    tp: int = 0  # only rows at this TP (0: any)
+    isl_multiple: int = 0
+    trtllm_clients_budget: bool = False
+    max_running: int = 0  # SGLang --max-running-requests / vLLM --max-num-seqs (0: the rules')
     # TRT-LLM batch waiting (iterations, token ratio) on the (isl, osl) shapes below a TP size
+    # and from a client count
     batch_wait: tuple[int, float] = (0, 0.0)
     batch_wait_shapes: tuple[tuple[int, int], ...] = ()
-    batch_wait_below_tp: int = 0
+    batch_wait_below_tp: int = 1 << 30
+    batch_wait_from_clients: int = 0
     # SGLang --scheduler-recv-interval (below RECV_INTERVAL_FROM_CLIENTS clients, from there up)
     recv_interval: tuple[int, int] = (1, 1)
 
+    def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
+        return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
+                and self.tp in (0, tp) and (not self.since or (bool(date) and date >= self.since)))
+
+    def budget_tokens(self, isl_tokens: int, concurrency: int) -> int:
+        """Tokens per forward (0: the rules' budget stays)."""
+        if self.isl_multiple:
+            return self.isl_multiple * isl_tokens
+        if self.trtllm_clients_budget:
+            return max(-(-(concurrency + isl_tokens + 64) // 64) * 64, self.max_num_tokens)
+        return self.max_num_tokens
+
     def overrides(self, isl_tokens: int, osl_tokens: int, tp: int, concurrency: int) -> list[str]:
         """pdsim cluster/model overrides for a row of this deployment."""
-        out = [] if self.max_num_tokens == 0 else [
-            f"cluster.max_prefill_tokens={self.max_num_tokens}",
-            f"cluster.chunk_size_tokens={self.max_num_tokens if self.chunked else 0}"]
+        budget = self.budget_tokens(isl_tokens, concurrency)
+        out = [] if budget == 0 else [f"cluster.max_prefill_tokens={budget}",
+                                      f"cluster.chunk_size_tokens={budget if self.chunked else 0}"]
         if self.kv_dtype:
             out.append(f"model.kv_dtype={self.kv_dtype}")
+        if self.max_running:
+            out.append(f"cluster.max_running_requests={self.max_running}")
         if self.recv_interval != (1, 1):
             out.append(f"cluster.recv_interval_steps={self.recv_interval[concurrency >= RECV_INTERVAL_FROM_CLIENTS]}")
-        if (isl_tokens, osl_tokens) in self.batch_wait_shapes and tp < self.batch_wait_below_tp:
+        if ((isl_tokens, osl_tokens) in self.batch_wait_shapes and tp < self.batch_wait_below_tp
+                and concurrency >= self.batch_wait_from_clients):
             out += [f"cluster.batch_wait_iters={self.batch_wait[0]}",
                     f"cluster.batch_wait_tokens_ratio={self.batch_wait[1]}"]
         return out
 
 
 RECV_INTERVAL_FROM_CLIENTS = 16
-# SGLang DeepSeek-R1 and Qwen3.5 scripts (dsr1_fp4_b200.sh, dsr1_fp8_b200.sh, qwen3.5_*_b200.sh and
-# their B300 copies): `--scheduler-recv-interval` 30 if CONC >= 16 else 10. Only that setting is
-# taken from them so far (their chunked-prefill sizes, memory fractions and fp8 KV are not);
-# exceptions not modelled: dsr1_fp8_b200.sh's TP4 branch (8k/1k) and qwen3.5_fp8_b300.sh use 10.
-SGLANG_RECV = Deployment("dsr1_fp4_b200.sh, dsr1_fp8_b200.sh, qwen3.5_*_b200.sh", 0, True, "", recv_interval=(10, 30))
+RECV = (10, 30)  # SGLang scripts: --scheduler-recv-interval 30 if CONC >= 16 else 10
+DSR1 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")  # InferenceX's dsr1 rows, as AIConfigurator maps them
+VLLM_DEFAULT_TOKENS = 8192  # vLLM's API-server max-num-batched-tokens on GPUs of 70 GiB or more (arg_utils)
 
-# (backend, model_path) -> the launch script's settings. vLLM: `kv-cache-dtype: fp8`,
-# `max-num-batched-tokens: 8192`, chunked prefill (V1 always chunks). TRT-LLM: `--max_num_tokens
-# 16384`, `kv_cache_config.dtype: fp8`, no chunked context, and on 1k/1k below TP8
-# `batch_wait_timeout_iters: 20` with `batch_wait_max_tokens_ratio: 0.9`.
-INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], Deployment] = {
-    ("vllm", "meta-llama/Llama-3.1-70B"): Deployment("70b_fp8_h100_slurm.sh, 70b_fp4_b200_docker.sh", 8192, True, "fp8"),
-    ("trtllm", "meta-llama/Llama-3.1-70B"): Deployment(
+# (backend, model_path) -> the versions of its launch scripts (benchmarks/single_node/ in
+# SemiAnalysisAI/InferenceX, read at each date's commit); a row takes the newest version whose
+# precision, system and TP match and whose date it is measured on or after, else the rules'
+# deployment (silicon_rows.budget_overrides). Memory fractions are not taken (KV capacity does not
+# bind at these rows' concurrencies); stream intervals change no TTFT (both engines send the first
+# token at once) and are not modelled.
+_SGLANG_DSR1 = (
+    Deployment("dsr1_fp4_b200.sh, dsr1_fp4_b300.sh", 16384, True, "fp8", precisions=("fp4",), max_running=256,
+               recv_interval=RECV),
+    Deployment("dsr1_fp8_b200.sh (TP8), dsr1_fp8_b300.sh", 32768, True, "fp8", precisions=("fp8",), tp=8,
+               max_running=128, recv_interval=RECV),
+    Deployment("dsr1_fp8_b200.sh (TP4, from 2026-01-13)", 8192, True, "fp8", since="2026-01-13", precisions=("fp8",),
+               tp=4, max_running=32, recv_interval=(10, 10)),
+)
+_TRTLLM_DSR1 = (
+    Deployment("dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh", 0, False, "fp8", trtllm_clients_budget=True),
+    Deployment("dsr1_fp4_b200_trt.sh (from 2026-01-21)", 8192, False, "fp8", since="2026-01-21", precisions=("fp4",),
+               trtllm_clients_budget=True),
+    Deployment("dsr1_fp8_b200_trt.sh (from 2026-01-21)", 8192, False, "fp8", since="2026-01-21", precisions=("fp8",),
+               trtllm_clients_budget=True),
+    Deployment("dsr1_fp8_b200_trt.sh (from 2026-01-29)", 8192, False, "fp8", since="2026-01-29", precisions=("fp8",),
+               trtllm_clients_budget=True, batch_wait=(40, 0.8), batch_wait_shapes=((1024, 1024),),
+               batch_wait_from_clients=64),
+)
+_SGLANG_QWEN35 = (
+    Deployment("qwen3.5_{bf16,fp8,fp4}_b200.sh, qwen3.5_{bf16,fp4}_b300.sh", 32768, True, max_running=128,
+               recv_interval=RECV),
+    Deployment("qwen3.5_fp8_b200.sh", 32768, True, "fp8", precisions=("fp8",), max_running=128, recv_interval=RECV),
+    Deployment("qwen3.5_fp4_b200.sh, qwen3.5_fp4_b300.sh", 32768, True, "fp8", precisions=("fp4",), max_running=128,
+               recv_interval=RECV),
+    Deployment("qwen3.5_fp8_b300.sh", 16384, True, "fp8", precisions=("fp8",), systems=("b300_sxm",),
+               recv_interval=(10, 10)),
+)
+INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], tuple[Deployment, ...]] = {
+    ("vllm", "meta-llama/Llama-3.1-70B"): (
+        Deployment("70b_fp8_h100_slurm.sh, 70b_fp4_b200_docker.sh", 8192, True, "fp8"),),
+    ("trtllm", "meta-llama/Llama-3.1-70B"): (Deployment(
         "70b_fp8_b200_trt_slurm.sh, 70b_fp4_b200_trt_slurm.sh", 16384, False, "fp8",
-        batch_wait=(20, 0.9), batch_wait_shapes=((1024, 1024),), batch_wait_below_tp=8),
-    ("sglang", "deepseek-ai/DeepSeek-R1"): SGLANG_RECV,
-    ("sglang", "deepseek-ai/DeepSeek-V3"): SGLANG_RECV,  # (InferenceX's dsr1 rows, as AIConfigurator maps them)
-    ("sglang", "Qwen/Qwen3.5-397B-A17B"): SGLANG_RECV,
+        batch_wait=(20, 0.9), batch_wait_shapes=((1024, 1024),), batch_wait_below_tp=8),),
+    **{("sglang", m): _SGLANG_DSR1 for m in DSR1},
+    **{("trtllm", m): _TRTLLM_DSR1 for m in DSR1},
+    ("sglang", "Qwen/Qwen3.5-397B-A17B"): _SGLANG_QWEN35,
+    ("trtllm", "openai/gpt-oss-120b"): (Deployment("gptoss_fp4_b200_trt.sh", 20000, False, "fp8", max_running=512),),
+    ("vllm", "openai/gpt-oss-120b"): (
+        Deployment("gptoss_fp4_b200.sh (before 2025-12-05)", 8192, True, systems=("b200_sxm",), max_running=512),
+        Deployment("gptoss_fp4_b200.sh", 8192, True, "fp8", since="2025-12-05", systems=("b200_sxm",),
+                   max_running=512),
+        Deployment("gptoss_fp4_h100.sh", 8192, True, systems=("h100_sxm",)),
+    ),
+    ("vllm", "MiniMaxAI/MiniMax-M2.5"): (
+        Deployment("minimaxm2.5_fp8_b200.sh (before 2026-04-03), minimaxm2.5_fp8_h100.sh", VLLM_DEFAULT_TOKENS, True,
+                   precisions=("fp8",)),
+        Deployment("minimaxm2.5_fp8_b200.sh, minimaxm2.5_fp8_b300.sh (from 2026-04-03)", kv_dtype="fp8",
+                   since="2026-04-03", precisions=("fp8",), systems=("b200_sxm", "b300_sxm"), isl_multiple=2),
+    ),
+    ("vllm", "moonshotai/Kimi-K2.5"): (
+        Deployment("kimik2.5_int4_b200.sh, kimik2.5_fp4_b{200,300}.sh (before 2026-04-20)", VLLM_DEFAULT_TOKENS, True),
+        Deployment("kimik2.5_fp4_b200.sh (from 2026-04-20)", kv_dtype="fp8", since="2026-04-20", precisions=("fp4",),
+                   systems=("b200_sxm",), isl_multiple=2),
+    ),
 }
+
+
+def deployment_for(backend: str, model_path: str, precision: str, system: str, tp: int,
+                   date: str) -> Deployment | None:
+    """The launch script version that deployed a row: the newest (then the most specific) entry
+    covering its precision, system, TP and measurement date; None where no script was read."""
+    covering = [d for d in INFERENCEX_DEPLOYMENTS.get((backend, model_path), ()) if d.covers(precision, system, tp, date)]
+    if not covering:
+        return None
+    return max(covering, key=lambda d: (d.since, bool(d.tp) + bool(d.systems) + bool(d.precisions)))

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
-from silicon_harness import INFERENCEX_DEPLOYMENTS, harness_of, inferencex_workload
+from silicon_harness import deployment_for, harness_of, inferencex_workload, measured_date
 
 # model_path -> catalog model. Instruct / quantized checkpoints share their base model's
 # architecture (config.json); their quantization comes from the row's quant modes.
@@ -118,6 +118,7 @@ class SiliconRow:
     measured_ttft_ms: float
     measured_tpot_ms: float
     harness: str = "aiperf"  # the benchmark client that measured it: HARNESSES
+    measured: str = ""  # measurement date (YYYY-MM-DD) from silicon_data_source, "" where none
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ def parse_row(raw: dict[str, str]) -> SiliconRow:
             measured_ttft_ms=float(raw.get("silicon_ttft_ms") or "nan"),
             measured_tpot_ms=float(raw.get("silicon_tpot_ms") or "nan"),
             harness=harness_of(raw.get("silicon_data_source", "")),
+            measured=measured_date(raw.get("silicon_data_source", "")),
         )
     except KeyError as exc:
         raise ValueError(f"row {raw.get('id', '?')}: missing column {exc.args[0]}") from None
@@ -454,14 +456,15 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
-    deployment = INFERENCEX_DEPLOYMENTS.get((row.backend, row.model_path))
+    deployment = None if row.agg is None else deployment_for(
+        row.backend, row.model_path, row.precision, row.system, row.agg.tp, row.measured)
     if phases == "harness" and row.harness == "inferencex" and deployment is not None and row.agg is not None:
-        overrides = _replace(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp,
+        overrides = with_overrides(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp,
                                                                row.concurrency))
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 
 
-def _replace(overrides: tuple[str, ...], extra: list[str]) -> tuple[str, ...]:
+def with_overrides(overrides: tuple[str, ...], extra: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """`overrides` with each `key=value` of `extra` in place of the same key's entry (or added)."""
     keys = {e.split("=", 1)[0] for e in extra}
     return (*(o for o in overrides if o.split("=", 1)[0] not in keys), *extra)

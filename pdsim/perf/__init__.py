@@ -52,12 +52,16 @@ def build_latency_model(
         raise ValueError(f"perf: kind {perf.kind!r} models tensor parallelism only; layout {parallel.text} "
                          f"(attention DP / expert parallelism) needs perf.kind=measured on hardware with op_tables")
     inner = _step_model(perf, model, hardware, parallel, data_dir)
+    if perf.prefill_host_s_per_layer < 0:
+        raise ValueError(f"perf: field 'prefill_host_s_per_layer' must be >= 0, got {perf.prefill_host_s_per_layer}")
+    prefill_floor_s = perf.prefill_host_s_per_layer * model.num_layers
     if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) != (0, 0) or (
         perf.prefill_step_scale, perf.decode_step_scale) != (1, 1) or (
-            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens) != (0, 0):
+            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens, prefill_floor_s) != (0, 0, 0):
         inner = StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
                                   perf.prefill_step_scale, perf.decode_step_scale,
-                                  perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens)
+                                  perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens,
+                                  prefill_floor_s)
     accepted = accepted_tokens(perf.mtp_draft_tokens, perf.mtp_accepted_tokens)
     if perf.mtp_draft_tokens == 0:
         if perf.mtp_accepted_tokens != 0:

@@ -18,6 +18,12 @@ item's cached + new tokens, a decode batch's KV tokens) and `perf.decode_context
 counts that many more tokens per sequence in the wrapped model's decode term: DistServe's
 simulator adds 2 ms + 1e-4 ms per context token to every iteration and evaluates its decode fit
 over each request's context + 1 (the compat=distserve preset).
+
+`perf.prefill_host_s_per_layer` sets a floor under every step that carries prompt tokens: the
+engines run such steps eagerly (CUDA graphs cover decode-only batches), so the host issues every
+kernel of every layer and a step whose GPU work is shorter than that waits on the host. The step
+lasts max(forward, num_layers x the per-layer host time) plus the step overhead; decode-only
+steps keep their forward time. The operator tables time the GPU only and cannot show it.
 """
 
 from __future__ import annotations
@@ -40,9 +46,11 @@ class StepOverheadModel:
     decode_scale: float = 1.0
     per_context_token_s: float = 0.0
     decode_context_offset_tokens: int = 0
+    prefill_floor_s: float = 0.0  # a step with prompt tokens lasts at least this (host launch time)
 
     def __post_init__(self) -> None:
-        for name in ("prefill_overhead_s", "decode_overhead_s", "per_context_token_s", "decode_context_offset_tokens"):
+        for name in ("prefill_overhead_s", "decode_overhead_s", "per_context_token_s", "decode_context_offset_tokens",
+                     "prefill_floor_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"perf: step overhead {name} must be >= 0, got {getattr(self, name)}")
         for name in ("prefill_scale", "decode_scale"):
@@ -56,8 +64,8 @@ class StepOverheadModel:
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
         if not items:
             return 0.0
-        return (self.prefill_scale * self.inner.prefill_time_s(items) + self.prefill_overhead_s
-                + self.per_context_token_s * _prompt_tokens(items))
+        forward_s = max(self.prefill_scale * self.inner.prefill_time_s(items), self.prefill_floor_s)
+        return forward_s + self.prefill_overhead_s + self.per_context_token_s * _prompt_tokens(items)
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
         if num_seqs <= 0:
@@ -79,8 +87,8 @@ class StepOverheadModel:
         overhead = max(self.prefill_overhead_s, self.decode_overhead_s if num_seqs > 0 else 0.0)
         inner_ctx = context_tokens + self.decode_context_offset_tokens * max(0, num_seqs)
         tokens = _prompt_tokens(items) + context_tokens
-        return (self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, inner_ctx) + overhead
-                + self.per_context_token_s * tokens)
+        forward_s = max(self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, inner_ctx), self.prefill_floor_s)
+        return forward_s + overhead + self.per_context_token_s * tokens
 
 
 def _prompt_tokens(items: Sequence[PrefillItem]) -> int:

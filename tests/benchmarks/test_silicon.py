@@ -186,14 +186,53 @@ def test_inferencex_rows_replay_bench_serving_and_the_launch_script() -> None:
 
 @pytest.mark.parametrize(("clients", "interval"), [(8, 10), (16, 30)])
 def test_inferencex_sglang_rows_take_the_scripts_receive_interval(clients: int, interval: int) -> None:
-    # dsr1_fp8_b200.sh: --scheduler-recv-interval 30 if CONC >= 16 else 10; the budget stays the rules'
+    # dsr1_fp8_b200.sh at TP8: --scheduler-recv-interval 30 if CONC >= 16 else 10, chunked prefill
+    # 32768, --max-running-requests 128, fp8 KV
     fields = dict(silicon_data_source=f"db-dump/x; silicon_concurrency={clients}", model_path="deepseek-ai/DeepSeek-V3",
                   system="b200_sxm", precision="fp8", gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block",
                   isl="1024", osl="1024", tp_size="8.0", moe_tp_size="1.0", moe_ep_size="8.0")
     plan = plan_row(parse_row(row("dsr1", **fields)), load_catalog())
     assert plan.supported, plan.missing
-    assert f"cluster.recv_interval_steps={interval}" in plan.overrides
-    assert "cluster.max_prefill_tokens=2524" in plan.overrides  # isl + 1500 (SGLang's rule)
+    assert {f"cluster.recv_interval_steps={interval}", "cluster.max_prefill_tokens=32768",
+            "cluster.chunk_size_tokens=32768", "cluster.max_running_requests=128", "model.kv_dtype=fp8"} <= set(plan.overrides)
+
+
+def _script(backend: str, model: str, precision: str, date: str, clients: int = 64, isl: int = 1024, tp: int = 8,
+            system: str = "b200_sxm") -> set[str]:
+    src = f"db-dump/x; silicon_concurrency={clients}; measured={date}T00:00:00.000Z"
+    quant = {"fp8": "fp8_block", "fp4": "nvfp4"}.get(precision, precision)
+    fields = dict(silicon_data_source=src, backend=backend, model_path=model, system=system, precision=precision,
+                  gemm_quant_mode=quant, moe_quant_mode=quant, isl=str(isl), osl="1024", tp_size=f"{tp}.0",
+                  moe_tp_size="1.0", moe_ep_size=f"{tp}.0")
+    return set(plan_row(parse_row(row("r", **fields)), load_catalog()).overrides)
+
+
+def test_trtllm_deepseek_script_versions_by_date() -> None:
+    # dsr1_fp8_b200_trt.sh: max_num_tokens = C + isl + 64 up to 64 (1152 at 64 clients), at least
+    # 8192 from 2026-01-21; batch waiting 40 / 0.8 on 1k/1k from 64 clients from 2026-01-29
+    early = _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2025-12-20")
+    assert {"cluster.max_prefill_tokens=1152", "cluster.chunk_size_tokens=0", "model.kv_dtype=fp8"} <= early
+    assert not any("batch_wait" in o for o in early)
+    mid = _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-01-25")
+    assert "cluster.max_prefill_tokens=8192" in mid and not any("batch_wait" in o for o in mid)
+    late = _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05")
+    assert {"cluster.batch_wait_iters=40", "cluster.batch_wait_tokens_ratio=0.8"} <= late
+    assert not any("batch_wait" in o for o in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05", 32))
+    assert "cluster.max_prefill_tokens=8512" in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp4", "2026-02-05",
+                                                        256, isl=8192)
+
+
+def test_vllm_and_sglang_script_versions_by_date_and_system() -> None:
+    minimax = "MiniMaxAI/MiniMax-M2.5"
+    before = _script("vllm", minimax, "fp8", "2026-03-20", tp=4)  # vLLM's default budget, KV as the checkpoint
+    assert "cluster.max_prefill_tokens=8192" in before and "model.kv_dtype=fp8" not in before
+    after = _script("vllm", minimax, "fp8", "2026-04-10", isl=8192, tp=4)  # --max-num-batched-tokens $((ISL*2))
+    assert {"cluster.max_prefill_tokens=16384", "cluster.chunk_size_tokens=16384", "model.kv_dtype=fp8"} <= after
+    qwen = "Qwen/Qwen3.5-397B-A17B"
+    assert {"cluster.max_prefill_tokens=32768", "cluster.recv_interval_steps=30"} <= _script(
+        "sglang", qwen, "fp8", "2026-03-10", 16, tp=4)
+    b300 = _script("sglang", qwen, "fp8", "2026-04-17", 16, tp=4, system="b300_sxm")  # its own recipe
+    assert {"cluster.max_prefill_tokens=16384", "cluster.recv_interval_steps=10"} <= b300
 
 
 def test_suspect_rows_are_flagged_not_dropped() -> None:

@@ -1,0 +1,61 @@
+"""The host launch floor under steps that carry prompt tokens (perf.prefill_host_s_per_layer)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
+from pdsim.perf import LinearModel, StepOverheadModel, build_latency_model
+from pdsim.sim import simulate
+from simkit import make_config, make_requests, rounded, timeline
+
+INNER = LinearModel(prefill_base_s=0.01, prefill_per_token_s=0.0001, decode_base_s=0.005,
+                    decode_per_seq_s=0.001, decode_per_ctx_token_s=0.0)
+
+
+def test_floor_holds_short_prefills_and_hides_under_long_ones() -> None:
+    m = StepOverheadModel(INNER, prefill_overhead_s=0.003, decode_overhead_s=0.002, prefill_floor_s=0.05)
+    # 100 tokens: forward 0.02 < floor 0.05, so 0.05 + 3 ms overhead
+    assert m.prefill_time_s([(100, 0)]) == pytest.approx(0.053)
+    # 1000 tokens: forward 0.11 > floor, so the forward + 3 ms
+    assert m.prefill_time_s([(1000, 0)]) == pytest.approx(0.113)
+    # decode-only steps (CUDA graphs) keep their time: 5 ms + 4 x 1 ms + 2 ms
+    assert m.decode_time_s(4, 4000) == pytest.approx(0.011)
+    assert m.decode_step(4).time_s(4000) == pytest.approx(0.011)
+    # a mixed step carries prompt tokens: floored, plus the larger overhead
+    assert m.mixed_time_s([(100, 0)], 4, 4000) == pytest.approx(0.053)
+    assert m.prefill_time_s([]) == 0.0
+
+
+def test_negative_floor_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="prefill_floor_s"):
+        StepOverheadModel(INNER, prefill_floor_s=-0.001)
+
+
+def _model(layers: int) -> ModelConfig:
+    return ModelConfig(name="m", num_layers=layers, hidden_size=256, num_heads=1, num_kv_heads=1, head_dim=250,
+                       ffn_size=512, vocab_size=1000)
+
+
+def test_build_scales_the_floor_by_layers() -> None:
+    hw = HardwareConfig(name="toy", bf16_tflops=100.0, hbm_gbps=1000.0, memory_gib=16.0)
+    perf = PerfConfig(kind="linear", prefill_base_s=0.001, prefill_per_token_s=0.0, prefill_host_s_per_layer=0.002)
+    model = build_latency_model(perf, _model(30), hw, 1)
+    assert model.prefill_time_s([(10, 0)]) == pytest.approx(0.06)  # 30 layers x 2 ms
+    plain = build_latency_model(replace(perf, prefill_host_s_per_layer=0.0), _model(30), hw, 1)
+    assert isinstance(plain, LinearModel)  # no floor: the model as it was
+    with pytest.raises(ValueError, match="'prefill_host_s_per_layer' must be >= 0, got -0.001"):
+        build_latency_model(replace(perf, prefill_host_s_per_layer=-0.001), _model(30), hw, 1)
+
+
+def test_colocated_timeline_with_a_launch_floor() -> None:
+    # tiny model: 1 layer, so a 0.5 s floor per layer holds every prefill step at 0.5 s
+    cfg = make_config(cluster=dict(mode="colocated", colocated_schedule="prefill_priority"),
+                      perf=dict(prefill_host_s_per_layer=0.5))
+    res = simulate(cfg, make_requests([(0.0, 100, 3), (0.0, 100, 3)]))
+    end = 0.001 + 0.5  # both prompts in one step: forward 0.1 + 0.2 = 0.3 s, floored at 0.5 s
+    for rid in (0, 1):
+        assert timeline(res.trace, rid, ("prefill_end_s", "first_token_s", "last_token_s")) == rounded(
+            [("prefill_end_s", end), ("first_token_s", end), ("last_token_s", end + 0.02)])
