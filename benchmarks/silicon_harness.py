@@ -53,6 +53,27 @@ def inferencex_workload(concurrency: int, isl_tokens: int, osl_tokens: int) -> l
             "scenario.warmup_requests=0", "scenario.warmup_barrier=true", "cluster.prefix_cache=false"]
 
 
+def inferencex_layout(backend: str, tp: int, dp: int, moe_tp: int, moe_ep: int) -> tuple[int, int, int, int]:
+    """The (tp, attention dp, moe_tp, moe_ep) an aggregated InferenceX row ran, from the layout
+    its import wrote.
+
+    InferenceX's launch scripts run one node, with EP either 1 or the script's TP (`--ep-size`,
+    `--ep_size`, vLLM's `--enable-expert-parallel`), and vLLM never with data parallelism. Where
+    the database recorded an EP run's GPUs as TP x EP, AIConfigurator's importer
+    (sdk/config_adapter/inferencex.py) spread that product over the layout: a TP8 EP8 SGLang run
+    reads tp 64, moe_tp 8, moe_ep 8; TRT-LLM's TP8 EP8 with attention DP reads dp 64, moe_tp 8;
+    vLLM's TP4 with expert parallelism reads tp 4, dp 4, moe_ep 16. No script runs a layout with
+    both MoE TP and EP above 1, so such a row is read back as the script's run: moe_tp GPUs, EP
+    over all of them; vLLM rows lose their data parallelism (EP = TP when it was on).
+    """
+    if backend == "vllm" and dp > 1:
+        return tp, 1, 1 if moe_ep > 1 else tp, tp if moe_ep > 1 else 1
+    if moe_tp > 1 and moe_ep > 1:
+        gpus = moe_tp
+        return (1, gpus, 1, moe_ep) if dp > 1 else (gpus, 1, 1, moe_ep)
+    return tp, dp, moe_tp, moe_ep
+
+
 @dataclass(frozen=True)
 class Deployment:
     """An InferenceX launch script's scheduling settings for one (engine, model), as of one date.

@@ -17,10 +17,16 @@ Every gap is collected (not only the first), so `reason` lists all that a row wo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
-from silicon_harness import deployment_for, harness_of, inferencex_workload, measured_date
+from silicon_harness import (
+    deployment_for,
+    harness_of,
+    inferencex_layout,
+    inferencex_workload,
+    measured_date,
+)
 
 # model_path -> catalog model. Instruct / quantized checkpoints share their base model's
 # architecture (config.json); their quantization comes from the row's quant modes.
@@ -158,6 +164,15 @@ def _side(raw: dict[str, str], prefix: str) -> Side | None:
     return Side(tp, get("pp_size"), get("attention_dp_size"), get("moe_tp_size"), get("moe_ep_size"), workers)
 
 
+def _agg_side(raw: dict[str, str]) -> Side | None:
+    """An aggregated row's engine; an InferenceX row's as its launch script ran it (inferencex_layout)."""
+    side = _side(raw, "") if raw["mode"] == "agg" else None
+    if side is None or harness_of(raw.get("silicon_data_source", "")) != "inferencex":
+        return side
+    tp, dp, moe_tp, moe_ep = inferencex_layout(raw["backend"], side.tp, side.attention_dp, side.moe_tp, side.moe_ep)
+    return replace(side, tp=tp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep)
+
+
 def concurrency_of(raw: dict[str, str]) -> int:
     """Client concurrency: `silicon_concurrency=` in silicon_data_source, else batch_size (agg)."""
     found = re.search(r"silicon_concurrency=(\d+)", raw.get("silicon_data_source", ""))
@@ -175,7 +190,7 @@ def parse_row(raw: dict[str, str]) -> SiliconRow:
             isl_tokens=_int(raw["isl"]), osl_tokens=_int(raw["osl"]), concurrency=concurrency_of(raw),
             precision=raw.get("precision", ""), gemm_quant=raw.get("gemm_quant_mode", ""),
             moe_quant=raw.get("moe_quant_mode", ""),
-            agg=_side(raw, "") if raw["mode"] == "agg" else None,
+            agg=_agg_side(raw),
             prefill=_side(raw, "prefill_"), decode=_side(raw, "decode_"),
             measured_ttft_ms=float(raw.get("silicon_ttft_ms") or "nan"),
             measured_tpot_ms=float(raw.get("silicon_tpot_ms") or "nan"),

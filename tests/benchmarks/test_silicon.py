@@ -255,3 +255,24 @@ def test_every_dev_row_gets_a_status(data_dir: Path) -> None:
     supported = [p for p in plans if p.supported]
     assert len(plans) == 3627 and len(supported) > 100
     assert all(p.missing for p in plans if not p.supported)
+
+
+@pytest.mark.parametrize(("backend", "layout", "expected"), [
+    ("sglang", ("64.0", "1.0", "8.0", "8.0"), (8, 1, 8)),  # TP8 EP8 recorded on 64 GPUs
+    ("trtllm", ("1.0", "64.0", "8.0", "8.0"), (1, 8, 8)),  # TP8 EP8 with attention DP
+    ("vllm", ("4.0", "4.0", "1.0", "16.0"), (4, 1, 4)),  # TP4 with --enable-expert-parallel
+    ("trtllm", ("1.0", "8.0", "1.0", "8.0"), (1, 8, 8)),  # recorded as run: unchanged
+])
+def test_inferencex_agg_rows_run_on_one_node_as_the_scripts_deploy_them(
+        backend: str, layout: tuple[str, ...], expected: tuple[int, int, int]) -> None:
+    tp, dp, moe_tp, moe_ep = layout
+    fields = dict(silicon_data_source="db-dump/x; silicon_concurrency=64; measured=2026-02-01T00:00:00.000Z",
+                  backend=backend, model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", precision="fp4",
+                  gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", isl="1024", osl="1024", tp_size=tp,
+                  attention_dp_size=dp, moe_tp_size=moe_tp, moe_ep_size=moe_ep)
+    overrides = set(plan_row(parse_row(row("r", **fields)), load_catalog()).overrides)
+    want_tp, want_dp, want_ep = expected
+    assert {f"cluster.colocated_tp={want_tp}", f"cluster.colocated_dp={want_dp}",
+            f"cluster.colocated_moe_ep={want_ep}"} <= overrides
+    aiperf = parse_row(row("a", **{**fields, "silicon_data_source": AIPERF}))  # AIConfigurator's own rows as written
+    assert aiperf.agg is not None and (aiperf.agg.tp, aiperf.agg.attention_dp) == (float(tp), float(dp))
