@@ -178,7 +178,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "engine's prefix cache where its deployment enables one (vLLM, SGLang; docs/SILICON.md)")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="a hydra override for every row's run, in place of the row's own value for KEY "
-                        "(repeatable; e.g. --set perf.prefill_host_s_per_layer=0.001 to try an engine constant)")
+                        "(repeatable; e.g. --set perf.prefill_host_s_per_moe_layer=0.001 to try an engine constant)")
     p.add_argument("--phases", choices=PHASES, default="harness",
                    help="harness (default): each row's own benchmark client (AIPerf's phases for "
                         "AIConfigurator's collection, InferenceX's bench_serving run for the rest); aiperf: AIPerf's "

@@ -87,6 +87,11 @@ SUPPORTED_MOE_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a1
 # (docs/PRECISION.md). One number per engine and version; nothing per row.
 STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm", "0.24.0"): 0.0,
                     ("trtllm", "1.3.0rc20"): 0.0}
+# Host time per MoE layer of an eager step that carries prompt tokens (perf.prefill_host_s_per_moe_layer:
+# such a step lasts at least (MoE layers) x this; the operator tables time the GPU only), one number
+# per engine, chosen on a 170-row stratified sample of the MoE dev rows from a grid of 0-6 ms by
+# median TTFT error and checked leaving each model out (docs/PRECISION.md "Prefill host floor").
+PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 4.0, "trtllm": 2.0, "vllm": 1.0}
 ISSUE_PRECISION = "issue 39"
 
 
@@ -467,6 +472,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"scenario={SCENARIO}", f"model={model}", f"hardware={hardware}", f"perf={preset}",
         f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
         f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
+        f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,

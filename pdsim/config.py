@@ -345,9 +345,9 @@ class PerfConfig:
     # `pdreal profile` measures both (engine.json); 0 = none (overhead.py)
     prefill_step_overhead_s: float = 0.0
     decode_step_overhead_s: float = 0.0
-    # host time per model layer to issue an eager (no CUDA graph) step that carries prompt tokens:
-    # such a step lasts at least num_layers x this (0 = no floor; overhead.py)
-    prefill_host_s_per_layer: float = 0.0
+    # host time per MoE layer to issue an eager (no CUDA graph) step that carries prompt tokens:
+    # such a step lasts at least (MoE layers) x this (0 = no floor; overhead.py)
+    prefill_host_s_per_moe_layer: float = 0.0
     # forward-time multipliers: served step latency / profiled latency (CPU shared; overhead.py)
     prefill_step_scale: float = 1.0
     decode_step_scale: float = 1.0

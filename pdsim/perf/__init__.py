@@ -22,6 +22,7 @@ from pdsim.perf.overhead import StepOverheadModel
 from pdsim.perf.roofline import RooflineModel
 from pdsim.perf.spec import (
     active_param_count,
+    num_moe_layers,
     kv_bytes_per_token,
     kv_bytes_per_token_per_rank,
     kv_capacity_tokens,
@@ -52,9 +53,10 @@ def build_latency_model(
         raise ValueError(f"perf: kind {perf.kind!r} models tensor parallelism only; layout {parallel.text} "
                          f"(attention DP / expert parallelism) needs perf.kind=measured on hardware with op_tables")
     inner = _step_model(perf, model, hardware, parallel, data_dir)
-    if perf.prefill_host_s_per_layer < 0:
-        raise ValueError(f"perf: field 'prefill_host_s_per_layer' must be >= 0, got {perf.prefill_host_s_per_layer}")
-    prefill_floor_s = perf.prefill_host_s_per_layer * model.num_layers
+    if perf.prefill_host_s_per_moe_layer < 0:
+        raise ValueError(
+            f"perf: field 'prefill_host_s_per_moe_layer' must be >= 0, got {perf.prefill_host_s_per_moe_layer}")
+    prefill_floor_s = perf.prefill_host_s_per_moe_layer * num_moe_layers(model)
     if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) != (0, 0) or (
         perf.prefill_step_scale, perf.decode_step_scale) != (1, 1) or (
             perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens, prefill_floor_s) != (0, 0, 0):

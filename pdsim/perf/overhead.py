@@ -19,11 +19,13 @@ counts that many more tokens per sequence in the wrapped model's decode term: Di
 simulator adds 2 ms + 1e-4 ms per context token to every iteration and evaluates its decode fit
 over each request's context + 1 (the compat=distserve preset).
 
-`perf.prefill_host_s_per_layer` sets a floor under every step that carries prompt tokens: the
-engines run such steps eagerly (CUDA graphs cover decode-only batches), so the host issues every
-kernel of every layer and a step whose GPU work is shorter than that waits on the host. The step
-lasts max(forward, num_layers x the per-layer host time) plus the step overhead; decode-only
-steps keep their forward time. The operator tables time the GPU only and cannot show it.
+`perf.prefill_host_s_per_moe_layer` sets a floor under every step that carries prompt tokens of
+an MoE model: the engines run such steps eagerly (CUDA graphs cover decode-only batches), so the
+host issues every kernel of every layer, and an MoE layer's many kernels (router, top-k, token
+permutation, grouped GEMMs, shared experts) and host syncs (tokens per expert) keep the host
+from running ahead; a step whose GPU work is shorter than that waits on the host. The step lasts
+max(forward, MoE layers x the per-layer host time) plus the step overhead; decode-only steps keep
+their forward time. The operator tables time the GPU only and cannot show it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The host launch floor under steps that carry prompt tokens (perf.prefill_host_s_per_layer)."""
+"""The host launch floor under steps that carry prompt tokens (perf.prefill_host_s_per_moe_layer)."""
 
 from __future__ import annotations
 
@@ -34,26 +34,30 @@ def test_negative_floor_is_refused_by_name() -> None:
         StepOverheadModel(INNER, prefill_floor_s=-0.001)
 
 
-def _model(layers: int) -> ModelConfig:
+def _model(layers: int, experts: int = 0, dense_layers: int = 0) -> ModelConfig:
     return ModelConfig(name="m", num_layers=layers, hidden_size=256, num_heads=1, num_kv_heads=1, head_dim=250,
-                       ffn_size=512, vocab_size=1000)
+                       ffn_size=512, vocab_size=1000, num_experts=experts, num_active_experts=min(experts, 2),
+                       moe_ffn_size=128 if experts else 0, num_dense_layers=dense_layers)
 
 
-def test_build_scales_the_floor_by_layers() -> None:
+def test_build_scales_the_floor_by_moe_layers() -> None:
     hw = HardwareConfig(name="toy", bf16_tflops=100.0, hbm_gbps=1000.0, memory_gib=16.0)
-    perf = PerfConfig(kind="linear", prefill_base_s=0.001, prefill_per_token_s=0.0, prefill_host_s_per_layer=0.002)
-    model = build_latency_model(perf, _model(30), hw, 1)
-    assert model.prefill_time_s([(10, 0)]) == pytest.approx(0.06)  # 30 layers x 2 ms
-    plain = build_latency_model(replace(perf, prefill_host_s_per_layer=0.0), _model(30), hw, 1)
+    perf = PerfConfig(kind="linear", prefill_base_s=0.001, prefill_per_token_s=0.0, prefill_host_s_per_moe_layer=0.002)
+    model = build_latency_model(perf, _model(30, experts=8, dense_layers=3), hw, 1)
+    assert model.prefill_time_s([(10, 0)]) == pytest.approx(0.054)  # 27 MoE layers x 2 ms
+    dense = build_latency_model(perf, _model(30), hw, 1)
+    assert dense.prefill_time_s([(10, 0)]) == pytest.approx(0.001)  # no MoE layer: no floor
+    plain = build_latency_model(replace(perf, prefill_host_s_per_moe_layer=0.0), _model(30, experts=8), hw, 1)
     assert isinstance(plain, LinearModel)  # no floor: the model as it was
-    with pytest.raises(ValueError, match="'prefill_host_s_per_layer' must be >= 0, got -0.001"):
-        build_latency_model(replace(perf, prefill_host_s_per_layer=-0.001), _model(30), hw, 1)
+    with pytest.raises(ValueError, match="'prefill_host_s_per_moe_layer' must be >= 0, got -0.001"):
+        build_latency_model(replace(perf, prefill_host_s_per_moe_layer=-0.001), _model(30, experts=8), hw, 1)
 
 
 def test_colocated_timeline_with_a_launch_floor() -> None:
-    # tiny model: 1 layer, so a 0.5 s floor per layer holds every prefill step at 0.5 s
+    # the tiny model as one MoE layer: a 0.5 s floor per MoE layer holds every prefill step at 0.5 s
     cfg = make_config(cluster=dict(mode="colocated", colocated_schedule="prefill_priority"),
-                      perf=dict(prefill_host_s_per_layer=0.5))
+                      perf=dict(prefill_host_s_per_moe_layer=0.5))
+    cfg = replace(cfg, model=replace(cfg.model, num_experts=4, num_active_experts=1, moe_ffn_size=128))
     res = simulate(cfg, make_requests([(0.0, 100, 3), (0.0, 100, 3)]))
     end = 0.001 + 0.5  # both prompts in one step: forward 0.1 + 0.2 = 0.3 s, floored at 0.5 s
     for rid in (0, 1):
