@@ -22,10 +22,10 @@ from pdsim.perf.overhead import StepOverheadModel
 from pdsim.perf.roofline import RooflineModel
 from pdsim.perf.spec import (
     active_param_count,
-    num_moe_layers,
     kv_bytes_per_token,
     kv_bytes_per_token_per_rank,
     kv_capacity_tokens,
+    num_moe_layers,
     param_count,
     weight_bytes,
 )

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from simkit import make_config, make_requests, rounded, timeline
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.perf import LinearModel, StepOverheadModel, build_latency_model
 from pdsim.sim import simulate
-from simkit import make_config, make_requests, rounded, timeline
 
 INNER = LinearModel(prefill_base_s=0.01, prefill_per_token_s=0.0001, decode_base_s=0.005,
                     decode_per_seq_s=0.001, decode_per_ctx_token_s=0.0)
