@@ -477,11 +477,11 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
-    deployment = None if row.agg is None else deployment_for(
-        row.backend, row.model_path, row.precision, row.system, row.agg.tp, row.measured)
-    if phases == "harness" and row.harness == "inferencex" and deployment is not None and row.agg is not None:
-        overrides = with_overrides(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp,
-                                                               row.concurrency))
+    if phases == "harness" and row.harness == "inferencex" and row.agg is not None:
+        deployment = deployment_for(row.backend, row.model_path, row.precision, row.system, row.agg.tp, row.measured)
+        if deployment is not None:
+            overrides = with_overrides(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp,
+                                                                       row.concurrency))
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 
 
