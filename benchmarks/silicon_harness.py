@@ -67,7 +67,7 @@ def inferencex_layout(backend: str, tp: int, dp: int, moe_tp: int, moe_ep: int) 
     over all of them; vLLM rows lose their data parallelism (EP = TP when it was on).
     """
     if backend == "vllm" and dp > 1:
-        return tp, 1, 1 if moe_ep > 1 else tp, tp if moe_ep > 1 else 1
+        return (tp, 1, 1, tp) if moe_ep > 1 else (tp, 1, tp, 1)
     if moe_tp > 1 and moe_ep > 1:
         gpus = moe_tp
         return (1, gpus, 1, moe_ep) if dp > 1 else (gpus, 1, 1, moe_ep)
@@ -106,7 +106,7 @@ class Deployment:
 
     def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
         return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
-                and self.tp in (0, tp) and (not self.since or (bool(date) and date >= self.since)))
+                and self.tp in (0, tp) and date >= self.since)  # "" (no date) is before every date
 
     def budget_tokens(self, isl_tokens: int, concurrency: int) -> int:
         """Tokens per forward (0: the rules' budget stays)."""
@@ -155,9 +155,7 @@ _SGLANG_DSR1 = (
 )
 _TRTLLM_DSR1 = (
     Deployment("dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh", 0, False, "fp8", trtllm_clients_budget=True),
-    Deployment("dsr1_fp4_b200_trt.sh (from 2026-01-21)", 8192, False, "fp8", since="2026-01-21", precisions=("fp4",),
-               trtllm_clients_budget=True),
-    Deployment("dsr1_fp8_b200_trt.sh (from 2026-01-21)", 8192, False, "fp8", since="2026-01-21", precisions=("fp8",),
+    Deployment("dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh (from 2026-01-21)", 8192, False, "fp8", since="2026-01-21",
                trtllm_clients_budget=True),
     Deployment("dsr1_fp8_b200_trt.sh (from 2026-01-29)", 8192, False, "fp8", since="2026-01-29", precisions=("fp8",),
                trtllm_clients_budget=True, batch_wait=(40, 0.8), batch_wait_shapes=((1024, 1024),),
