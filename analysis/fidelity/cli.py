@@ -20,6 +20,8 @@ from pathlib import Path
 
 from analysis.fidelity.compare import format_report, targets_met
 
+PILOT_REQUESTS = 16
+
 
 def _range(text: str) -> tuple[int, int]:
     low, sep, high = text.partition(":")
@@ -61,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick-profile", action="store_true", help="the small profile grid")
     p.add_argument("--repeats", type=int, default=0, help="profile repeats per cell (default: the grid's)")
     p.add_argument("--probes", type=int, default=8, help="idle probe requests for the hop latencies")
+    p.add_argument("--pilot", type=int, default=PILOT_REQUESTS, metavar="N",
+                   help="loaded probe: N requests of the same workload (another seed) sent before the replay; "
+                        "their served forwards' slowdown against the profile (the host's contention) goes into "
+                        "the prediction. 0 = the profile and idle probes alone")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/markdown comparison report")
     p.add_argument("--from-run", type=Path, metavar="DIR",
                    help="re-simulate and re-compare this finished run folder (its shape, workload, SLO and "
@@ -85,7 +91,7 @@ def workload_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.fidelity.loop import run_fidelity
+    from analysis.fidelity.loop import predicted_from, run_fidelity
     from analysis.fidelity.options import FidelityOptions
     from analysis.fidelity.real import ServeShape
 
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             workload_overrides=tuple(workload_overrides(args)), sim_overrides=tuple(args.sim),
             profile_dir=args.profile, quick_profile=args.quick_profile, profile_repeats=args.repeats,
             num_probes=args.probes, report=not args.no_report, from_run=args.from_run,
-            scale_from=args.scale_from)
+            scale_from=args.scale_from, pilot_requests=args.pilot)
         result = run_fidelity(options)
     except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as exc:
         print(f"pdsim fidelity: error: {str(exc).splitlines()[0]}", file=sys.stderr)
@@ -110,11 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, path in result.paths.items():
         print(f"  {name}: {path}")
     print("  steps (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()))
-    print(f"  profile-only simulation (the result): {result.sim_command}")
+    print(f"  predicted simulation (the result, from {predicted_from(result.facts)}): {result.sim_command}")
     print(f"  served forwards / offline profile (trimmed ratio of sums): prefill {result.slowdown['prefill']:.2f}x, "
           f"decode {result.slowdown['decode']:.2f}x (from {result.slowdown_source}; diagnostic)")
     print(f"  calibrated simulation (diagnostic): {result.calibrated_command}")
-    print("\n" + format_report(result.table, result.scan, result.calibrated_table, result.slo))
+    print("\n" + format_report(result.table, result.scan, result.calibrated_table, result.slo,
+                               predicted_from(result.facts)))
     return 0 if targets_met(result.table) else 1
 
 

@@ -150,13 +150,15 @@ def targets_met(table: pd.DataFrame) -> bool:
     return bool(checked["ok"].all())
 
 
-def format_report(headline: pd.DataFrame, scan: pd.DataFrame, calibrated: pd.DataFrame, slo: Slo) -> str:
-    """The calibrated diagnostic, the SLO scan and the profile-only table (last: the result,
-    the targets apply to it) as markdown: what `pdsim fidelity` prints and writes to fidelity.md."""
+def format_report(headline: pd.DataFrame, scan: pd.DataFrame, calibrated: pd.DataFrame, slo: Slo,
+                  predicted_from: str = "the profile and the idle probes") -> str:
+    """The calibrated diagnostic, the SLO scan and the predicted table (last: the result, the
+    targets apply to it) as markdown: what `pdsim fidelity` prints and writes to fidelity.md.
+    `predicted_from`: what the prediction was told (loop.predicted_from)."""
     return "\n".join([
         "Calibrated (diagnostic: profile x this run's served slowdown; not a prediction):", "",
         format_table(calibrated), "",
         f"SLO: TTFT <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s:g} s.  {DEFINITIONS}.", "",
-        "Profile-only goodput at tighter SLOs (both bounds scaled):", "", format_scan(scan), "",
-        "Profile only (the prediction: pdsim told only what `pdreal profile` measured; targets apply here):", "",
-        format_table(headline)])
+        "Predicted goodput at tighter SLOs (both bounds scaled):", "", format_scan(scan), "",
+        f"Predicted (the result: pdsim told only {predicted_from}, nothing from this run; targets apply here):",
+        "", format_table(headline)])

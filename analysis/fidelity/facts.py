@@ -19,6 +19,8 @@ overrides that make pdsim simulate that engine:
                                                    has it (streaming through the router)
     perf.kind=table, perf.path                  <- profile.csv
     perf.prefill/decode_step_overhead_s         <- engine loop time per step beyond the forward
+    perf.prefill/decode_step_scale              <- loaded probe (pilot.py): served forwards /
+                                                   profile on the pilot's requests (absent: 1)
     model.dtype                                 <- the engine's dtype (KV bytes on the wire)
 
 Colocated (`colocated` > 0; engine.json profiled with cluster.mode=colocated): cluster.mode=
@@ -34,6 +36,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from analysis.fidelity.pilot import probed_step_scale
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ class EngineFacts:
     def perf_overrides(self, profile_csv: Path) -> dict[str, Any]:
         return {"kind": "table", "path": str(Path(profile_csv).resolve()),
                 "prefill_step_overhead_s": self.prefill_step_overhead_s,
-                "decode_step_overhead_s": self.decode_step_overhead_s}
+                "decode_step_overhead_s": self.decode_step_overhead_s, **probed_step_scale(self.probe)}
 
 
 def sim_overrides(facts: EngineFacts, profile_csv: Path, model: str, prefill: int, decode: int,

@@ -6,14 +6,16 @@
    bytes/token, transfer bandwidth and setup, per-step overheads), with the serve overrides;
 2. a local `pdreal serve` cluster of `prefill` x `decode` instances with the same overrides;
 3. idle probes through the router (pdreal.probe): dispatch, ZMQ and delivery hops, recorded in
-   engine.json's `probe` entry;
+   engine.json's `probe` entry; then (`pilot_requests` > 0) the loaded probe (pilot.py): other
+   requests of the same workload, whose served forwards' slowdown against the profile joins the
+   probe entry;
 4. `pdreal replay` of the workload (a pdsim scenario composed from `workload_overrides`);
 5. pdsim on exactly the replay's requests (requests.csv: actual send times and lengths) with
    the profiled table and every engine fact from engine.json (facts.py);
 6. the analysis comparison report (sim vs real) and the error table (compare.py).
 
-The result is the profile-only prediction (step 5 told nothing from the run it predicts); a
-calibrated simulation that also takes the served forwards' slowdown (this run's, or with
+The result is the prediction (step 5 told only what the profile and the probes measured, nothing
+from the run it predicts); a calibrated simulation that also takes the served forwards' slowdown (this run's, or with
 `scale_from` another run's) is printed as a diagnostic.
 
 With `from_run` only 5-6 run again, on a finished run's measurements (runs.py): the simulator can
@@ -38,6 +40,7 @@ import pandas as pd
 from analysis.fidelity.compare import DEFINITIONS, error_table, format_report, slo_scan
 from analysis.fidelity.facts import EngineFacts, sim_overrides
 from analysis.fidelity.options import FidelityOptions
+from analysis.fidelity.pilot import probed_step_scale, run_pilot
 from analysis.fidelity.real import RealCluster, merge_probe, requests_csv, run_profile
 from analysis.fidelity.runs import Measured, load_measured, other_run_steps, recorded_options
 from analysis.fidelity.served import slowdown, steps_frame
@@ -46,16 +49,18 @@ from pdsim.metrics import Slo, summarize
 from pdsim.workload.closed_loop import ClosedLoop, closed_loop_of
 
 log = logging.getLogger(__name__)
+UNSCALED = ("perf.prefill_step_scale=1.0", "perf.decode_step_scale=1.0")
 
 
 @dataclass
 class FidelityResult:
-    """The headline is the profile-only prediction (`table`, `sim`, `sim_command`): pdsim told
-    only what `pdreal profile` measured, nothing from the run it predicts. The calibrated
+    """The headline is the prediction (`table`, `sim`, `sim_command`): pdsim told only what
+    `pdreal profile` and the probes (idle, and the loaded pilot when asked) measured, nothing from
+    the run it predicts. The calibrated
     simulation (the same, with the served forwards' slowdown) is a diagnostic of where the
     remaining error comes from."""
 
-    table: pd.DataFrame  # profile-only sim vs real: the result, its targets decide the exit code
+    table: pd.DataFrame  # predicted sim vs real: the result, its targets decide the exit code
     sim: pd.DataFrame
     real: pd.DataFrame
     slo: Slo
@@ -66,7 +71,7 @@ class FidelityResult:
     calibrated_table: pd.DataFrame  # diagnostic: the same with perf.*_step_scale = served slowdown
     calibrated_command: str
     slowdown: dict[str, float]  # served forward latency / offline profile, per kind
-    scan: pd.DataFrame  # profile-only goodput at tighter SLOs (compare.slo_scan)
+    scan: pd.DataFrame  # predicted goodput at tighter SLOs (compare.slo_scan)
     slowdown_source: str = "this run's served steps"
     shape_name: str = ""
 
@@ -160,6 +165,13 @@ def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Calla
         lap("serve_start")
         probe = cluster.probe(options.num_probes)
         lap("probe")
+        if options.pilot_requests:
+            engine = sim_overrides(EngineFacts.load(engine_json), profile_dir / "profile.csv", options.sim_model,
+                                   options.shape.prefill, options.shape.decode, options.shape.colocated)
+            model = _latency_model([*engine, *options.sim_overrides, *UNSCALED])
+            probe.update(run_pilot(cluster, workload_cfg, options.pilot_requests, model, loop,
+                                   out / "pilot_steps.csv"))
+            lap("pilot")
         replay_start = time.monotonic()
         real, replay_facts = cluster.replay(workload, loop=loop)
         steps = steps_frame(cluster.served_steps(replay_start))
@@ -179,7 +191,7 @@ def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Calla
 def step_scale(options: FidelityOptions, measured: Measured, model_overrides: list[str]) -> tuple[dict[str, float], str]:
     """The served forward slowdown the calibrated simulation uses, and where it comes from: this
     run's served steps, or (options.scale_from) another run against the same profile."""
-    model = _latency_model(model_overrides)
+    model = _latency_model([*model_overrides, *UNSCALED])  # a slowdown is against the bare profile
     if options.scale_from is None:
         return slowdown(measured.steps, model), "this run's served steps"
     steps = other_run_steps(options.scale_from, measured.paths["profile_csv"])
@@ -223,10 +235,21 @@ def result_markdown(result: FidelityResult) -> str:
             f"({int((real['status'] == 'finished').sum())} finished)", "",
             f"- served forwards / offline profile: prefill {scale['prefill']:.3f}x, decode {scale['decode']:.3f}x "
             f"(from {result.slowdown_source})",
-            f"- profile-only simulation (the result): `{result.sim_command}`",
+            f"- predicted simulation (the result, from {predicted_from(result.facts)}): `{result.sim_command}`",
             f"- calibrated simulation (diagnostic): `{result.calibrated_command}`",
             "- timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings_s.items()), ""]
-    return "\n".join(head) + "\n" + format_report(result.table, result.scan, result.calibrated_table, result.slo) + "\n"
+    report = format_report(result.table, result.scan, result.calibrated_table, result.slo, predicted_from(result.facts))
+    return "\n".join(head) + "\n" + report + "\n"
+
+
+def predicted_from(facts: EngineFacts) -> str:
+    """What the prediction was told: the profile and the idle probes, and the pilot if one ran."""
+    scale = probed_step_scale(facts.probe)
+    if not scale:
+        return "the profile and the idle probes"
+    pilot = ", ".join(f"{k.split('_')[0]} {v:.2f}x" for k, v in scale.items())
+    return (f"the profile, the idle probes and a {int(facts.probe.get('pilot_requests', 0))}-request pilot "
+            f"(served forwards / profile: {pilot})")
 
 
 def _profile_csv(profile_dir: Path) -> Path:

@@ -23,6 +23,12 @@ class FidelityOptions:
     quick_profile: bool = False
     profile_repeats: int = 0
     num_probes: int = 8
+    pilot_requests: int = 0  # loaded probe before the replay (pilot.py); 0 = none
     report: bool = True
     from_run: Path | None = None  # re-simulate this finished run folder (no profile, serve or replay)
     scale_from: Path | None = None  # served slowdown from this other run's fidelity.json (same profile)
+
+    def __post_init__(self) -> None:
+        for name in ("num_probes", "pilot_requests", "profile_repeats"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"fidelity {name} must be >= 0, got {getattr(self, name)}")

@@ -70,7 +70,7 @@ def test_from_run_resimulates_without_measuring(tmp_path: Path) -> None:
     assert list(result.scan["scale"]) == [0.3, 0.4, 0.5, 0.6, 0.75, 1.0]
     md = result.paths["fidelity_md"].read_text()
     assert md.startswith("# pdsim fidelity: 1P1D, 8 requests (8 finished)")
-    assert md.index("Calibrated (diagnostic") < md.index("tighter SLOs") < md.index("Profile only (the prediction")
+    assert md.index("Calibrated (diagnostic") < md.index("tighter SLOs") < md.index("Predicted (the result: pdsim told only the profile and the idle probes")
     saved = json.loads(result.paths["fidelity_json"].read_text())
     assert saved["options"]["from_run"] == str(run) and saved["paths"]["real_trace"] == str(run / "real" / "trace.parquet")
 
