@@ -45,6 +45,12 @@ def profile(checkout: Path, out: Path, overrides: list[str], quick: bool) -> Non
                         *overrides], cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
+def has_pilot(checkout: Path) -> bool:
+    """Whether `checkout`'s `pdsim fidelity` has --pilot (a loaded probe, on by default there)."""
+    cli = checkout / "analysis" / "fidelity" / "cli.py"
+    return cli.is_file() and '"--pilot"' in cli.read_text()
+
+
 def errors(run: Path) -> list[str]:
     path = run / "fidelity.json"
     if not path.is_file():
@@ -61,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("outputs/before_after"))
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--quick-profile", action="store_true")
+    parser.add_argument("--pilot", type=int, default=0,
+                        help="pilot requests (`pdsim fidelity --pilot`) for checkouts that have it; default 0, "
+                             "profile and idle probes alone, so revisions before the pilot compare like for like")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[tuple[str, Path]] = []
@@ -74,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         for rate in loads:
             for name, checkout in (("new", HERE), ("base", args.baseline.resolve())):
                 run = args.out / f"{mode}_{rate}_{name}"
+                pilot = ["--pilot", str(args.pilot)] if has_pilot(checkout) else []
                 wall = fidelity(checkout, run, [*shape, "--requests", str(args.requests), "--rate", str(rate),
-                                                "--profile", str(profiles[name].resolve())])
+                                                "--profile", str(profiles[name].resolve()), *pilot])
                 print(f"{run.name}: {wall:.0f} s", flush=True)
                 runs.append((f"{mode} {rate} req/s {name}", run))
     print("\n| run | " + " | ".join(f"{m} {s}" for m, s in COLUMNS) + " |")

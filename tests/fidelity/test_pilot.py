@@ -110,3 +110,12 @@ def test_negative_pilot_is_refused() -> None:
 
     with pytest.raises(ValueError, match="fidelity pilot_requests must be >= 0, got -2"):
         FidelityOptions(Path("x"), pilot_requests=-2)
+
+
+def test_cli_pilot_default_and_bad_value(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from analysis.fidelity.cli import PILOT_REQUESTS, main
+
+    assert build_parser().parse_args([]).pilot == PILOT_REQUESTS == 16
+    assert main(["--pilot", "-1", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == "pdsim fidelity: error: fidelity pilot_requests must be >= 0, got -1"
+    assert not (tmp_path / "out").exists()  # nothing half-written
