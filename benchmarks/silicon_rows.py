@@ -92,6 +92,11 @@ STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm
 # per engine, chosen on a 170-row stratified sample of the MoE dev rows from a grid of 0-6 ms by
 # median TTFT error and checked leaving each model out (docs/PRECISION.md "Prefill host floor").
 PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 4.0, "trtllm": 2.0, "vllm": 1.0}
+# How an attention-DP instance with EP moves tokens to its experts (perf.moe_a2a; it applies to no
+# other layout): SGLang's wide-EP deployments (the dev split's attention-DP rows are all
+# disaggregated, srt-slurm recipes) run DeepEP (--moe-a2a-backend deepep); TRT-LLM's
+# attention-DP rows keep the all-gather / reduce-scatter exchange (its alltoall path unmodelled).
+MOE_A2A = {"sglang": "deepep"}
 ISSUE_PRECISION = "issue 39"
 
 
@@ -473,6 +478,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
         f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
         f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
+        f"perf.moe_a2a={MOE_A2A.get(row.backend, 'allgather')}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,

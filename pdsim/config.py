@@ -321,6 +321,10 @@ class PerfConfig:
     # measured: routing skew the fused-MoE tables were measured at: balanced (every expert the
     # same load) | power_law_1.01 (AIConfigurator's skewed routing); docs/MOE.md
     moe_distribution: str = "balanced"
+    # measured, attention DP with EP: how tokens reach their experts: allgather (every GPU gets
+    # every rank's tokens, reduce-scatter back) | deepep (SGLang --moe-a2a-backend deepep:
+    # dispatch/combine to the experts' GPUs only; pdsim/perf/deepep.py)
+    moe_a2a: str = "allgather"
     # multi-token prediction / speculative decoding (pdsim/perf/speculative.py): draft tokens per
     # decode step (0 = off), accepted tokens per step per sequence incl. the bonus token (0 = the
     # default, 1 + 0.85 + 0.85^2 ...: DeepSeek-V3 report), MTP layers run per draft token

@@ -14,6 +14,7 @@ from pdsim.parallel import Parallel
 from pdsim.paths import resolve_data_path
 from pdsim.perf.base import LatencyModel, PrefillItem
 from pdsim.perf.capacity import instance_kv_capacity_tokens
+from pdsim.perf.deepep import MOE_A2A, DeepEpMoe, load_deepep
 from pdsim.perf.dp_attention import DataParallelModel
 from pdsim.perf.fitted import FittedModel, load_fitted
 from pdsim.perf.linear import LinearModel
@@ -52,6 +53,8 @@ def build_latency_model(
     if not parallel.plain_tp and not (perf.kind == "measured" and hardware.op_tables):
         raise ValueError(f"perf: kind {perf.kind!r} models tensor parallelism only; layout {parallel.text} "
                          f"(attention DP / expert parallelism) needs perf.kind=measured on hardware with op_tables")
+    if perf.moe_a2a not in MOE_A2A:
+        raise ValueError(f"perf: field 'moe_a2a' must be one of {list(MOE_A2A)}, got {perf.moe_a2a!r}")
     inner = _step_model(perf, model, hardware, parallel, data_dir)
     if perf.prefill_host_s_per_moe_layer < 0:
         raise ValueError(
@@ -88,7 +91,13 @@ def _step_model(
         )
     if perf.kind == "measured" and hardware.op_tables:
         measured = build_measured(perf, model, hardware, parallel)
-        return DataParallelModel(measured, parallel.dp, hardware) if parallel.dp > 1 else measured
+        if parallel.dp == 1:
+            return measured
+        deepep = None
+        if perf.moe_a2a == "deepep" and parallel.moe_ep > 1:
+            deepep = DeepEpMoe(load_deepep(measured.tables.source), measured.tables, model, parallel.moe_ep, hardware,
+                               perf.moe_distribution)
+        return DataParallelModel(measured, parallel.dp, hardware, deepep=deepep)
     if perf.kind in ("roofline", "measured"):  # measured without tables: the roofline fallback
         return RooflineModel(
             model,

@@ -34,6 +34,7 @@ from pdsim.parallel import split_even
 from pdsim.perf import spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.cost import ACTIVATION_BYTES
+from pdsim.perf.deepep import DeepEpMoe
 from pdsim.perf.measured import MeasuredModel, beyond_table_s
 from pdsim.perf.steps.decode import CallStep, DecodeStep, TableStep
 
@@ -65,6 +66,7 @@ class DataParallelModel:
     dp: int
     hardware: HardwareConfig
     name: str = "measured"
+    deepep: DeepEpMoe | None = None  # perf.moe_a2a=deepep: DeepEP dispatch/combine (deepep.py), else all-gather
     _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,9 +112,18 @@ class DataParallelModel:
         shares = spread(items, num_seqs, context_tokens, self.dp)
         busiest = max(self.rank.rank_s(*share) for share in shares)
         seqs = max(len(share[0]) + share[1] for share in shares)
-        moe_layers = spec.num_moe_layers(self.rank.model)
-        moe = self.rank.moe_experts_s(tokens) + moe_layers * self._moe_exchange_s(tokens)
+        rank_tokens = max(sum(n for n, _ in chunks) + decodes for chunks, decodes, _ in shares)
+        moe = self.moe_s(tokens, rank_tokens, bool(items))
         return busiest + moe + self.rank.overhead_s + self.rank.overhead_per_seq_s * seqs
+
+    def moe_s(self, tokens: int, rank_tokens: int, prompt: bool) -> float:
+        """Every MoE layer of one step: `tokens` over the instance, `rank_tokens` on its busiest
+        rank; DeepEP's dispatch + experts + combine (`prompt`: normal kernels, else low-latency),
+        else all-gather + experts over all tokens + reduce-scatter."""
+        moe_layers = spec.num_moe_layers(self.rank.model)
+        if self.deepep is not None:
+            return moe_layers * self.deepep.layer_s(tokens, rank_tokens, prompt)
+        return self.rank.moe_experts_s(tokens) + moe_layers * self._moe_exchange_s(tokens)
 
     # -- LatencyModel ----------------------------------------------------------------------
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
@@ -140,9 +151,7 @@ class DataParallelModel:
         hit = self._memo.get(key)
         if hit is None:
             busiest = split_even(num_seqs, self.dp)
-            moe_layers = spec.num_moe_layers(self.rank.model)
-            hit = self._remember(key, self.rank.rank_fixed_s(busiest, busiest) + self.rank.moe_experts_s(num_seqs)
-                                 + moe_layers * self._moe_exchange_s(num_seqs)
+            hit = self._remember(key, self.rank.rank_fixed_s(busiest, busiest) + self.moe_s(num_seqs, busiest, False)
                                  + self.rank.overhead_s + self.rank.overhead_per_seq_s * busiest)
         return hit  # type: ignore[no-any-return]
 
