@@ -30,6 +30,7 @@ a measurement of its own.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -40,6 +41,7 @@ from pdsim.perf.measured import moe_shape, moe_table_dtype
 from pdsim.perf.optables import AIC_DIR, LogGrid, MoeShape, OpTables, table_file
 
 MOE_A2A = ("allgather", "deepep")
+Scale = Callable[[float], float]  # the experts table's factor at a token count
 HALF_BYTES, FP8_BYTES = 2, 1
 
 
@@ -97,7 +99,7 @@ class DeepEpMoe:
             self._memo[key] = hit
         return hit  # type: ignore[no-any-return]
 
-    def _experts_grid(self, phase: str) -> tuple[LogGrid, object]:
+    def _experts_grid(self, phase: str) -> tuple[LogGrid, Scale]:
         key = ("experts", phase)
         if key not in self._memo:
             rows = self.tables.moe[(self.tables.moe.phase == phase)
@@ -108,15 +110,15 @@ class DeepEpMoe:
             dtype, shape = moe_table_dtype(self.model), moe_shape(self.model)
             exact = rows[(rows.moe_dtype == dtype) & _shape_mask(rows, shape)]
             ref = exact if len(exact) else rows[rows.moe_dtype == rows.moe_dtype.iloc[0]]
-            ref_shape = tuple(int(ref[c].iloc[0]) for c in ("hidden_size", "inter_size", "topk", "num_experts"))
+            h, i, k, e = (int(ref[c].iloc[0]) for c in ("hidden_size", "inter_size", "topk", "num_experts"))
+            ref_shape = (h, i, k, e)
             ref = ref[_shape_mask(ref, ref_shape)]
             grid = LogGrid.from_frame(ref, ("moe_ep_size", "num_tokens"), f"{self.tables.source} deepep_moe")
-            scale = (lambda tokens: 1.0) if len(exact) else self._rescale(dtype, shape, str(ref.moe_dtype.iloc[0]),
-                                                                          ref_shape)  # type: ignore[arg-type]
+            scale = _unscaled if len(exact) else self._rescale(dtype, shape, str(ref.moe_dtype.iloc[0]), ref_shape)
             self._memo[key] = grid, scale
         return self._memo[key]  # type: ignore[no-any-return]
 
-    def _rescale(self, dtype: str, shape: MoeShape, ref_dtype: str, ref_shape: MoeShape) -> object:
+    def _rescale(self, dtype: str, shape: MoeShape, ref_dtype: str, ref_shape: MoeShape) -> Scale:
         ours = self.standard.moe_grid(dtype, shape, 1, self.moe_ep, self.distribution)
         theirs = self.standard.moe_grid(ref_dtype, ref_shape, 1, self.moe_ep, self.distribution)
         if ours is None or theirs is None:
@@ -153,6 +155,10 @@ class DeepEpMoe:
             return 0.0
         sent = rank_tokens * self.model.num_active_experts * self.model.hidden_size * (dispatch_bytes + HALF_BYTES)
         return sent * (self.moe_ep - domain) / self.moe_ep / nic
+
+
+def _unscaled(tokens: float) -> float:
+    return 1.0
 
 
 def _shape_mask(rows: pd.DataFrame, shape: MoeShape) -> pd.Series:
