@@ -51,7 +51,7 @@ def test_pd_fidelity_dry_run(tmp_path: Path) -> None:
     done = dry_run(tmp_path, "pd")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "4/4 requests finished" in (tmp_path / "summary.md").read_text()
-    assert "Profile only" in (tmp_path / "fidelity.md").read_text()
+    assert "Predicted (the result: pdsim told only the profile and the idle probes" in (tmp_path / "fidelity.md").read_text()
     assert (tmp_path / "engine.json").is_file()
 
 
