@@ -93,10 +93,12 @@ STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm
 # median TTFT error and checked leaving each model out (docs/PRECISION.md "Prefill host floor").
 PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 4.0, "trtllm": 2.0, "vllm": 1.0}
 # How an attention-DP instance with EP moves tokens to its experts (perf.moe_a2a; it applies to no
-# other layout): SGLang's wide-EP deployments (the dev split's attention-DP rows are all
-# disaggregated, srt-slurm recipes) run DeepEP (--moe-a2a-backend deepep); TRT-LLM's
-# attention-DP rows keep the all-gather / reduce-scatter exchange (its alltoall path unmodelled).
-MOE_A2A = {"sglang": "deepep"}
+# other layout; the dev split's SGLang attention-DP rows are all disaggregated wide-EP recipes):
+# SGLang fp8 (DeepGEMM experts) runs DeepEP (--moe-a2a-backend deepep); SGLang fp4 runs
+# FlashInfer's TRT-LLM MoE kernels, which take the all-gathered tokens (no DeepEP); TRT-LLM keeps
+# the all-gather / reduce-scatter exchange (its alltoall path unmodelled). docs/MOE.md has both
+# settings' errors on the 29 rows.
+MOE_A2A = {("sglang", "fp8"): "deepep"}
 ISSUE_PRECISION = "issue 39"
 
 
@@ -478,7 +480,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
         f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
         f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
-        f"perf.moe_a2a={MOE_A2A.get(row.backend, 'allgather')}",
+        f"perf.moe_a2a={MOE_A2A.get((row.backend, row.precision), 'allgather')}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
