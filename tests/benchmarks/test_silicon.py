@@ -276,3 +276,16 @@ def test_inferencex_agg_rows_run_on_one_node_as_the_scripts_deploy_them(
             f"cluster.colocated_moe_ep={want_ep}"} <= overrides
     aiperf = parse_row(row("a", **{**fields, "silicon_data_source": AIPERF}))  # AIConfigurator's own rows as written
     assert aiperf.agg is not None and (aiperf.agg.tp, aiperf.agg.attention_dp) == (float(tp), float(dp))
+
+
+@pytest.mark.parametrize(("precision", "backend", "a2a"), [("fp8", "sglang", "deepep"), ("fp4", "sglang", "allgather"),
+                                                           ("fp8", "trtllm", "allgather")])
+def test_wide_ep_rows_reach_their_experts_as_deployed(precision: str, backend: str, a2a: str) -> None:
+    """SGLang fp8 wide EP runs DeepEP; SGLang fp4 (FlashInfer's TRT-LLM MoE) and TRT-LLM all-gather."""
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
+    gemm = "fp8_block" if precision == "fp8" else "nvfp4"
+    raw = {**wide, "precision": precision, "backend": backend, "gemm_quant_mode": gemm, "moe_quant_mode": gemm,
+           "backend_version": "1.0.0rc3" if backend == "trtllm" else wide["backend_version"]}
+    plan = plan_row(parse_row(raw), load_catalog())
+    assert plan.supported, plan.missing
+    assert f"perf.moe_a2a={a2a}" in plan.overrides
