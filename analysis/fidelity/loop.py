@@ -15,8 +15,8 @@
 6. the analysis comparison report (sim vs real) and the error table (compare.py).
 
 The result is the prediction (step 5 told only what the profile and the probes measured, nothing
-from the run it predicts); a calibrated simulation that also takes the served forwards' slowdown (this run's, or with
-`scale_from` another run's) is printed as a diagnostic.
+from the run it predicts); a calibrated simulation that also takes the served forwards' slowdown
+(this run's, or with `scale_from` another run's) is printed as a diagnostic.
 
 With `from_run` only 5-6 run again, on a finished run's measurements (runs.py): the simulator can
 change without re-measuring. With `scale_from` the calibrated simulation takes the served
@@ -56,9 +56,8 @@ UNSCALED = ("perf.prefill_step_scale=1.0", "perf.decode_step_scale=1.0")
 class FidelityResult:
     """The headline is the prediction (`table`, `sim`, `sim_command`): pdsim told only what
     `pdreal profile` and the probes (idle, and the loaded pilot when asked) measured, nothing from
-    the run it predicts. The calibrated
-    simulation (the same, with the served forwards' slowdown) is a diagnostic of where the
-    remaining error comes from."""
+    the run it predicts. The calibrated simulation (the same, with this run's served forwards'
+    slowdown) is a diagnostic of where the remaining error comes from."""
 
     table: pd.DataFrame  # predicted sim vs real: the result, its targets decide the exit code
     sim: pd.DataFrame
@@ -182,6 +181,8 @@ def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Calla
     paths["engine_json"].write_text(engine_json.read_text())
     merge_probe(paths["engine_json"], probe)
     steps.to_csv(paths["served_steps_csv"], index=False)
+    if (out / "pilot_steps.csv").is_file():
+        paths["pilot_steps_csv"] = out / "pilot_steps.csv"
     real_summary = {**summarize(real, slo, loop=loop), "replay": replay_facts}
     (out / "real").mkdir(exist_ok=True)
     paths["real_trace"] = write_trace(real, out / "real" / "trace.parquet", _jsonable(real_summary))

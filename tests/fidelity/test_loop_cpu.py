@@ -49,12 +49,13 @@ def run_small_loop(out_dir: Path, profile: Path | None = None) -> tuple[list[str
                               quick_profile=True, profile_repeats=3, num_probes=4, report=False,
                               pilot_requests=PILOT)
     result = run_fidelity(options)
-    print(result.table.to_string())  # profile only: the prediction
+    print(result.table.to_string())  # the prediction (profile, probes, pilot)
     print(result.calibrated_table.to_string())  # diagnostic
     assert (result.real["status"] == "finished").all(), result.real["failure_reason"].unique()
     assert (result.sim["status"] == "finished").all()
     assert len(result.sim) == len(result.real) == 30
-    for name in ("engine_json", "requests_csv", "sim_trace", "real_trace", "served_steps_csv", "fidelity_json"):
+    for name in ("engine_json", "requests_csv", "sim_trace", "real_trace", "served_steps_csv", "fidelity_json",
+                 "pilot_steps_csv"):
         assert result.paths[name].is_file(), name
     assert result.facts.probe["dispatch_prefill_s"] < 0.5
     assert result.facts.probe["pilot_requests"] == PILOT and result.paths["sim_trace"].is_file()
