@@ -4,8 +4,8 @@ pilot is a clear error, and the slowdowns stay measured against the bare profile
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +18,6 @@ from analysis.fidelity.loop import UNSCALED, _latency_model, compose, predicted_
 from analysis.fidelity.pilot import PILOT_TOKEN_SEED, pilot_workload, probed_step_scale, run_pilot
 from pdsim.perf import LinearModel
 from pdsim.workload import build_workload
-
-ENGINE = {
-    "dtype": "fp32", "page_size_tokens": 16, "kv_capacity_tokens": 8192, "max_running_requests": 32,
-    "max_prefill_tokens": 2048, "chunk_size_tokens": 512, "kv_bytes_per_token": 46080,
-    "engine": {"max_prealloc_requests": 64},
-    "transfer": {"bandwidth_bytes_per_s": 2.0e9, "one_page_transfer_s": 0.002},
-    "prefill_step_overhead_s": 0.003, "decode_step_overhead_s": 0.001,
-}
-PROFILE = ("kind,num_seqs,new_tokens,context_tokens,latency_s\nprefill,1,16,0,0.1\nprefill,1,64,0,0.3\n"
-           "decode,1,1,64,0.05\ndecode,4,4,256,0.08\n")
 
 
 def _workload_cfg(*extra: str) -> Any:
@@ -80,12 +70,12 @@ def test_run_pilot_measures_the_slowdown_on_its_own_token_ids(tmp_path: Path) ->
         run_pilot(FakeCluster(finished=False), _workload_cfg(), 12, model, None, tmp_path / "again.csv")
 
 
-def test_the_pilot_slowdown_reaches_the_prediction_and_nothing_else(tmp_path: Path) -> None:
-    profile = tmp_path / "profile.csv"
-    profile.write_text(PROFILE)
-    (tmp_path / "engine.json").write_text(json.dumps(ENGINE))
-    bare = EngineFacts.load(tmp_path / "engine.json")
-    piloted = EngineFacts.load(tmp_path / "engine.json", {"pilot_requests": 16, "served_prefill_slowdown": 1.25,
+def test_the_pilot_slowdown_reaches_the_prediction_and_nothing_else(engine_json: Callable[..., Path],
+                                                                    profile_csv: Path) -> None:
+    profile = profile_csv
+    path = engine_json()
+    bare = EngineFacts.load(path)
+    piloted = EngineFacts.load(path, {"pilot_requests": 16, "served_prefill_slowdown": 1.25,
                                                           "served_decode_slowdown": math.nan})
     p0 = compose(["scenario=chat", *sim_overrides(bare, profile, "smollm2_135m", 1, 1)]).perf
     p1 = compose(["scenario=chat", *sim_overrides(piloted, profile, "smollm2_135m", 1, 1)]).perf

@@ -3,7 +3,7 @@ wrapper, the served-vs-profile slowdown, the error table, the CLI's workload ove
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,28 +19,14 @@ from pdsim.config import PerfConfig
 from pdsim.metrics import Slo
 from pdsim.perf import LinearModel, StepOverheadModel, build_latency_model
 
-ENGINE = {
-    "dtype": "fp32", "page_size_tokens": 16, "kv_capacity_tokens": 8192, "max_running_requests": 32,
-    "max_prefill_tokens": 2048, "chunk_size_tokens": 512, "kv_bytes_per_token": 46080,
-    "engine": {"max_prealloc_requests": 64},
-    "transfer": {"bandwidth_bytes_per_s": 2.0e9, "one_page_transfer_s": 0.002},
-    "prefill_step_overhead_s": 0.003, "decode_step_overhead_s": 0.001,
-}
 
-
-def _engine_json(tmp_path: Path, **extra: object) -> Path:
-    path = tmp_path / "engine.json"
-    path.write_text(json.dumps({**ENGINE, **extra}))
-    return path
-
-
-def test_facts_are_read_not_retyped(tmp_path: Path) -> None:
+def test_facts_are_read_not_retyped(engine_json: Callable[..., Path], tmp_path: Path) -> None:
     profile = tmp_path / "profile.csv"
     profile.write_text("kind,num_seqs,new_tokens,context_tokens,latency_s\nprefill,1,16,0,0.1\n"
                        "prefill,1,64,0,0.3\ndecode,1,1,64,0.05\ndecode,4,4,256,0.08\n")
     probe = {"transfer_info_s": 0.0007, "dispatch_prefill_s": 0.002, "dispatch_decode_s": 0.004,
              "kv_ready_s": 0.005, "kv_bytes": 2.0e6, "token_delivery_s": 0.0025}
-    facts = EngineFacts.load(_engine_json(tmp_path), probe)
+    facts = EngineFacts.load(engine_json(), probe)
     cfg = compose(["scenario=chat", *sim_overrides(facts, profile, "smollm2_135m", 1, 2)])
     c, p = cfg.cluster, cfg.perf
     assert (c.prefill, c.decode, c.page_size_tokens, c.kv_capacity_tokens) == (1, 2, 16, 8192)
@@ -54,8 +40,8 @@ def test_facts_are_read_not_retyped(tmp_path: Path) -> None:
     assert (p.kind, p.path, p.prefill_step_overhead_s, p.decode_step_overhead_s) == ("table", str(profile), 0.003, 0.001)
 
 
-def test_without_probe_the_setup_cost_comes_from_the_one_page_transfer(tmp_path: Path) -> None:
-    facts = EngineFacts.load(_engine_json(tmp_path))
+def test_without_probe_the_setup_cost_comes_from_the_one_page_transfer(engine_json: Callable[..., Path]) -> None:
+    facts = EngineFacts.load(engine_json())
     page_bytes = 46080 * 16
     assert facts.link_latency_s() == pytest.approx(0.002 - page_bytes / 2.0e9)
     assert "control_plane_latency_s" not in facts.cluster_overrides()
@@ -153,7 +139,8 @@ def test_cli_workload_overrides_compose() -> None:
         build_parser().parse_args(["--input", "9:3"])
 
 
-def test_requests_csv_carries_prefix_hashes_to_pdsim_and_the_cache_flag(tmp_path: Path) -> None:
+def test_requests_csv_carries_prefix_hashes_to_pdsim_and_the_cache_flag(engine_json: Callable[..., Path],
+                                                                          tmp_path: Path) -> None:
     from analysis.fidelity.real import requests_csv
     from pdsim.workload.loaders import load_plain_csv
     from pdsim.workload.request import make_workload
@@ -165,7 +152,7 @@ def test_requests_csv_carries_prefix_hashes_to_pdsim_and_the_cache_flag(tmp_path
                          "output_tokens": [4, 4, 4]})
     back = load_plain_csv(requests_csv(real, tmp_path / "requests.csv", wl))
     assert [r.hash_ids for r in back] == [(7, 8, 9), (7, 10), ()] and back.block_tokens == 16
-    facts = EngineFacts.load(_engine_json(tmp_path, engine={"max_prealloc_requests": 64, "prefix_cache": True}))
+    facts = EngineFacts.load(engine_json(engine={"max_prealloc_requests": 64, "prefix_cache": True}))
     assert facts.cluster_overrides()["prefix_cache"] is True
     sim, hot = _trace(1.0), _trace(1.0).assign(cached_prefix_tokens=[16] * 5 + [0] * 5)
     assert "prefix_hit_ratio" not in set(error_table(sim, sim, Slo(1.0, 0.12)).metric)  # no hits: no row
