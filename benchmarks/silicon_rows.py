@@ -99,6 +99,11 @@ PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 4.0, "trtllm": 2.0, "vllm": 1.0}
 # the all-gather / reduce-scatter exchange (its alltoall path unmodelled). docs/MOE.md has both
 # settings' errors on the 29 rows.
 MOE_A2A = {("sglang", "fp8"): "deepep"}
+# The routing the MoE tables are read at (perf.moe_distribution): the tables' skewed routing
+# (AIConfigurator's power_law_1.01) where the row's table set measured it, else balanced (the older
+# sets have nothing else). Chosen over balanced on the two 400-row MoE samples (TPOT 19.4% -> 14.9%)
+# and checked on the 107-row sample drawn before the choice (13.0% -> 11.0%); docs/MOE.md.
+MOE_ROUTING = "power_law_1.01"
 ISSUE_PRECISION = "issue 39"
 
 
@@ -363,6 +368,14 @@ def _block_fp8_checkpoint(model: str) -> bool:
     return dtype == "fp8" or gemm == "fp8_block"
 
 
+def moe_routing(table_set: str) -> str:
+    """MOE_ROUTING where `table_set`'s fused-MoE table has it, else balanced."""
+    from pdsim.perf.optables import load_tables
+
+    moe = load_tables(table_set).moe
+    return MOE_ROUTING if len(moe) and (moe.distribution == MOE_ROUTING).any() else "balanced"
+
+
 def step_overhead_s(backend: str, table_set: str) -> float:
     return STEP_OVERHEAD_MS.get((backend, table_set.rsplit("_", 1)[1]), 0.0) / 1e3
 
@@ -481,6 +494,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
         f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
         f"perf.moe_a2a={MOE_A2A.get((row.backend, row.precision), 'allgather')}",
+        f"perf.moe_distribution={moe_routing(_table_set(row, cat, hardware or ''))}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,

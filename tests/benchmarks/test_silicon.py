@@ -289,3 +289,12 @@ def test_wide_ep_rows_reach_their_experts_as_deployed(precision: str, backend: s
     plan = plan_row(parse_row(raw), load_catalog())
     assert plan.supported, plan.missing
     assert f"perf.moe_a2a={a2a}" in plan.overrides
+
+
+def test_moe_tables_are_read_at_skewed_routing_where_the_set_has_it() -> None:
+    from silicon_rows import MOE_ROUTING, moe_routing
+
+    assert moe_routing("b200_sxm_sglang_0.5.14") == MOE_ROUTING == "power_law_1.01"
+    assert moe_routing("h100_sxm_sglang_0.5.10") == "balanced"  # the older sets measured nothing else
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
+    assert "perf.moe_distribution=power_law_1.01" in plan_row(parse_row(wide), load_catalog()).overrides
