@@ -12,6 +12,9 @@ batch's mean KV length, one table lookup, compiled as TableStep):
     step = max over ranks (rank part) + moe_layers x (all-gather + experts(all tokens) + reduce-scatter)
            + overhead_s + overhead_per_seq_s x (sequences of the busiest rank)
 
+With perf.moe_a2a=deepep (and EP > 1) the MoE layers are DeepEP's instead: dispatch + experts +
+combine per layer, each rank moving only its own tokens (deepep.py, `moe_s`).
+
 How a step's work spreads over the ranks (the assumption, stated): the scheduler of this
 simulator keeps one batch per instance, and this model spreads it the way SGLang's round-robin
 DP dispatch does on average: decodes evenly (ranks differ by at most one), prompt chunks largest
