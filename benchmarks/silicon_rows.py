@@ -484,17 +484,18 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         gaps.append("row without client concurrency")
     if row.isl_tokens <= 0 or row.osl_tokens <= 0:
         gaps.append(f"isl/osl {row.isl_tokens}/{row.osl_tokens} not positive")
+    table_set = "" if gaps else _table_set(row, cat, hardware or "")
     if not gaps and moe:
-        gaps += _moe_gaps(row, model or "", _table_set(row, cat, hardware or ""))
+        gaps += _moe_gaps(row, model or "", table_set)
     if gaps:
         return RowPlan(row, missing=tuple(gaps))
     overrides = (
         f"scenario={SCENARIO}", f"model={model}", f"hardware={hardware}", f"perf={preset}",
-        f"perf.engine_version={_table_set(row, cat, hardware or '').rsplit('_', 1)[1]}",
-        f"perf.overhead_s={step_overhead_s(row.backend, _table_set(row, cat, hardware or ''))}",
+        f"perf.engine_version={table_set.rsplit('_', 1)[1]}",
+        f"perf.overhead_s={step_overhead_s(row.backend, table_set)}",
         f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
         f"perf.moe_a2a={MOE_A2A.get((row.backend, row.precision), 'allgather')}",
-        f"perf.moe_distribution={moe_routing(_table_set(row, cat, hardware or ''))}",
+        f"perf.moe_distribution={moe_routing(table_set)}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
