@@ -37,7 +37,12 @@ from functools import cache
 import pandas as pd
 
 from pdsim.config import HardwareConfig, ModelConfig
-from pdsim.perf.measured import moe_shape, moe_table_dtype
+from pdsim.perf.measured import (
+    moe_shape,
+    moe_table_dtype,
+    nic_bytes_per_s_per_gpu,
+    nvlink_domain_gpus,
+)
 from pdsim.perf.optables import AIC_DIR, LogGrid, MoeShape, OpTables, table_file
 
 MOE_A2A = ("allgather", "deepep")
@@ -148,9 +153,7 @@ class DeepEpMoe:
 
     def _beyond_domain_s(self, rank_tokens: int, dispatch_bytes: int) -> float:
         """The bytes that leave the NVLink domain (EP wider than it) at the NIC's speed."""
-        hw = self.hardware
-        domain = hw.nvlink_domain_gpus or hw.gpus_per_node
-        nic = hw.nic_gbps * hw.nics_per_node / hw.gpus_per_node / 8 * 1e9
+        domain, nic = nvlink_domain_gpus(self.hardware), nic_bytes_per_s_per_gpu(self.hardware)
         if self.moe_ep <= domain or nic <= 0:
             return 0.0
         sent = rank_tokens * self.model.num_active_experts * self.model.hidden_size * (dispatch_bytes + HALF_BYTES)

@@ -425,13 +425,23 @@ def beyond_table_s(hw: HardwareConfig, measured_gpus: int, gpus: int, message_by
     measured time keeps its latency; only the difference is added."""
     if gpus <= measured_gpus:
         return 0.0
-    domain = hw.nvlink_domain_gpus or hw.gpus_per_node
+    domain = nvlink_domain_gpus(hw)
     nvlink = (hw.nvlink_gbps or hw.pcie_gbps) * 1e9
-    nic = hw.nic_gbps * hw.nics_per_node / hw.gpus_per_node / 8 * 1e9
+    nic = nic_bytes_per_s_per_gpu(hw)
     link = nvlink if gpus <= domain or nic <= 0 else min(nic, nvlink)
     moved = passes * message_bytes
     extra_bytes_s = moved * (gpus - 1) / gpus / link - moved * (measured_gpus - 1) / measured_gpus / nvlink
     return extra_steps(measured_gpus, gpus, domain, passes) * RING_HOP_S + max(extra_bytes_s, 0.0)
+
+
+def nvlink_domain_gpus(hw: HardwareConfig) -> int:
+    """GPUs one NVLink domain joins (hardware.nvlink_domain_gpus, else a node)."""
+    return hw.nvlink_domain_gpus or hw.gpus_per_node
+
+
+def nic_bytes_per_s_per_gpu(hw: HardwareConfig) -> float:
+    """A GPU's share of its node's NICs (bytes/s): nic_gbps x nics_per_node over the node's GPUs."""
+    return hw.nic_gbps * hw.nics_per_node / hw.gpus_per_node / 8 * 1e9
 
 
 def extra_steps(measured_gpus: int, gpus: int, domain_gpus: int, passes: int) -> int:
