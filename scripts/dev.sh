@@ -72,7 +72,8 @@ case "$cmd" in
     "$VENV/bin/ruff" check .
     step "mypy (pdreal, analysis: [tool.mypy] in pyproject.toml)"
     "$VENV/bin/mypy"
-    step "pytest"
+    # the engine tests write ~0.5 GB weight-cache entries and pytest keeps its last 3 runs' temp folders
+    step "pytest (free disk: $(df -h --output=avail . | tail -1 | tr -d ' ') here, $(df -h --output=avail "${TMPDIR:-/tmp}" | tail -1 | tr -d ' ') in ${TMPDIR:-/tmp})"
     exec "$VENV/bin/python" -m pytest --durations=15 "$@"
     ;;
   *)

@@ -5,14 +5,21 @@ by field, then dequantizes every tensor); each instance of `pdreal serve` paid i
 first load writes the fp32 parameters (after the Q/K un-permute) and the tokenizer beside each
 other under `$PDREAL_CACHE_DIR` (default `~/.cache/pdreal`), named by the GGUF's file name, size
 and modification time, so a changed file is never served stale; later loads memory-map them.
-Writing is best effort (a temporary file renamed into place): a read-only home only costs time.
+Writing is best effort (a temporary file renamed into place): a read-only home, a full disk or a
+failed write only costs time, and nothing is written unless the disk keeps `HEADROOM_BYTES` free
+after it. A reinstalled GGUF (a new modification time) gets a new entry; writing it removes the
+entries of the same file name under older keys, so the cache holds one entry per model file name
+instead of growing by ~0.5 GB on every reinstall.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import tempfile
+import time
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +28,9 @@ if TYPE_CHECKING:
     from pdreal.model.llama import LlamaModel
 
 log = logging.getLogger(__name__)
+
+HEADROOM_BYTES = 1 << 30  # a cache write never leaves less than this free on its disk
+STALE_TEMP_S = 3600.0  # a writer's temporary file this old was left by a killed process
 
 
 def cache_dir() -> Path:
@@ -62,17 +72,51 @@ def load_cached(path: Path) -> tuple[LlamaModel, Any] | None:
 
 
 def store(path: Path, model: LlamaModel, tokenizer: Any) -> None:
-    """Write the cache entry of `path` (fp32 parameters + tokenizer JSON); failures only log."""
+    """Write the cache entry of `path` (fp32 parameters + tokenizer JSON), then drop the entries of
+    the same file name under older keys; every failure only logs (torch.save raises RuntimeError,
+    not OSError, when the disk fills)."""
     import torch
 
     weights, tokenizer_file = _files(path)
     try:
         weights.parent.mkdir(parents=True, exist_ok=True)
         params = {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in model.named_parameters()}
+        need_bytes = sum(t.numel() * t.element_size() for t in params.values()) + HEADROOM_BYTES
+        free_bytes = shutil.disk_usage(weights.parent).free
+        if free_bytes < need_bytes:
+            log.warning("weight cache not written to %s: %d bytes free, %d needed", weights.parent,
+                        free_bytes, need_bytes)
+            return
         _atomic(tokenizer_file, lambda f: f.write(tokenizer.to_str().encode()))
         _atomic(weights, lambda f: torch.save({"spec": asdict(model.spec), "params": params}, f))
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written means a slow load, never a failure
         log.warning("weight cache not written to %s: %s", weights.parent, exc)
+        return
+    prune_stale(path)
+
+
+def prune_stale(path: Path) -> list[Path]:
+    """Remove the cache files of `path`'s file name under any key but its current one (an older
+    install), and its writers' temporary files older than `STALE_TEMP_S` (left by a killed
+    process); returns what was removed. Failures only log."""
+    current = cache_key(path)
+    now_s = time.time()  # noqa: TID251 - files' ages are wall-clock, not simulated time
+    entry = re.compile(rf"(\.?)({re.escape(path.stem)}-\d+-\d+)\.(?:fp32\.pt|tokenizer\.json)(?:\..+)?")
+    folder = cache_dir()
+    removed = []
+    for file in sorted(folder.iterdir()) if folder.is_dir() else []:
+        match = entry.fullmatch(file.name)
+        if match is None:
+            continue
+        try:
+            stale = (now_s - file.stat().st_mtime >= STALE_TEMP_S) if match.group(1) \
+                else match.group(2) != current
+            if stale:
+                file.unlink()
+                removed.append(file)
+        except OSError as exc:
+            log.warning("stale weight cache file %s not removed: %s", file, exc)
+    return removed
 
 
 def load_tokenizer(path: Path) -> Any:
