@@ -92,6 +92,8 @@ STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm
 # per engine, chosen on a 170-row stratified sample of the MoE dev rows from a grid of 0-6 ms by
 # median TTFT error and checked leaving each model out (docs/PRECISION.md "Prefill host floor").
 PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 4.0, "trtllm": 2.0, "vllm": 1.0}
+# perf.prefill_host_mode per engine: floor (the host runs ahead: max with the forward) | serial (added)
+PREFILL_HOST_MODE = {"sglang": "floor", "trtllm": "floor", "vllm": "floor"}
 # How an attention-DP instance with EP moves tokens to its experts (perf.moe_a2a; it applies to no
 # other layout; the dev split's SGLang attention-DP rows are all disaggregated wide-EP recipes):
 # SGLang fp8 (DeepGEMM experts) runs DeepEP (--moe-a2a-backend deepep); SGLang fp4 runs
@@ -494,6 +496,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.engine_version={table_set.rsplit('_', 1)[1]}",
         f"perf.overhead_s={step_overhead_s(row.backend, table_set)}",
         f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
+        f"perf.prefill_host_mode={PREFILL_HOST_MODE.get(row.backend, 'floor')}",
         f"perf.moe_a2a={MOE_A2A.get((row.backend, row.precision), 'allgather')}",
         f"perf.moe_distribution={moe_routing(table_set)}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",

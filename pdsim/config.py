@@ -352,6 +352,9 @@ class PerfConfig:
     # host time per MoE layer to issue an eager (no CUDA graph) step that carries prompt tokens:
     # such a step lasts at least (MoE layers) x this (0 = no floor; overhead.py)
     prefill_host_s_per_moe_layer: float = 0.0
+    # how that host time meets the forward: floor (the host runs ahead: max of the two) | serial
+    # (a host sync in every MoE layer: the two add up; overhead.py)
+    prefill_host_mode: str = "floor"
     # forward-time multipliers: served step latency / profiled latency (CPU shared; overhead.py)
     prefill_step_scale: float = 1.0
     decode_step_scale: float = 1.0

@@ -19,7 +19,7 @@ from pdsim.perf.dp_attention import DataParallelModel
 from pdsim.perf.fitted import FittedModel, load_fitted
 from pdsim.perf.linear import LinearModel
 from pdsim.perf.measured import MeasuredModel, build_measured
-from pdsim.perf.overhead import StepOverheadModel
+from pdsim.perf.overhead import PREFILL_HOST_MODES, StepOverheadModel
 from pdsim.perf.roofline import RooflineModel
 from pdsim.perf.spec import (
     active_param_count,
@@ -59,6 +59,9 @@ def build_latency_model(
     if perf.prefill_host_s_per_moe_layer < 0:
         raise ValueError(
             f"perf: field 'prefill_host_s_per_moe_layer' must be >= 0, got {perf.prefill_host_s_per_moe_layer}")
+    if perf.prefill_host_mode not in PREFILL_HOST_MODES:
+        raise ValueError(f"perf: field 'prefill_host_mode' must be one of {list(PREFILL_HOST_MODES)}, "
+                         f"got {perf.prefill_host_mode!r}")
     prefill_floor_s = perf.prefill_host_s_per_moe_layer * num_moe_layers(model)
     if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) != (0, 0) or (
         perf.prefill_step_scale, perf.decode_step_scale) != (1, 1) or (
@@ -66,7 +69,7 @@ def build_latency_model(
         inner = StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
                                   perf.prefill_step_scale, perf.decode_step_scale,
                                   perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens,
-                                  prefill_floor_s)
+                                  prefill_floor_s, perf.prefill_host_mode == "serial")
     accepted = accepted_tokens(perf.mtp_draft_tokens, perf.mtp_accepted_tokens)
     if perf.mtp_draft_tokens == 0:
         if perf.mtp_accepted_tokens != 0:

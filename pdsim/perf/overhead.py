@@ -26,6 +26,9 @@ permutation, grouped GEMMs, shared experts) and host syncs (tokens per expert) k
 from running ahead; a step whose GPU work is shorter than that waits on the host. The step lasts
 max(forward, MoE layers x the per-layer host time) plus the step overhead; decode-only steps keep
 their forward time. The operator tables time the GPU only and cannot show it.
+`perf.prefill_host_mode=serial` adds the two instead: where an MoE layer's prompt path waits on the
+GPU (a device-to-host copy of the tokens per expert to size the grouped GEMMs), the host cannot
+issue the next kernels while the GPU works, so neither hides the other.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from dataclasses import dataclass
 
 from pdsim.perf.base import LatencyModel, PrefillItem, PrefillTimer
 from pdsim.perf.steps.decode import OverheadStep
+
+PREFILL_HOST_MODES = ("floor", "serial")
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +54,7 @@ class StepOverheadModel:
     per_context_token_s: float = 0.0
     decode_context_offset_tokens: int = 0
     prefill_floor_s: float = 0.0  # a step with prompt tokens lasts at least this (host launch time)
+    prefill_host_serial: bool = False  # ... or this longer than its forward (prefill_host_mode=serial)
 
     def __post_init__(self) -> None:
         for name in ("prefill_overhead_s", "decode_overhead_s", "per_context_token_s", "decode_context_offset_tokens",
@@ -66,7 +72,7 @@ class StepOverheadModel:
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
         if not items:
             return 0.0
-        forward_s = max(self.prefill_scale * self.inner.prefill_time_s(items), self.prefill_floor_s)
+        forward_s = self._with_host(self.prefill_scale * self.inner.prefill_time_s(items))
         return forward_s + self.prefill_overhead_s + self.per_context_token_s * _prompt_tokens(items)
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
@@ -89,8 +95,15 @@ class StepOverheadModel:
         overhead = max(self.prefill_overhead_s, self.decode_overhead_s if num_seqs > 0 else 0.0)
         inner_ctx = context_tokens + self.decode_context_offset_tokens * max(0, num_seqs)
         tokens = _prompt_tokens(items) + context_tokens
-        forward_s = max(self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, inner_ctx), self.prefill_floor_s)
+        forward_s = self._with_host(self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, inner_ctx))
         return forward_s + overhead + self.per_context_token_s * tokens
+
+    def _with_host(self, forward_s: float) -> float:
+        """A step with prompt tokens: its forward and the host's time to issue it (overlapped: the
+        longer of the two; serial: both)."""
+        if self.prefill_host_serial:
+            return forward_s + self.prefill_floor_s
+        return max(forward_s, self.prefill_floor_s)
 
 
 def _prompt_tokens(items: Sequence[PrefillItem]) -> int:

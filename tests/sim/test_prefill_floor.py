@@ -29,6 +29,17 @@ def test_floor_holds_short_prefills_and_hides_under_long_ones() -> None:
     assert m.prefill_time_s([]) == 0.0
 
 
+def test_serial_host_time_adds_to_every_prompt_step() -> None:
+    m = StepOverheadModel(INNER, prefill_overhead_s=0.003, decode_overhead_s=0.002, prefill_floor_s=0.05,
+                          prefill_host_serial=True)
+    # 100 tokens: forward 0.02 + host 0.05 + 3 ms overhead; 1000 tokens: 0.11 + 0.05 + 0.003
+    assert m.prefill_time_s([(100, 0)]) == pytest.approx(0.073)
+    assert m.prefill_time_s([(1000, 0)]) == pytest.approx(0.163)
+    # decode-only steps keep their time; a mixed step (forward 0.01 + 0.0001 x 100 + 4 x 1 ms) pays it
+    assert m.decode_time_s(4, 4000) == pytest.approx(0.011)
+    assert m.mixed_time_s([(100, 0)], 4, 4000) == pytest.approx(0.024 + 0.05 + 0.003)
+
+
 def test_negative_floor_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="prefill_floor_s"):
         StepOverheadModel(INNER, prefill_floor_s=-0.001)
@@ -51,6 +62,10 @@ def test_build_scales_the_floor_by_moe_layers() -> None:
     assert isinstance(plain, LinearModel)  # no floor: the model as it was
     with pytest.raises(ValueError, match="'prefill_host_s_per_moe_layer' must be >= 0, got -0.001"):
         build_latency_model(replace(perf, prefill_host_s_per_moe_layer=-0.001), _model(30, experts=8), hw, 1)
+    serial = build_latency_model(replace(perf, prefill_host_mode="serial"), _model(30, experts=8, dense_layers=3), hw, 1)
+    assert serial.prefill_time_s([(10, 0)]) == pytest.approx(0.055)  # 1 ms forward + 27 x 2 ms
+    with pytest.raises(ValueError, match=r"'prefill_host_mode' must be one of \['floor', 'serial'\], got 'both'"):
+        build_latency_model(replace(perf, prefill_host_mode="both"), _model(30, experts=8), hw, 1)
 
 
 def test_colocated_timeline_with_a_launch_floor() -> None:
