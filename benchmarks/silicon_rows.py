@@ -88,12 +88,15 @@ SUPPORTED_MOE_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a1
 STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm", "0.24.0"): 0.0,
                     ("trtllm", "1.3.0rc20"): 0.0}
 # Host time per MoE layer of an eager step that carries prompt tokens (perf.prefill_host_s_per_moe_layer:
-# such a step lasts at least (MoE layers) x this; the operator tables time the GPU only), one number
-# per engine, chosen on a 170-row stratified sample of the MoE dev rows from a grid of 0-6 ms by
-# median TTFT error and checked leaving each model out (docs/PRECISION.md "Prefill host floor").
-PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 4.0, "trtllm": 2.0, "vllm": 1.0}
-# perf.prefill_host_mode per engine: floor (the host runs ahead: max with the forward) | serial (added)
-PREFILL_HOST_MODE = {"sglang": "floor", "trtllm": "floor", "vllm": "floor"}
+# the operator tables time the GPU only) and how it meets the forward (perf.prefill_host_mode): one
+# pair per engine. vLLM graphs all but attention and its MoE path needs no host sync, so the host
+# runs ahead and the step lasts max(forward, MoE layers x 1 ms) (floor; chosen on a 170-row sample
+# from a 0-3 ms grid). SGLang and TRT-LLM run prompt steps eagerly with a host sync in every MoE
+# layer, so host and GPU time add (serial: 3 ms and 0.75 ms, chosen on the two 400-row MoE samples
+# from 2-4 ms and 0.5-2 ms by median TTFT error, checked leaving each model out and on the 107-row
+# held-back sample; docs/PRECISION.md "Prefill host floor").
+PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 3.0, "trtllm": 0.75, "vllm": 1.0}
+PREFILL_HOST_MODE = {"sglang": "serial", "trtllm": "serial", "vllm": "floor"}
 # How an attention-DP instance with EP moves tokens to its experts (perf.moe_a2a; it applies to no
 # other layout; the dev split's SGLang attention-DP rows are all disaggregated wide-EP recipes):
 # SGLang fp8 (DeepGEMM experts) runs DeepEP (--moe-a2a-backend deepep); SGLang fp4 runs

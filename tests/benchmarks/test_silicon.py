@@ -298,3 +298,16 @@ def test_moe_tables_are_read_at_skewed_routing_where_the_set_has_it() -> None:
     assert moe_routing("h100_sxm_sglang_0.5.10") == "balanced"  # the older sets measured nothing else
     [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
     assert "perf.moe_distribution=power_law_1.01" in plan_row(parse_row(wide), load_catalog()).overrides
+
+
+@pytest.mark.parametrize(("backend", "version", "mode", "per_layer_s"),
+                         [("sglang", "0.5.10", "serial", 0.003), ("trtllm", "1.0.0rc3", "serial", 0.00075),
+                          ("vllm", "0.14.0", "floor", 0.001)])
+def test_eager_prefill_host_time_per_engine(backend: str, version: str, mode: str, per_layer_s: float) -> None:
+    """SGLang and TRT-LLM sync the host in every MoE layer of a prompt step (its time adds to the
+    forward); vLLM's graphs let the host run ahead (a floor under the forward)."""
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
+    raw = {**wide, "backend": backend, "backend_version": version}
+    plan = plan_row(parse_row(raw), load_catalog())
+    assert plan.supported, plan.missing
+    assert {f"perf.prefill_host_mode={mode}", f"perf.prefill_host_s_per_moe_layer={per_layer_s}"} <= set(plan.overrides)
