@@ -21,9 +21,9 @@ PROFILE = ("kind,num_seqs,new_tokens,context_tokens,latency_s\nprefill,1,16,0,0.
 
 @pytest.fixture
 def engine_json(tmp_path: Path) -> Callable[..., Path]:
-    """Writes engine.json (ENGINE with `extra` keys) into tmp_path; returns its path."""
-    def write(**extra: object) -> Path:
-        path = tmp_path / "engine.json"
+    """Writes engine.json (ENGINE with `extra` keys) into `folder` (default tmp_path); returns its path."""
+    def write(folder: Path | None = None, **extra: object) -> Path:
+        path = (folder or tmp_path) / "engine.json"
         path.write_text(json.dumps({**ENGINE, **extra}))
         return path
     return write

@@ -72,20 +72,19 @@ def test_run_pilot_measures_the_slowdown_on_its_own_token_ids(tmp_path: Path) ->
 
 def test_the_pilot_slowdown_reaches_the_prediction_and_nothing_else(engine_json: Callable[..., Path],
                                                                     profile_csv: Path) -> None:
-    profile = profile_csv
     path = engine_json()
     bare = EngineFacts.load(path)
     piloted = EngineFacts.load(path, {"pilot_requests": 16, "served_prefill_slowdown": 1.25,
-                                                          "served_decode_slowdown": math.nan})
-    p0 = compose(["scenario=chat", *sim_overrides(bare, profile, "smollm2_135m", 1, 1)]).perf
-    p1 = compose(["scenario=chat", *sim_overrides(piloted, profile, "smollm2_135m", 1, 1)]).perf
+                                      "served_decode_slowdown": math.nan})
+    p0 = compose(["scenario=chat", *sim_overrides(bare, profile_csv, "smollm2_135m", 1, 1)]).perf
+    p1 = compose(["scenario=chat", *sim_overrides(piloted, profile_csv, "smollm2_135m", 1, 1)]).perf
     assert (p0.prefill_step_scale, p0.decode_step_scale) == (1.0, 1.0)
     assert (p1.prefill_step_scale, p1.decode_step_scale) == (1.25, 1.0)  # a kind the pilot never saw: unscaled
     assert predicted_from(bare) == "the profile and the idle probes"
     assert predicted_from(piloted) == ("the profile, the idle probes and a 16-request pilot "
                                        "(served forwards / profile: prefill 1.25x)")
     # the slowdowns (pilot's, this run's) are against the bare profile, whatever the overrides scale
-    model = _latency_model([*sim_overrides(piloted, profile, "smollm2_135m", 1, 1), *UNSCALED])
+    model = _latency_model([*sim_overrides(piloted, profile_csv, "smollm2_135m", 1, 1), *UNSCALED])
     assert model.prefill_time_s([(16, 0)]) == pytest.approx(0.1 + 0.003)
 
 

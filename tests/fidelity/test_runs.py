@@ -9,6 +9,7 @@ comparison is exact and the measured slowdown is known.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,13 +21,6 @@ from analysis.fidelity.loop import FidelityOptions, run_fidelity, simulate_reque
 from analysis.fidelity.real import ServeShape
 from pdsim.trace import write_trace
 
-ENGINE = {
-    "dtype": "fp32", "page_size_tokens": 16, "kv_capacity_tokens": 8192, "max_running_requests": 32,
-    "max_prefill_tokens": 2048, "chunk_size_tokens": 512, "kv_bytes_per_token": 46080,
-    "engine": {"max_prealloc_requests": 64},
-    "transfer": {"bandwidth_bytes_per_s": 2.0e9, "one_page_transfer_s": 0.002},
-    "prefill_step_overhead_s": 0.0, "decode_step_overhead_s": 0.0,
-}
 PROFILE = ("kind,num_seqs,new_tokens,context_tokens,latency_s\nprefill,1,16,0,0.1\nprefill,1,64,0,0.3\n"
            "decode,1,1,64,0.05\ndecode,1,1,256,0.07\ndecode,4,4,256,0.08\ndecode,4,4,1024,0.1\n")
 STEPS = pd.DataFrame({"end_s": [1.0, 2.0, 3.0, 4.0], "kind": ["prefill", "prefill", "decode", "decode"],
@@ -35,11 +29,13 @@ STEPS = pd.DataFrame({"end_s": [1.0, 2.0, 3.0, 4.0], "kind": ["prefill", "prefil
 WORKLOAD = ("scenario=chat", "slo.ttft_s=0.5", "slo.tpot_s=0.2")
 
 
-def _fake_run(run_dir: Path, profile: str = PROFILE, steps: pd.DataFrame = STEPS) -> Path:
+def _fake_run(engine_json: Callable[..., Path], run_dir: Path, profile: str = PROFILE,
+              steps: pd.DataFrame = STEPS) -> Path:
+    """A finished run folder; its engine.json is the shared fake one without step overheads."""
     run_dir.mkdir(parents=True)
-    paths = {"engine_json": run_dir / "engine.json", "profile_csv": run_dir / "profile.csv",
-             "requests_csv": run_dir / "requests.csv", "served_steps_csv": run_dir / "served_steps.csv"}
-    paths["engine_json"].write_text(json.dumps(ENGINE))
+    paths = {"engine_json": engine_json(run_dir, prefill_step_overhead_s=0.0, decode_step_overhead_s=0.0),
+             "profile_csv": run_dir / "profile.csv", "requests_csv": run_dir / "requests.csv",
+             "served_steps_csv": run_dir / "served_steps.csv"}
     paths["profile_csv"].write_text(profile)
     pd.DataFrame({"request_id": range(8), "arrival_s": [0.4 * i for i in range(8)],
                   "input_tokens": [16, 40, 64, 30, 20, 50, 64, 16],
@@ -57,8 +53,8 @@ def _fake_run(run_dir: Path, profile: str = PROFILE, steps: pd.DataFrame = STEPS
     return run_dir
 
 
-def test_from_run_resimulates_without_measuring(tmp_path: Path) -> None:
-    run = _fake_run(tmp_path / "run")
+def test_from_run_resimulates_without_measuring(engine_json: Callable[..., Path], tmp_path: Path) -> None:
+    run = _fake_run(engine_json, tmp_path / "run")
     result = run_fidelity(FidelityOptions(tmp_path / "again", from_run=run, report=False))
     assert set(result.timings_s) == {"simulate", "report"}  # nothing profiled, served or replayed
     assert result.shape_name == "1P1D" and result.slowdown_source == "this run's served steps"
@@ -75,9 +71,9 @@ def test_from_run_resimulates_without_measuring(tmp_path: Path) -> None:
     assert saved["options"]["from_run"] == str(run) and saved["paths"]["real_trace"] == str(run / "real" / "trace.parquet")
 
 
-def test_scale_from_takes_the_other_runs_slowdown(tmp_path: Path) -> None:
+def test_scale_from_takes_the_other_runs_slowdown(engine_json: Callable[..., Path], tmp_path: Path) -> None:
     slower = STEPS.assign(latency_s=STEPS["latency_s"] * [1.25, 1.25, 2 / 1.5, 2 / 1.5])
-    run, other = _fake_run(tmp_path / "run"), _fake_run(tmp_path / "other", steps=slower)
+    run, other = _fake_run(engine_json, tmp_path / "run"), _fake_run(engine_json, tmp_path / "other", steps=slower)
     result = run_fidelity(FidelityOptions(tmp_path / "out", from_run=run, scale_from=other, report=False))
     # the other run's served steps against this run's profile: prefill 1.25x, decode 2x
     assert result.slowdown == {"prefill": pytest.approx(1.25), "decode": pytest.approx(2.0)}
@@ -86,9 +82,9 @@ def test_scale_from_takes_the_other_runs_slowdown(tmp_path: Path) -> None:
     assert float(used["perf.decode_step_scale"]) == pytest.approx(2.0)
 
 
-def test_scale_from_a_run_with_another_profile_is_refused(tmp_path: Path) -> None:
-    run = _fake_run(tmp_path / "run")
-    other = _fake_run(tmp_path / "other", PROFILE.replace("0.05", "0.06"))
+def test_scale_from_a_run_with_another_profile_is_refused(engine_json: Callable[..., Path], tmp_path: Path) -> None:
+    run = _fake_run(engine_json, tmp_path / "run")
+    other = _fake_run(engine_json, tmp_path / "other", PROFILE.replace("0.05", "0.06"))
     with pytest.raises(ValueError, match=r"other/fidelity.json: paths.profile_csv .* is not the profile"):
         run_fidelity(FidelityOptions(tmp_path / "out", from_run=run, scale_from=other, report=False))
 
@@ -98,8 +94,8 @@ def test_from_run_without_fidelity_json_names_the_folder(tmp_path: Path) -> None
         run_fidelity(FidelityOptions(tmp_path / "out", from_run=tmp_path / "nothing", report=False))
 
 
-def test_from_run_against_another_profile(tmp_path: Path) -> None:
-    run = _fake_run(tmp_path / "run")
+def test_from_run_against_another_profile(engine_json: Callable[..., Path], tmp_path: Path) -> None:
+    run = _fake_run(engine_json, tmp_path / "run")
     faster = tmp_path / "faster"
     faster.mkdir()
     (faster / "profile.csv").write_text(PROFILE.replace("decode,1,1,64,0.05", "decode,1,1,64,0.025"))

@@ -20,14 +20,11 @@ from pdsim.metrics import Slo
 from pdsim.perf import LinearModel, StepOverheadModel, build_latency_model
 
 
-def test_facts_are_read_not_retyped(engine_json: Callable[..., Path], tmp_path: Path) -> None:
-    profile = tmp_path / "profile.csv"
-    profile.write_text("kind,num_seqs,new_tokens,context_tokens,latency_s\nprefill,1,16,0,0.1\n"
-                       "prefill,1,64,0,0.3\ndecode,1,1,64,0.05\ndecode,4,4,256,0.08\n")
+def test_facts_are_read_not_retyped(engine_json: Callable[..., Path], profile_csv: Path) -> None:
     probe = {"transfer_info_s": 0.0007, "dispatch_prefill_s": 0.002, "dispatch_decode_s": 0.004,
              "kv_ready_s": 0.005, "kv_bytes": 2.0e6, "token_delivery_s": 0.0025}
     facts = EngineFacts.load(engine_json(), probe)
-    cfg = compose(["scenario=chat", *sim_overrides(facts, profile, "smollm2_135m", 1, 2)])
+    cfg = compose(["scenario=chat", *sim_overrides(facts, profile_csv, "smollm2_135m", 1, 2)])
     c, p = cfg.cluster, cfg.perf
     assert (c.prefill, c.decode, c.page_size_tokens, c.kv_capacity_tokens) == (1, 2, 16, 8192)
     assert (c.max_running_requests, c.max_prefill_tokens, c.chunk_size_tokens, c.prealloc_slots) == (32, 2048, 512, 64)
@@ -37,7 +34,7 @@ def test_facts_are_read_not_retyped(engine_json: Callable[..., Path], tmp_path: 
     assert c.dispatch_delay_s == pytest.approx(0.003)
     assert c.token_delivery_s == pytest.approx(0.0025)
     assert cfg.model.dtype == "fp32"
-    assert (p.kind, p.path, p.prefill_step_overhead_s, p.decode_step_overhead_s) == ("table", str(profile), 0.003, 0.001)
+    assert (p.kind, p.path, p.prefill_step_overhead_s, p.decode_step_overhead_s) == ("table", str(profile_csv), 0.003, 0.001)
 
 
 def test_without_probe_the_setup_cost_comes_from_the_one_page_transfer(engine_json: Callable[..., Path]) -> None:
