@@ -110,7 +110,8 @@ def greedy_tokens(model_name: str, device: str, prompts: list[list[int]], steps:
     from pdreal.model.spec import catalog_spec
     from pdreal.model.weights import random_model
 
-    model = random_model(catalog_spec(model_name), seed=0, dtype=torch.float32, device=device)
+    # Built on the CPU and moved: a CUDA generator draws other weights from the same seed.
+    model = random_model(catalog_spec(model_name), seed=0, dtype=torch.float32, device="cpu").to(device)
     runner = ModelRunner(model, EngineConfig(num_pages=64, page_size_tokens=PAGE, device=device))
     params = [SamplingParams(max_new_tokens=steps, temperature=0.0, ignore_eos=True)] * len(prompts)
     return generate(runner, prompts, params)

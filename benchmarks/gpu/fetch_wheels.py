@@ -41,7 +41,12 @@ LIMIT_BYTES = 64 * 1024 * 1024
 SYSLIBS = "syslibs.tar.xz"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-CORE = ("simpy==4.1.2", "hydra-core==1.3.8", "omegaconf==2.3.1", "librt==0.17.0", "pyzmq==27.3.0")
+# pdsim's core dependencies (pyproject.toml) that the GPU image has at a version pyproject accepts;
+# every other one travels in CORE (tests/benchmarks/test_gpu_wheels.py holds the two together).
+# Its mypy-extensions is older than the 1.2.0 librt needs, so that one travels.
+GPU_IMAGE_HAS = ("numpy", "pandas", "pyarrow", "matplotlib", "tqdm")
+CORE = ("simpy==4.1.2", "hydra-core==1.3.8", "omegaconf==2.3.1", "librt==0.17.0", "pyzmq==27.3.0",
+        "mypy-extensions==1.2.0")
 SDIST_ONLY = ("antlr4-python3-runtime==4.9.3",)
 MOONCAKE = "mooncake-transfer-engine-cuda13==0.3.14"
 FLASHINFER_DEPS = ("apache-tvm-ffi==0.1.15.post2",)
