@@ -8,9 +8,9 @@ from pdreal.attention.base import AttentionBackend
 def make_backend(name: str, device: str = "cpu") -> AttentionBackend:
     """`torch` or `flashinfer`; flashinfer is imported only here, on first use."""
     if name == "torch":
-        from pdreal.attention.torch_ref import TorchAttention
+        from pdreal.attention.torch_ref import TorchAttention, gather_budget_for
 
-        return TorchAttention()
+        return TorchAttention(gather_budget_for(device))
     if name == "flashinfer":
         from pdreal.attention.flashinfer import FlashInferAttention
 

@@ -28,7 +28,8 @@ buffers per layer cost a page fault per 4 KB, more than the copy itself; per gro
 because a gathered group the kernel reads back from cache is cheaper than one it reads from
 memory: a group whose gathered K/V would exceed `gather_budget_bytes` (8 MiB, about an L2 plus a
 share of L3) is split into sub-groups of whole sequences that fit (at least one sequence each), so
-a long-context decode batch is a few calls per layer over one cache-resident workspace.
+a long-context decode batch is a few calls per layer over one cache-resident workspace. On a GPU
+the budget is 1 GiB (`gather_budget_for`): there every split costs launches, not cache misses.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ from pdreal.kv.pool import KVPool
 from pdreal.model.batch import ForwardBatch
 
 DEFAULT_GATHER_BUDGET_BYTES = 8 << 20
+# On a GPU a split costs kernel launches (2 x kv_heads gathers and a call per group and layer), not
+# cache misses: 8 MiB cut a 40-sequence decode batch of Llama-3.1-8B into one group per sequence,
+# 2-3 s a step on an H200 (docs/GPU.md). There the budget only bounds the workspace.
+GPU_GATHER_BUDGET_BYTES = 1 << 30
+
+
+def gather_budget_for(device: str) -> int:
+    """The gather budget for a device: CPU caches on `cpu`, the workspace's size elsewhere."""
+    return DEFAULT_GATHER_BUDGET_BYTES if str(device).startswith("cpu") else GPU_GATHER_BUDGET_BYTES
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,12 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from pdreal.attention.base import AttentionBackend  # noqa: E402
-from pdreal.attention.torch_ref import TorchAttention, split_run  # noqa: E402
+from pdreal.attention.torch_ref import (  # noqa: E402
+    DEFAULT_GATHER_BUDGET_BYTES,
+    TorchAttention,
+    gather_budget_for,
+    split_run,
+)
 from pdreal.kv.pool import KVLayout, KVPool  # noqa: E402
 from pdreal.model.batch import ForwardBatch, SeqChunk  # noqa: E402
 from pdreal.model.spec import LlamaSpec  # noqa: E402
@@ -186,3 +191,21 @@ def test_fresh_prompts_are_never_split() -> None:
     backend = TorchAttention(gather_budget_bytes=1)
     backend.plan(ForwardBatch.build(BATCHES["fresh_equal"], PAGE, "cpu"), 6, 2, 8, torch.float32)
     assert [(g.num_seqs, g.fresh) for g in backend.groups] == [(2, True)]
+
+
+def test_the_gather_budget_follows_the_device() -> None:
+    """8 MiB of CPU cache on `cpu`; 1 GiB on a GPU, where the 8 MiB budget cut a 40-sequence
+    Llama-3.1-8B decode batch into one call per sequence and layer (2-3 s a step on an H200)."""
+    from pdreal.attention import make_backend
+
+    assert gather_budget_for("cpu") == DEFAULT_GATHER_BUDGET_BYTES == 8 << 20
+    assert gather_budget_for("cuda") == gather_budget_for("cuda:1") == 1 << 30
+    cpu, gpu = make_backend("torch", "cpu"), make_backend("torch", "cuda:0")
+    assert isinstance(cpu, TorchAttention) and isinstance(gpu, TorchAttention)
+    assert (cpu.gather_budget_bytes, gpu.gather_budget_bytes) == (8 << 20, 1 << 30)
+    pages = -(-1100 // PAGE)  # 40 decodes at 1,100 tokens of context each, own pages
+    chunks = [SeqChunk([7], 1099, list(range(i * pages, (i + 1) * pages))) for i in range(40)]
+    batch = ForwardBatch.build(chunks, PAGE, "cpu")
+    for backend, calls in ((cpu, 40), (gpu, 1)):  # 4.5 MB of K/V a sequence at Llama-3.1-8B's shape
+        backend.plan(batch, 32, 8, 128, torch.bfloat16)
+        assert len(backend.groups) == calls
