@@ -6,6 +6,7 @@ import csv
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -18,10 +19,7 @@ MOE, DENSE = "deepseek-ai/DeepSeek-R1", "Qwen/Qwen3-32B"
 
 
 def write(path: Path, rows: list[dict[str, str]]) -> Path:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    pd.DataFrame(rows, columns=FIELDS).to_csv(path, index=False)
     return path
 
 
