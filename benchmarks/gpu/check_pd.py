@@ -9,8 +9,8 @@ an HCA), idle probes, an open-loop replay of the shape's Poisson workload, then 
 the replayed requests told only the profile and the engine facts (the profile-only table).
 
 Correctness: every replayed request finished (a KV transfer that fails or hangs fails its
-request). The fidelity errors inform; they are not a verdict here. Copies fidelity.md and
-engine.json into --out; the rest of the loop's outputs stay in --work.
+request). The fidelity errors inform; they are not a verdict here. Copies fidelity.md,
+engine.json and served_steps.csv into --out; the rest of the loop's outputs stay in --work.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run(shape, args.device, args.attention, args.work)
     (args.out / "fidelity.md").write_text(result_markdown(result))
     shutil.copy(result.paths["engine_json"], args.out / "engine.json")
+    # every served forward (size, context, latency): what exposed the torch backend's decode fault
+    shutil.copy(result.paths["served_steps_csv"], args.out / "served_steps.csv")
     statuses = result.real["status"].value_counts().to_dict()
     finished = int(statuses.get("finished", 0))
     ok = finished == len(result.real) == shape.pd_requests

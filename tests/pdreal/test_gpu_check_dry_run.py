@@ -53,6 +53,9 @@ def test_pd_fidelity_dry_run(tmp_path: Path) -> None:
     assert "4/4 requests finished" in (tmp_path / "summary.md").read_text()
     assert "Predicted (the result: pdsim told only the profile and the idle probes" in (tmp_path / "fidelity.md").read_text()
     assert (tmp_path / "engine.json").is_file()
+    steps = rows(tmp_path / "served_steps.csv")
+    assert {r["kind"] for r in steps} == {"prefill", "decode"}
+    assert all(float(r["latency_s"]) > 0 for r in steps)
 
 
 def test_cut_off_run_reports_the_checks_before(tmp_path: Path) -> None:
