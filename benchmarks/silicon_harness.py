@@ -42,6 +42,51 @@ def harness_of(source: str) -> str:
     return "aiperf" if "aic-auto-gap-analysis" in source else "inferencex"
 
 
+def image_of(source: str) -> str:
+    """The container image a `silicon_data_source` names (`image=...`), or "" where none."""
+    found = re.search(r"image=([^;\s]+)", source)
+    return found.group(1) if found else ""
+
+
+# Speculative decoding (MTP) by image. InferenceX's dsr1-fp{4,8}-b200-trt-mtp configs ran
+# TensorRT-LLM release 1.2.0rc6.post3 from 2026-02-05 while dsr1-fp{4,8}-b200-trt stayed on
+# release 1.2.0rc6.post2 (.github/configs/nvidia-master.yaml, every version 2026-02-07 to
+# 2026-04-30), so a DeepSeek-R1 row of that image is an MTP run: dsr1_fp{4,8}_b200_trt_mtp.sh set
+# num_nextn_predict_layers 3, or 1 with attention DP. (backend, image tail, model paths) ->
+# (draft tokens, draft tokens under attention DP). SGLang's MTP configs share their images with
+# the plain ones: their rows cannot be told apart, and none is replayed with MTP.
+MTP_IMAGES: dict[tuple[str, str], tuple[tuple[str, ...], int, int]] = {
+    ("trtllm", "tensorrt-llm/release:1.2.0rc6.post3"): (("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"), 3, 1),
+}
+
+
+def mtp_draft_tokens(backend: str, model_path: str, source: str, attention_dp: int) -> int:
+    """Draft tokens per decode step the row's run speculated (0: none known; MTP_IMAGES)."""
+    image = image_of(source).replace("#", "/")
+    for (engine, tail), (models, tokens, dp_tokens) in MTP_IMAGES.items():
+        if backend == engine and image.endswith(tail) and model_path in models:
+            return dp_tokens if attention_dp > 1 else tokens
+    return 0
+
+
+# dsr1_fp4_b200_trt_mtp.sh / dsr1_fp8_b200_trt_mtp.sh under attention DP: max_batch_size =
+# clients / 4 (fp4) or / 8 (fp8), the clients themselves below that many
+MTP_DP_BATCH_DIVISOR = {"fp4": 4, "fp8": 8}
+
+
+def mtp_overrides(draft_tokens: int, isl_tokens: int, concurrency: int, attention_dp: int,
+                  precision: str) -> list[str]:
+    """pdsim overrides of an MTP run as dsr1_fp{4,8}_b200_trt_mtp.sh deployed it: the drafts (the
+    default acceptance, pdsim/perf/speculative.py), fp8 KV, no chunking and max_num_tokens =
+    (drafts + 1) x max_batch_size + isl + 64 rounded up to 64, max_batch_size the clients (a
+    share of them under attention DP: MTP_DP_BATCH_DIVISOR); no batch waiting."""
+    divisor = MTP_DP_BATCH_DIVISOR.get(precision, 1) if attention_dp > 1 else 1
+    batch = concurrency if concurrency < divisor else concurrency // divisor
+    budget = -(-((draft_tokens + 1) * batch + isl_tokens + 64) // 64) * 64
+    return [f"perf.mtp_draft_tokens={draft_tokens}", "model.kv_dtype=fp8", f"cluster.max_prefill_tokens={budget}",
+            "cluster.chunk_size_tokens=0", "cluster.batch_wait_iters=0", "cluster.batch_wait_tokens_ratio=0.0"]
+
+
 def inferencex_workload(concurrency: int, isl_tokens: int, osl_tokens: int) -> list[str]:
     """pdsim overrides for InferenceX's bench_serving run: C clients, 10 C requests with lengths
     in [int(0.8 L), L], no warm-up in the statistics (the window is the whole run)."""

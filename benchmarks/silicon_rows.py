@@ -26,6 +26,8 @@ from silicon_harness import (
     inferencex_layout,
     inferencex_workload,
     measured_date,
+    mtp_draft_tokens,
+    mtp_overrides,
 )
 
 # model_path -> catalog model. Instruct / quantized checkpoints share their base model's
@@ -147,6 +149,7 @@ class SiliconRow:
     measured_tpot_ms: float
     harness: str = "aiperf"  # the benchmark client that measured it: HARNESSES
     measured: str = ""  # measurement date (YYYY-MM-DD) from silicon_data_source, "" where none
+    mtp_draft_tokens: int = 0  # speculative decoding the run used, where its image says (MTP_IMAGES)
 
 
 @dataclass(frozen=True)
@@ -218,11 +221,18 @@ def parse_row(raw: dict[str, str]) -> SiliconRow:
             measured_tpot_ms=float(raw.get("silicon_tpot_ms") or "nan"),
             harness=harness_of(raw.get("silicon_data_source", "")),
             measured=measured_date(raw.get("silicon_data_source", "")),
+            mtp_draft_tokens=_mtp_of(raw),
         )
     except KeyError as exc:
         raise ValueError(f"row {raw.get('id', '?')}: missing column {exc.args[0]}") from None
     except ValueError as exc:
         raise ValueError(f"row {raw.get('id', '?')}: {exc}") from None
+
+
+def _mtp_of(raw: dict[str, str]) -> int:
+    agg = _agg_side(raw)
+    return mtp_draft_tokens(raw["backend"], raw["model_path"], raw.get("silicon_data_source", ""),
+                            agg.attention_dp if agg is not None else 1)
 
 
 # AIConfigurator's aiperf template: 2 C warm-up requests, then 20 C profiled
@@ -506,7 +516,10 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
-    if phases == "harness" and row.harness == "inferencex" and row.agg is not None:
+    if phases == "harness" and row.harness == "inferencex" and row.agg is not None and row.mtp_draft_tokens:
+        overrides = with_overrides(overrides, mtp_overrides(row.mtp_draft_tokens, row.isl_tokens, row.concurrency,
+                                                            row.agg.attention_dp, row.precision))
+    elif phases == "harness" and row.harness == "inferencex" and row.agg is not None:
         deployment = deployment_for(row.backend, row.model_path, row.precision, row.system, row.agg.tp, row.measured)
         if deployment is not None:
             overrides = with_overrides(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp,

@@ -222,6 +222,34 @@ def test_trtllm_deepseek_script_versions_by_date() -> None:
                                                         256, isl=8192)
 
 
+def _mtp_row(image: str, backend: str = "trtllm", precision: str = "fp8", clients: int = 32, tp: int = 8,
+             dp: int = 1, model: str = "deepseek-ai/DeepSeek-R1") -> dict[str, str]:
+    src = f"source_file=2026-04-06.csv; silicon_concurrency={clients}; measured=2026-02-05T00:00:00.000Z; image={image}"
+    quant = {"fp8": "fp8_block", "fp4": "nvfp4"}[precision]
+    return row("m", silicon_data_source=src, backend=backend, model_path=model, system="b200_sxm",
+               precision=precision, gemm_quant_mode=quant, moe_quant_mode=quant, isl="1024", osl="1024",
+               tp_size=f"{tp}.0", attention_dp_size=f"{dp}.0", moe_tp_size="1.0", moe_ep_size="8.0")
+
+
+def test_trtllm_deepseek_mtp_runs_are_told_by_their_image() -> None:
+    """dsr1-fp{4,8}-b200-trt-mtp ran release 1.2.0rc6.post3, the plain configs post2: MTP 3, 1 under
+    attention DP; max_num_tokens = (MTP + 1) x max_batch_size + isl + 64 up to 64; no batch waiting."""
+    post3, post2 = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6.post3", "nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post2"
+    mtp = parse_row(_mtp_row(post3.replace("/nvidia", "#nvidia")))
+    assert mtp.mtp_draft_tokens == 3
+    plan = set(plan_row(mtp, load_catalog()).overrides)
+    assert {"perf.mtp_draft_tokens=3", "cluster.max_prefill_tokens=1216", "cluster.chunk_size_tokens=0",
+            "model.kv_dtype=fp8", "cluster.batch_wait_iters=0"} <= plan  # (3 + 1) x 32 + 1024 + 64 = 1216
+    assert parse_row(_mtp_row(post3, dp=8, tp=1, clients=256)).mtp_draft_tokens == 1
+    fp4_dp = plan_row(parse_row(_mtp_row(post3, precision="fp4", dp=8, tp=1, clients=256)), load_catalog())
+    assert "cluster.max_prefill_tokens=1216" in fp4_dp.overrides  # 2 x 256 / 4 + 1024 + 64 = 1216
+    fp8_dp = plan_row(parse_row(_mtp_row(post3, dp=8, tp=1, clients=256)), load_catalog())
+    assert "cluster.max_prefill_tokens=1152" in fp8_dp.overrides  # 2 x 256 / 8 + 1024 + 64 = 1152
+    for other in (_mtp_row(post2), _mtp_row(post3, backend="sglang"), _mtp_row(post3, model="Qwen/Qwen3-32B")):
+        assert parse_row(other).mtp_draft_tokens == 0
+    assert not any(o.startswith("perf.mtp") for o in plan_row(parse_row(_mtp_row(post2)), load_catalog()).overrides)
+
+
 def test_vllm_and_sglang_script_versions_by_date_and_system() -> None:
     minimax = "MiniMaxAI/MiniMax-M2.5"
     before = _script("vllm", minimax, "fp8", "2026-03-20", tp=4)  # vLLM's default budget, KV as the checkpoint
