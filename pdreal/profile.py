@@ -202,11 +202,38 @@ def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse
     p.add_argument("--repeats", type=int, default=0, help="timed repeats per cell (default: the grid's)")
     p.add_argument("--ragged-decode", action="store_true",
                    help="profile decode batches with mixed context lengths (mean = the grid's context)")
+    for name, example in zip(GRID_LISTS, ("1,2,4", "128,512,2048", "1,8,32,64", "256,1024"), strict=True):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int_list, default=None, metavar="N,N,...",
+                       help=f"the grid's {name.replace('_', ' ')} (e.g. {example}): profile the range the "
+                            "workload reaches, since pdsim extrapolates past the last cell")
     p.add_argument("--tp", type=int, default=0,
                    help="tensor-parallel ranks of the profiled engine (default: cluster.decode_tp, colocated_tp)")
     p.add_argument("--config", help="serve YAML: the engine whose facts are reported (as `pdreal serve`)")
     p.add_argument("overrides", nargs="*", help="serve config key=value, e.g. node.model=smollm2 cluster.page_size_tokens=16")
     p.set_defaults(func=func)
+
+
+GRID_LISTS = ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_context")
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): the grid flags' argparse type (a bad entry names itself)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def grid_from_args(args: argparse.Namespace) -> ProfileGrid:
+    """The grid `pdreal profile` times: --quick's or the default, with --repeats, --ragged-decode
+    and any of the four value lists (--prefill-seqs ...) in place of the grid's own."""
+    fields = asdict(QUICK_GRID if args.quick else ProfileGrid())
+    fields.update({name: getattr(args, name) for name in GRID_LISTS if getattr(args, name, None)})
+    if getattr(args, "repeats", 0):
+        fields["repeats"] = args.repeats
+    if getattr(args, "ragged_decode", False):
+        fields["ragged_decode"] = True
+    return ProfileGrid(**fields)  # validates the values
 
 
 def run_profile_command(args: argparse.Namespace) -> int:
@@ -219,11 +246,7 @@ def run_profile_command(args: argparse.Namespace) -> int:
 
     cfg = load_serve_config(args.config, args.overrides)
     torch.set_num_threads(cfg.node.threads)
-    grid = QUICK_GRID if args.quick else ProfileGrid()
-    if args.repeats:
-        grid = ProfileGrid(**{**asdict(grid), "repeats": args.repeats})
-    if getattr(args, "ragged_decode", False):
-        grid = ProfileGrid(**{**asdict(grid), "ragged_decode": True})
+    grid = grid_from_args(args)
     colocated = cfg.cluster.mode == "colocated"
     served = engine_config(cfg, "colocated" if colocated else "decode")
     served = replace(served, tp_size=getattr(args, "tp", 0) or served.tp_size)

@@ -156,7 +156,8 @@ def measure(options: FidelityOptions, workload_cfg: Config, slo: Slo, lap: Calla
     profile_dir = options.profile_dir or out / "profile"
     engine_json = profile_dir / "engine.json"
     if options.profile_dir is None:
-        run_profile(profile_dir, options.shape.overrides, options.quick_profile, options.profile_repeats)
+        run_profile(profile_dir, options.shape.overrides, options.quick_profile, options.profile_repeats,
+                    grid_args=options.profile_grid_args)
     elif not engine_json.is_file():
         raise FileNotFoundError(f"{engine_json}: no engine.json in --profile {profile_dir}")
     lap("profile")

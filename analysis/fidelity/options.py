@@ -21,6 +21,7 @@ class FidelityOptions:
     sim_model: str = SIM_MODEL  # pdsim model config matching the served model
     profile_dir: Path | None = None  # reuse this profile (profile.csv + engine.json) instead
     quick_profile: bool = False
+    profile_grid_args: tuple[str, ...] = ()  # pdreal profile grid flags (--prefill-tokens 128,512 ...)
     profile_repeats: int = 0
     num_probes: int = 8
     pilot_requests: int = 0  # loaded probe before the replay (pilot.py); 0 = none

@@ -62,10 +62,11 @@ class ServeShape:
 
 
 def run_profile(out_dir: Path, overrides: tuple[str, ...], quick: bool, repeats: int = 0,
-                log_file: Path | None = None) -> Path:
-    """`pdreal profile` into out_dir (profile.csv + engine.json); returns engine.json's path."""
+                log_file: Path | None = None, grid_args: tuple[str, ...] = ()) -> Path:
+    """`pdreal profile` into out_dir (profile.csv + engine.json); returns engine.json's path.
+    `grid_args`: its grid flags (`--prefill-tokens 128,512` ...), before the serve overrides."""
     cmd = [sys.executable, "-m", "pdreal.cli", "profile", "--out", str(out_dir), *(["--quick"] if quick else []),
-           *(["--repeats", str(repeats)] if repeats else []), *overrides]
+           *(["--repeats", str(repeats)] if repeats else []), *grid_args, *overrides]
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_file or out_dir / "profile.log"
     with log_path.open("w") as log_out:

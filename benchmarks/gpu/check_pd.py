@@ -3,7 +3,8 @@
     python benchmarks/gpu/check_pd.py --device cuda --shape gpu --attention torch --out DIR --work WORKDIR
 
 Runs `pdsim fidelity`'s loop (analysis.fidelity.loop.run_fidelity) at the shape: `pdreal profile
---quick` of the engine, a local 1P1D `pdreal serve` (prefill and decode scheduler processes on
+--quick` of the engine with the shape's grid flags (the batch range the replay reaches), a local
+1P1D `pdreal serve` (prefill and decode scheduler processes on
 the same device, KV pages moved by the Mooncake transfer engine over TCP, as on one node without
 an HCA), idle probes, an open-loop replay of the shape's Poisson workload, then pdsim on exactly
 the replayed requests told only the profile and the engine facts (the profile-only table).
@@ -42,7 +43,8 @@ def run(shape: Shape, device: str, attention: str, work: Path) -> object:
     options = FidelityOptions(out_dir=work, shape=ServeShape(1, 1, serve_overrides(shape, device, attention)),
                               workload_overrides=tuple(workload_overrides(workload)),
                               sim_overrides=shape.sim_model_overrides, sim_model=shape.sim_model,
-                              quick_profile=True, num_probes=4, report=False)
+                              quick_profile=True, profile_grid_args=shape.pd_profile_grid, num_probes=4,
+                              report=False)
     return run_fidelity(options)
 
 

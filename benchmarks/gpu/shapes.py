@@ -39,6 +39,9 @@ class Shape:
     pd_input: tuple[int, int]
     pd_output: tuple[int, int]
     pd_serve: tuple[str, ...] = field(default_factory=tuple)  # extra pdreal serve overrides
+    # pdreal profile grid flags on top of --quick for the PD loop: cover the batches the replay
+    # reaches (quick alone stops at 2 x 256 prompt tokens; the H200 run of 2026-11-29 served 5,500)
+    pd_profile_grid: tuple[str, ...] = field(default_factory=tuple)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +54,8 @@ GPU = Shape(
     decode_context=(512, 2048, 8192), kv_budget_tokens=560_000, repeats=3,
     pd_requests=40, pd_rate_rps=4.0, pd_input=(128, 1024), pd_output=(16, 64),
     pd_serve=("node.num_pages=4096", "node.threads=4", "cluster.page_size_tokens=16"),
+    pd_profile_grid=("--prefill-seqs", "1,2,4,8", "--prefill-tokens", "128,256,512,1024", "--decode-seqs",
+                     "1,4,8,16,32,48,64", "--decode-context", "256,512,1024"),
 )
 
 TINY = Shape(
@@ -62,6 +67,7 @@ TINY = Shape(
     prefill_tokens=(16, 64), decode_seqs=(1, 4), decode_context=(32, 128), kv_budget_tokens=4096, repeats=1,
     pd_requests=4, pd_rate_rps=4.0, pd_input=(8, 24), pd_output=(2, 6),
     pd_serve=("node.num_pages=256",),
+    pd_profile_grid=("--prefill-seqs", "1,2", "--decode-seqs", "1,2,4"),
 )
 
 SHAPES = {s.name: s for s in (GPU, TINY)}

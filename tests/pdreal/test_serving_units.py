@@ -141,6 +141,27 @@ def test_profiled_decode_batches_mix_context_lengths() -> None:
     assert uniform.decode_contexts(64, 2) == [64, 64] and uniform.pages_needed(16) == 2 * 5
 
 
+def test_profile_grid_flags_replace_the_grids_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    """--prefill-tokens and the other lists replace the chosen grid's (quick or default) and keep
+    the rest; a bad list is an argparse error naming it; ProfileGrid still validates values."""
+    from pdreal.cli import build_parser
+    from pdreal.profile import QUICK_GRID, ProfileGrid, grid_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["profile", "--quick", "--prefill-seqs", "1,8", "--decode-context", "256,1024",
+                              "--repeats", "4"])
+    grid = grid_from_args(args)
+    assert (grid.prefill_seqs, grid.decode_context, grid.repeats) == ((1, 8), (256, 1024), 4)
+    assert (grid.prefill_tokens, grid.decode_seqs, grid.chunk_tokens) == (
+        QUICK_GRID.prefill_tokens, QUICK_GRID.decode_seqs, QUICK_GRID.chunk_tokens)
+    assert grid_from_args(parser.parse_args(["profile"])) == ProfileGrid()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["profile", "--decode-seqs", "1,x"])
+    assert "--decode-seqs: expected comma-separated integers, got '1,x'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="decode_seqs"):
+        grid_from_args(parser.parse_args(["profile", "--decode-seqs", "0,4"]))
+
+
 @pytest.mark.real
 def test_profile_writes_a_table_pdsim_loads(tmp_path: Path) -> None:
     pytest.importorskip("mooncake.engine")
