@@ -42,6 +42,12 @@ def harness_of(source: str) -> str:
     return "aiperf" if "aic-auto-gap-analysis" in source else "inferencex"
 
 
+def trtllm_max_num_tokens(batch: int, isl_tokens: int, draft_tokens: int = 0) -> int:
+    """The InferenceX TRT-LLM scripts' max_num_tokens: (drafts + 1) x max_batch_size + isl + 64,
+    rounded up to 64 (the plain scripts have no drafts)."""
+    return -(-((draft_tokens + 1) * batch + isl_tokens + 64) // 64) * 64
+
+
 def image_of(source: str) -> str:
     """The container image a `silicon_data_source` names (`image=...`), or "" where none."""
     found = re.search(r"image=([^;\s]+)", source)
@@ -52,8 +58,8 @@ def image_of(source: str) -> str:
 # TensorRT-LLM release 1.2.0rc6.post3 from 2026-02-05 while dsr1-fp{4,8}-b200-trt stayed on
 # release 1.2.0rc6.post2 (.github/configs/nvidia-master.yaml, every version 2026-02-07 to
 # 2026-04-30), so a DeepSeek-R1 row of that image is an MTP run: dsr1_fp{4,8}_b200_trt_mtp.sh set
-# num_nextn_predict_layers 3, or 1 with attention DP. (backend, image tail, model paths) ->
-# (draft tokens, draft tokens under attention DP). SGLang's MTP configs share their images with
+# num_nextn_predict_layers 3, or 1 with attention DP. (backend, image tail) -> (model paths,
+# draft tokens, draft tokens under attention DP). SGLang's MTP configs share their images with
 # the plain ones: their rows cannot be told apart, and none is replayed with MTP.
 MTP_IMAGES: dict[tuple[str, str], tuple[tuple[str, ...], int, int]] = {
     ("trtllm", "tensorrt-llm/release:1.2.0rc6.post3"): (("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"), 3, 1),
@@ -82,7 +88,7 @@ def mtp_overrides(draft_tokens: int, isl_tokens: int, concurrency: int, attentio
     share of them under attention DP: MTP_DP_BATCH_DIVISOR); no batch waiting."""
     divisor = MTP_DP_BATCH_DIVISOR.get(precision, 1) if attention_dp > 1 else 1
     batch = concurrency if concurrency < divisor else concurrency // divisor
-    budget = -(-((draft_tokens + 1) * batch + isl_tokens + 64) // 64) * 64
+    budget = trtllm_max_num_tokens(batch, isl_tokens, draft_tokens)
     return [f"perf.mtp_draft_tokens={draft_tokens}", "model.kv_dtype=fp8", f"cluster.max_prefill_tokens={budget}",
             "cluster.chunk_size_tokens=0", "cluster.batch_wait_iters=0", "cluster.batch_wait_tokens_ratio=0.0"]
 
@@ -158,7 +164,7 @@ class Deployment:
         if self.isl_multiple:
             return self.isl_multiple * isl_tokens
         if self.trtllm_clients_budget:
-            return max(-(-(concurrency + isl_tokens + 64) // 64) * 64, self.max_num_tokens)
+            return max(trtllm_max_num_tokens(concurrency, isl_tokens), self.max_num_tokens)
         return self.max_num_tokens
 
     def overrides(self, isl_tokens: int, osl_tokens: int, tp: int, concurrency: int) -> list[str]:

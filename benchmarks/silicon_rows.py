@@ -209,30 +209,26 @@ def concurrency_of(raw: dict[str, str]) -> int:
 def parse_row(raw: dict[str, str]) -> SiliconRow:
     """One CSV row (silicon_dev.csv's header) as a SiliconRow; ValueError names the bad field."""
     try:
+        agg, source = _agg_side(raw), raw.get("silicon_data_source", "")
         return SiliconRow(
             id=raw["id"], model_path=raw["model_path"], system=raw["system"], backend=raw["backend"],
             backend_version=raw.get("backend_version", ""), mode=raw["mode"],
             isl_tokens=_int(raw["isl"]), osl_tokens=_int(raw["osl"]), concurrency=concurrency_of(raw),
             precision=raw.get("precision", ""), gemm_quant=raw.get("gemm_quant_mode", ""),
             moe_quant=raw.get("moe_quant_mode", ""),
-            agg=_agg_side(raw),
+            agg=agg,
             prefill=_side(raw, "prefill_"), decode=_side(raw, "decode_"),
             measured_ttft_ms=float(raw.get("silicon_ttft_ms") or "nan"),
             measured_tpot_ms=float(raw.get("silicon_tpot_ms") or "nan"),
-            harness=harness_of(raw.get("silicon_data_source", "")),
-            measured=measured_date(raw.get("silicon_data_source", "")),
-            mtp_draft_tokens=_mtp_of(raw),
+            harness=harness_of(source),
+            measured=measured_date(source),
+            mtp_draft_tokens=mtp_draft_tokens(raw["backend"], raw["model_path"], source,
+                                              agg.attention_dp if agg is not None else 1),
         )
     except KeyError as exc:
         raise ValueError(f"row {raw.get('id', '?')}: missing column {exc.args[0]}") from None
     except ValueError as exc:
         raise ValueError(f"row {raw.get('id', '?')}: {exc}") from None
-
-
-def _mtp_of(raw: dict[str, str]) -> int:
-    agg = _agg_side(raw)
-    return mtp_draft_tokens(raw["backend"], raw["model_path"], raw.get("silicon_data_source", ""),
-                            agg.attention_dp if agg is not None else 1)
 
 
 # AIConfigurator's aiperf template: 2 C warm-up requests, then 20 C profiled
@@ -516,15 +512,19 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
-    if phases == "harness" and row.harness == "inferencex" and row.agg is not None and row.mtp_draft_tokens:
-        overrides = with_overrides(overrides, mtp_overrides(row.mtp_draft_tokens, row.isl_tokens, row.concurrency,
-                                                            row.agg.attention_dp, row.precision))
-    elif phases == "harness" and row.harness == "inferencex" and row.agg is not None:
-        deployment = deployment_for(row.backend, row.model_path, row.precision, row.system, row.agg.tp, row.measured)
-        if deployment is not None:
-            overrides = with_overrides(overrides, deployment.overrides(row.isl_tokens, row.osl_tokens, row.agg.tp,
-                                                                       row.concurrency))
+    if phases == "harness" and row.harness == "inferencex" and row.agg is not None:
+        overrides = with_overrides(overrides, _script_overrides(row, row.agg))
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
+
+
+def _script_overrides(row: SiliconRow, agg: Side) -> list[str]:
+    """What an aggregated InferenceX row's launch script set: its MTP script's settings where the
+    row ran MTP (silicon_harness.mtp_overrides), else the script version of its date (none known:
+    nothing)."""
+    if row.mtp_draft_tokens:
+        return mtp_overrides(row.mtp_draft_tokens, row.isl_tokens, row.concurrency, agg.attention_dp, row.precision)
+    deployment = deployment_for(row.backend, row.model_path, row.precision, row.system, agg.tp, row.measured)
+    return [] if deployment is None else deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
 
 
 def with_overrides(overrides: tuple[str, ...], extra: list[str] | tuple[str, ...]) -> tuple[str, ...]:

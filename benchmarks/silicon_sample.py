@@ -5,8 +5,9 @@
 
 Rows are grouped by (model_path, system, backend, mode); from every group, in sorted order,
 `--per-group` rows (all, where the group has fewer) are drawn without replacement by one named
-stream (`pdsim.rng.stream(seed, "silicon_sample")`) over the group's ids sorted. `--exclude` drops the ids of earlier samples first, so that a sample drawn
-after a choice is disjoint from the rows the choice was made on. `--kind moe|dense` keeps the
+stream (`pdsim.rng.stream(seed, "silicon_sample")`) over the group's ids sorted. `--exclude`
+drops the ids of earlier samples first, so that a sample drawn after a choice is disjoint from
+the rows the choice was made on. `--kind moe|dense` keeps the
 rows whose model pdsim's catalog knows as MoE (experts > 0) or as dense; rows of a model the
 catalog does not know are kept under `all` only. The output has the input's columns and order.
 """

@@ -190,6 +190,17 @@ def write_tp_profile_csv(path: Path, points: list[ProfilePoint], tp: int) -> Non
         writer.writerows(kept + rows)
 
 
+GRID_LISTS = ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_context")
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): the grid flags' argparse type (a bad entry names itself)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:
     p = sub.add_parser("profile", help="step latencies -> pdsim profile table + engine facts",
                        description="Times prefill and decode steps over a grid on this device and writes "
@@ -211,17 +222,6 @@ def add_profile_parser(sub: argparse._SubParsersAction, func: Callable[[argparse
     p.add_argument("--config", help="serve YAML: the engine whose facts are reported (as `pdreal serve`)")
     p.add_argument("overrides", nargs="*", help="serve config key=value, e.g. node.model=smollm2 cluster.page_size_tokens=16")
     p.set_defaults(func=func)
-
-
-GRID_LISTS = ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_context")
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4): the grid flags' argparse type (a bad entry names itself)."""
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def grid_from_args(args: argparse.Namespace) -> ProfileGrid:
