@@ -154,7 +154,8 @@ class DataParallelModel:
         hit = self._memo.get(key)
         if hit is None:
             busiest = split_even(num_seqs, self.dp)
-            hit = self._remember(key, self.rank.rank_fixed_s(busiest, busiest) + self.moe_s(num_seqs, busiest, False)
+            hit = self._remember(key, self.rank.rank_fixed_s(busiest, busiest) + self.rank.mla_split_s(0, busiest)
+                                 + self.moe_s(num_seqs, busiest, False)
                                  + self.rank.overhead_s + self.rank.overhead_per_seq_s * busiest)
         return hit  # type: ignore[no-any-return]
 

@@ -24,7 +24,9 @@ for that operator's shape: the measured efficiency (MFU/MBU as a function of sha
 over, the peaks are the target's (A800 = A100 compute with slower NVLink; L40S, H800 likewise).
 MLA attention uses the MLA tables (DeepSeek-V3's shape) where the set has them; without them
 (A100 under SGLang) it falls back to the roofline operator at `mfu`/`mbu`, as does any other
-attention a set lacks.
+attention a set lacks. MLA's projections are the engines' kernels (mla.py): the replicated
+down-projection, the query up- and output projections at every token, kv_b over prompt tokens
+and the absorbed BMMs (`mla_bmm` rows) for decode tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pdsim.parallel import Parallel
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
+from pdsim.perf.mla import MlaProjections, load_bmm
 from pdsim.perf.optables import (
     AIC_DIR,
     VIDUR_HBM_GBPS,
@@ -136,6 +139,9 @@ class MeasuredModel:
             if kv_cache_dtype(self.model) == "fp8" and table_file(AIC_DIR / self.tables.source, "mla_generation_fp8"):
                 generation = load_mla(self.tables.source, "generation", "fp8")
             heads, kv = self.model.num_heads / self.tp, 1.0
+            object.__setattr__(self, "_mla", MlaProjections(
+                self.model, self.tp, self.gemm_s, load_bmm(self.tables.source, self.model),
+                None if self.scaling.same else self.scaling.compute_memory))
         object.__setattr__(self, "_context", context.fixed_heads(heads, kv) if context else None)
         object.__setattr__(self, "_generation",
                            generation.fixed_heads(heads, kv) if generation else None)
@@ -150,8 +156,8 @@ class MeasuredModel:
     def _projections_s(self, tokens: float) -> float:
         """Attention projections of one layer (the mean over layer kinds in a hybrid model)."""
         m, h, tp = self.model, self.model.hidden_size, self.tp
-        if spec.is_mla(m):  # per-rank flop-equivalent GEMM of the MLA projections
-            return self.gemm_s(tokens, spec.attention_params_per_layer(m) / (h * tp), h)
+        if spec.is_mla(m):  # the kernels every token runs (mla.py); kv_b / the BMMs: _mla_split_s
+            return self._mla.common_s(tokens)  # type: ignore[attr-defined]
         q = m.num_heads * m.head_dim / tp
         kv = math.ceil(m.num_kv_heads / tp) * m.head_dim
         q_out = 2 * q if m.attn_output_gate else q  # the output gate comes out of q_proj
@@ -324,7 +330,7 @@ class MeasuredModel:
         m = self.model
         attention = self._prefill_attention_s(items) + self._decode_attention_s(num_seqs, context_tokens)
         if not self._mixed_layers:  # type: ignore[attr-defined]
-            return m.num_layers * attention
+            return m.num_layers * attention + self.mla_split_s(sum(n + c for n, c in items), num_seqs)
         total = spec.num_full_attention_layers(m) * attention
         if m.num_sliding_layers:
             window = m.sliding_window_tokens
@@ -334,7 +340,19 @@ class MeasuredModel:
         if m.num_linear_attention_layers:
             total += m.num_linear_attention_layers * linear_attention_layer_s(
                 m, self.scaling.target, self.tp, items, num_seqs, self.mfu, self.mbu)
-        return total
+        return total + self.mla_split_s(sum(n + c for n, c in items), num_seqs)
+
+    def mla_split_s(self, prompt_kv_tokens: int, decode_seqs: int) -> float:
+        """Every MLA layer's phase-specific projections: kv_b over the prompt tokens, the
+        absorbed BMMs of the decode tokens (mla.py); 0 for other attention."""
+        if not spec.is_mla(self.model) or prompt_kv_tokens + decode_seqs <= 0:
+            return 0.0
+        key = ("mla", prompt_kv_tokens, decode_seqs)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self.model.num_layers * self._mla.split_s(prompt_kv_tokens, decode_seqs)  # type: ignore[attr-defined]
+            self._remember(key, hit)
+        return hit
 
     def moe_experts_s(self, tokens: int) -> float:
         """The routed experts of every MoE layer over all `tokens` tokens of the instance."""
@@ -388,7 +406,7 @@ class MeasuredModel:
 
     def _decode_fixed_s(self, num_seqs: int) -> float:
         """The part of a decode step that does not depend on the context."""
-        return (self._per_token_s(num_seqs) + self._lm_head_s(num_seqs)
+        return (self._per_token_s(num_seqs) + self._lm_head_s(num_seqs) + self.mla_split_s(0, num_seqs)
                 + self.overhead_s + self.overhead_per_seq_s * num_seqs)
 
     def decode_step(self, num_seqs: int) -> DecodeStep:
