@@ -15,7 +15,10 @@ over `a` iterations of equal length: TPOT, throughput and KV growth (one token p
 right on average; inter-token gaps come out even where a real engine emits bursts. A step that
 also carries prefill chunks (a colocated mixed step) verifies without the 1/a credit (it is
 charged whole and its decodes advance one token): conservative. KV pages for the k draft slots
-are not reserved.
+are not reserved. The limits an engine counts in steps (SGLang's receive interval: a verify
+step weighs 1 like a decode step; TensorRT-LLM's batch-wait iterations) are counted in `a` times
+as many iterations (`iterations_per_step`, `policy.limits.steps_as_iterations`), so they last
+as long in time as the engine's.
 
 Default acceptance (`mtp_accepted_tokens = 0`): 1 + sum of 0.85^i for i = 1..k. DeepSeek-V3
 Technical Report (2024), sec. 5.4.3: the second token's acceptance rate is 85-90% across
@@ -28,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pdsim.config import PerfConfig
 from pdsim.perf.base import LatencyModel, PrefillItem, PrefillTimer
 from pdsim.perf.steps.decode import CallStep, DecodeStep
 
@@ -37,6 +41,14 @@ SECOND_TOKEN_ACCEPTANCE = 0.85  # DeepSeek-V3 Technical Report sec. 5.4.3: 85-90
 def default_accepted_tokens(draft_tokens: int) -> float:
     """Tokens one MTP step emits per sequence on average, drafts accepted at 0.85 each in turn."""
     return 1.0 + sum(SECOND_TOKEN_ACCEPTANCE ** i for i in range(1, draft_tokens + 1))
+
+
+def iterations_per_step(perf: PerfConfig) -> float:
+    """Simulator iterations one engine decode step spans: the acceptance length with MTP
+    (a step is spread over that many iterations, above), else 1."""
+    if perf.mtp_draft_tokens == 0:
+        return 1.0
+    return accepted_tokens(perf.mtp_draft_tokens, perf.mtp_accepted_tokens)
 
 
 def accepted_tokens(draft_tokens: int, accepted: float) -> float:

@@ -88,10 +88,15 @@ class StepLimits:
         return prefill_token_budget(self.max_prefill_tokens, self.chunk_size_tokens)
 
     @classmethod
-    def from_config(cls, cluster: ClusterLike, policy: PolicyLike, ranks: int = 1) -> StepLimits:
+    def from_config(cls, cluster: ClusterLike, policy: PolicyLike, ranks: int = 1,
+                    iterations_per_step: float = 1.0) -> StepLimits:
         """pdsim's cluster + policy groups (prealloc_slots 0 = max_running_requests). An instance
         of `ranks` attention-DP ranks (each with its own scheduler in SGLang / TRT-LLM) schedules
-        one batch with `ranks` ranks' worth of each per-rank limit (docs/MOE.md)."""
+        one batch with `ranks` ranks' worth of each per-rank limit (docs/MOE.md).
+        `iterations_per_step`: the executor's iterations per engine decode step (pdsim with MTP:
+        the acceptance length, as it spreads a verify step over that many iterations; 1 else); the
+        limits an engine counts in steps (batch_wait_iters, recv_interval_steps) are counted in
+        the executor's iterations (`steps_as_iterations`)."""
         if ranks < 1:
             raise ValueError(f"limits: ranks must be >= 1, got {ranks}")
         running = cluster.max_running_requests * ranks
@@ -100,6 +105,16 @@ class StepLimits:
             max_prefill_tokens=cluster.max_prefill_tokens * ranks, chunk_size_tokens=cluster.chunk_size_tokens * ranks,
             prealloc_slots=(cluster.prealloc_slots * ranks) or running,
             new_token_ratio=policy.new_token_ratio, decode_reserved_tokens=policy.decode_reserved_tokens,
-            schedule=cluster.colocated_schedule, batch_wait_iters=cluster.batch_wait_iters,
-            batch_wait_tokens_ratio=cluster.batch_wait_tokens_ratio, recv_interval_steps=cluster.recv_interval_steps,
+            schedule=cluster.colocated_schedule,
+            batch_wait_iters=steps_as_iterations(cluster.batch_wait_iters, iterations_per_step),
+            batch_wait_tokens_ratio=cluster.batch_wait_tokens_ratio,
+            recv_interval_steps=steps_as_iterations(cluster.recv_interval_steps, iterations_per_step),
         )
+
+
+def steps_as_iterations(steps: int, iterations_per_step: float) -> int:
+    """`steps` engine steps as executor iterations: a count above 1 times the iterations a step
+    spans, rounded (0 and 1, "off" and "every iteration", stay as they are)."""
+    if not iterations_per_step >= 1.0:
+        raise ValueError(f"limits: iterations_per_step must be >= 1, got {iterations_per_step}")
+    return steps if steps <= 1 else max(1, round(steps * iterations_per_step))

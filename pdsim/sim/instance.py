@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pdsim.config import Config
 from pdsim.perf import LatencyModel
+from pdsim.perf.speculative import iterations_per_step
 from pdsim.policy.decisions import DecisionLog
 from pdsim.policy.limits import StepLimits
 from pdsim.policy.views import InstanceView
@@ -61,7 +62,7 @@ class InstanceBase(InstanceSide):
         self.hooks = ctx.hooks
         self.latency = latency
         ranks = ctx.cfg.cluster.parallel(self.role).dp if self.role in ("prefill", "decode", "colocated") else 1
-        self.limits = StepLimits.from_config(ctx.cfg.cluster, ctx.cfg.policy, ranks)
+        self.limits = StepLimits.from_config(ctx.cfg.cluster, ctx.cfg.policy, ranks, iterations_per_step(ctx.cfg.perf))
         # cluster settings read per request, kept as native fields (cfg is a Python dataclass)
         self.handoff_at_prefill_end = handoff_at_prefill_end(ctx.cfg.cluster)
         self.control_plane_latency_s = ctx.cfg.cluster.control_plane_latency_s

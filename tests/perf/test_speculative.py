@@ -73,3 +73,19 @@ def test_mtp_run_lowers_tpot_by_the_step_ratio() -> None:
     measured = mtp.summary["tpot_s"]["mean"] / plain.summary["tpot_s"]["mean"]
     assert ratio < 0.75
     assert measured == pytest.approx(ratio, rel=0.05)
+
+
+def test_mtp_scales_the_step_counted_limits_of_the_instances() -> None:
+    """With MTP a simulator iteration is 1/a of an engine step, so SGLang's receive interval and
+    TensorRT-LLM's batch waiting (counted in engine steps) are a x as many iterations."""
+    from pdsim.sim.cluster import Simulation
+    from pdsim.workload import build_workload
+
+    base = ["model=llama3_8b", "hardware=h100", "perf=linear", "scenario=bench_random", "cluster.mode=colocated",
+            "cluster.colocated=1", "scenario.num_requests=4", "scenario.concurrency=2",
+            "cluster.recv_interval_steps=10", "cluster.batch_wait_iters=4", "progress=false"]
+    for extra, limits in (([], (10, 4)), (["perf.mtp_draft_tokens=1", "perf.mtp_accepted_tokens=1.8"], (18, 7))):
+        cfg = compose_config([*base, *extra])
+        sim = Simulation(cfg, build_workload(cfg.scenario, cfg.seed, cfg.data_dir))
+        (instance,) = sim.instances
+        assert (instance.limits.recv_interval_steps, instance.limits.batch_wait_iters) == limits
