@@ -246,30 +246,17 @@ def test_receive_interval_counts_decodes_and_receives_after_prefill_or_idle() ->
 def test_step_counted_limits_become_iterations_when_a_step_spans_several() -> None:
     # pdsim with MTP spreads a verify step over `a` iterations (perf/speculative.py), so the limits
     # an engine counts in steps count a x as many iterations; 0 (off) and 1 (every iteration) stay
-    @dataclass
-    class Cluster:
-        page_size_tokens: int = 16
-        max_running_requests: int = 64
-        max_prefill_tokens: int = 8192
-        chunk_size_tokens: int = 8192
-        prealloc_slots: int = 0
-        colocated_schedule: str = "mixed"
-        batch_wait_iters: int = 20
-        batch_wait_tokens_ratio: float = 0.9
-        recv_interval_steps: int = 30
+    from pdsim.config import ClusterConfig, PolicyConfig
 
-    @dataclass
-    class Policy:
-        new_token_ratio: float = 0.0
-        decode_reserved_tokens: int = 0
-
+    cluster = ClusterConfig(recv_interval_steps=30, batch_wait_iters=20, batch_wait_tokens_ratio=0.9)
     assert [steps_as_iterations(n, 3.18) for n in (0, 1, 2, 10, 30)] == [0, 1, 6, 32, 95]
     assert steps_as_iterations(30, 1.0) == 30
-    plain = StepLimits.from_config(Cluster(), Policy())
+    plain = StepLimits.from_config(cluster, PolicyConfig())
     assert (plain.recv_interval_steps, plain.batch_wait_iters) == (30, 20)
-    mtp = StepLimits.from_config(Cluster(), Policy(), iterations_per_step=2.5)
+    mtp = StepLimits.from_config(cluster, PolicyConfig(), iterations_per_step=2.5)
     assert (mtp.recv_interval_steps, mtp.batch_wait_iters, mtp.batch_wait_tokens_ratio) == (75, 50, 0.9)
-    every = StepLimits.from_config(Cluster(recv_interval_steps=1, batch_wait_iters=0), Policy(), iterations_per_step=2.5)
+    every = StepLimits.from_config(ClusterConfig(recv_interval_steps=1, batch_wait_iters=0), PolicyConfig(),
+                                   iterations_per_step=2.5)
     assert (every.recv_interval_steps, every.batch_wait_iters) == (1, 0)
     with pytest.raises(ValueError, match="iterations_per_step must be >= 1, got 0.5"):
         steps_as_iterations(30, 0.5)
