@@ -134,6 +134,7 @@ class MeasuredModel:
         object.__setattr__(self, "_gemm", _gemm_table(self.tables, self.model))
         object.__setattr__(self, "_weight_ratio", _weight_only_ratio(self.model, self.scaling.target))
         heads, kv = self._heads()
+        object.__setattr__(self, "_mla", None)  # MLA's projection kernels (mla.py), MLA models only
         if spec.is_mla(self.model):  # MLA tables where the set has them, else the roofline
             context, generation = self.tables.mla_context, self.tables.mla_generation
             if kv_cache_dtype(self.model) == "fp8" and table_file(AIC_DIR / self.tables.source, "mla_generation_fp8"):
@@ -156,8 +157,9 @@ class MeasuredModel:
     def _projections_s(self, tokens: float) -> float:
         """Attention projections of one layer (the mean over layer kinds in a hybrid model)."""
         m, h, tp = self.model, self.model.hidden_size, self.tp
-        if spec.is_mla(m):  # the kernels every token runs (mla.py); kv_b / the BMMs: _mla_split_s
-            return self._mla.common_s(tokens)  # type: ignore[attr-defined]
+        # MLA: the kernels every token runs (mla.py); kv_b and the absorbed BMMs are mla_split_s
+        if self._mla is not None:  # type: ignore[attr-defined]
+            return self._mla.common_s(tokens)  # type: ignore[attr-defined, no-any-return]
         q = m.num_heads * m.head_dim / tp
         kv = math.ceil(m.num_kv_heads / tp) * m.head_dim
         q_out = 2 * q if m.attn_output_gate else q  # the output gate comes out of q_proj
@@ -329,8 +331,9 @@ class MeasuredModel:
         window (layer_kinds.window_pairs), linear-attention layers by their roofline."""
         m = self.model
         attention = self._prefill_attention_s(items) + self._decode_attention_s(num_seqs, context_tokens)
+        mla = 0.0 if self._mla is None else self.mla_split_s(sum(n + c for n, c in items), num_seqs)  # type: ignore[attr-defined]
         if not self._mixed_layers:  # type: ignore[attr-defined]
-            return m.num_layers * attention + self.mla_split_s(sum(n + c for n, c in items), num_seqs)
+            return m.num_layers * attention + mla
         total = spec.num_full_attention_layers(m) * attention
         if m.num_sliding_layers:
             window = m.sliding_window_tokens
@@ -340,12 +343,12 @@ class MeasuredModel:
         if m.num_linear_attention_layers:
             total += m.num_linear_attention_layers * linear_attention_layer_s(
                 m, self.scaling.target, self.tp, items, num_seqs, self.mfu, self.mbu)
-        return total + self.mla_split_s(sum(n + c for n, c in items), num_seqs)
+        return total + mla
 
     def mla_split_s(self, prompt_kv_tokens: int, decode_seqs: int) -> float:
         """Every MLA layer's phase-specific projections: kv_b over the prompt tokens, the
         absorbed BMMs of the decode tokens (mla.py); 0 for other attention."""
-        if not spec.is_mla(self.model) or prompt_kv_tokens + decode_seqs <= 0:
+        if self._mla is None or prompt_kv_tokens + decode_seqs <= 0:  # type: ignore[attr-defined]
             return 0.0
         key = ("mla", prompt_kv_tokens, decode_seqs)
         hit = self._memo.get(key)
