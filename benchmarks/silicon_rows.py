@@ -29,6 +29,7 @@ from silicon_harness import (
     mtp_draft_tokens,
     mtp_overrides,
 )
+from silicon_recipes import moe_a2a, prefill_overrides, trtllm_generation_batch
 
 # model_path -> catalog model. Instruct / quantized checkpoints share their base model's
 # architecture (config.json); their quantization comes from the row's quant modes.
@@ -99,13 +100,6 @@ STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm
 # held-back sample; docs/PRECISION.md "Prefill host floor").
 PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 3.0, "trtllm": 0.75, "vllm": 1.0}
 PREFILL_HOST_MODE = {"sglang": "serial", "trtllm": "serial", "vllm": "floor"}
-# How an attention-DP instance with EP moves tokens to its experts (perf.moe_a2a; it applies to no
-# other layout; the dev split's SGLang attention-DP rows are all disaggregated wide-EP recipes):
-# SGLang fp8 (DeepGEMM experts) runs DeepEP (--moe-a2a-backend deepep); SGLang fp4 runs
-# FlashInfer's TRT-LLM MoE kernels, which take the all-gathered tokens (no DeepEP); TRT-LLM keeps
-# the all-gather / reduce-scatter exchange (its alltoall path unmodelled). docs/MOE.md has both
-# settings' errors on the 29 rows.
-MOE_A2A = {("sglang", "fp8"): "deepep"}
 # The routing the MoE tables are read at (perf.moe_distribution): the tables' skewed routing
 # (AIConfigurator's power_law_1.01) where the row's table set measured it, else balanced (the older
 # sets have nothing else). Chosen over balanced on the two 400-row MoE samples (TPOT 19.4% -> 14.9%)
@@ -432,10 +426,10 @@ def _side_gaps(side: Side, label: str, moe: bool) -> list[str]:
     return gaps
 
 
-def _layout(side: Side, prefix: str) -> list[str]:
+def _layout(row: SiliconRow, side: Side, prefix: str) -> list[str]:
     """cluster overrides of one side's layout (prefix: colocated | prefill | decode)."""
     return [f"cluster.{prefix}_tp={side.tp}", f"cluster.{prefix}_dp={side.attention_dp}",
-            f"cluster.{prefix}_moe_ep={side.moe_ep}"]
+            f"cluster.{prefix}_moe_ep={side.moe_ep}", f"cluster.{prefix}_moe_a2a={moe_a2a(row.backend, row.system, row.precision, prefix)}"]
 
 
 # Per-forward token budget as AIConfigurator's benchmark rules deploy an engine
@@ -462,6 +456,13 @@ def budget_overrides(row: SiliconRow, aggregated: bool) -> list[str]:
     return [f"cluster.max_prefill_tokens={budget}", f"cluster.chunk_size_tokens={budget}"]
 
 
+def _disagg_budget(row: SiliconRow, prefill: Side, decode: Side) -> list[str]:
+    """A disaggregated row's prefill budget: its srt-slurm recipe's (silicon_recipes), else the
+    rules' (budget_overrides)."""
+    recipe = prefill_overrides(row.backend, row.system, row.precision, row.isl_tokens, prefill, decode)
+    return recipe or budget_overrides(row, aggregated=False)
+
+
 def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     """(cluster overrides, gaps) for the row's deployment."""
     c = row.concurrency
@@ -471,7 +472,7 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
             return [], ["agg row without tp_size"]
         engine = ENGINES.get(row.backend)  # None: unsupported anyway (_engine_gaps says why)
         schedule = f"cluster.colocated_schedule={engine.colocated_schedule if engine else 'mixed'}"
-        return (["cluster.mode=colocated", "cluster.colocated=1", *_layout(row.agg, "colocated"), schedule,
+        return (["cluster.mode=colocated", "cluster.colocated=1", *_layout(row, row.agg, "colocated"), schedule,
                  running, *budget_overrides(row, aggregated=True)],
                 _side_gaps(row.agg, "", moe))
     if row.mode != "disagg":
@@ -479,8 +480,12 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
     p, d = row.prefill, row.decode
     if p is None or d is None or p.workers <= 0 or d.workers <= 0:
         return [], ["disagg row without worker counts"]
+    batch = trtllm_generation_batch(row.system, row.precision, row.isl_tokens, row.osl_tokens, p, d, c) \
+        if row.backend == "trtllm" else 0
+    if batch:  # the recipe's generation slots per rank (silicon_recipes.TRTLLM_GENERATION)
+        running = f"cluster.max_running_requests={batch}"
     overrides = ["cluster.mode=disaggregated", f"cluster.prefill={p.workers}", f"cluster.decode={d.workers}",
-                 *_layout(p, "prefill"), *_layout(d, "decode"), running, *budget_overrides(row, aggregated=False)]
+                 *_layout(row, p, "prefill"), *_layout(row, d, "decode"), running, *_disagg_budget(row, p, d)]
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 
@@ -506,7 +511,6 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.overhead_s={step_overhead_s(row.backend, table_set)}",
         f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
         f"perf.prefill_host_mode={PREFILL_HOST_MODE.get(row.backend, 'floor')}",
-        f"perf.moe_a2a={MOE_A2A.get((row.backend, row.precision), 'allgather')}",
         f"perf.moe_distribution={moe_routing(table_set)}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",

@@ -189,6 +189,11 @@ class ClusterConfig:
     prefill_moe_ep: int = 1
     decode_moe_ep: int = 1
     colocated_moe_ep: int = 1
+    # per side, how attention-DP ranks reach their experts (allgather | deepep; "" = perf.moe_a2a):
+    # a deployment may all-gather on prefill and run DeepEP on decode
+    prefill_moe_a2a: str = ""
+    decode_moe_a2a: str = ""
+    colocated_moe_a2a: str = ""
     page_size_tokens: int = 16
     gpu_memory_utilization: float = 0.9
     kv_capacity_tokens: int = 0  # >0 overrides the perf model's capacity (per instance)
@@ -231,7 +236,8 @@ class ClusterConfig:
         """The layout of one side's instances (side: prefill | decode | colocated)."""
         if side not in ("prefill", "decode", "colocated"):
             raise ValueError(f"cluster: side must be prefill, decode or colocated, got {side!r}")
-        return Parallel(getattr(self, f"{side}_tp"), getattr(self, f"{side}_dp"), getattr(self, f"{side}_moe_ep"))
+        return Parallel(getattr(self, f"{side}_tp"), getattr(self, f"{side}_dp"), getattr(self, f"{side}_moe_ep"),
+                        getattr(self, f"{side}_moe_a2a"))
 
     @property
     def dispatch_delay_s(self) -> float:

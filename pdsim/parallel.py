@@ -8,12 +8,17 @@ instance's GPUs: experts split `moe_ep` ways, each expert's matrices `moe_tp` wa
 `moe_tp * moe_ep = tp * dp` (AIConfigurator's and the silicon rows' convention). With dp = 1 and
 moe_ep = 1 this is plain tensor parallelism, which is what every instance was before.
 
-A leaf module (plain integers in, no config types), so that config.py can validate with it.
+An instance also names how its MoE layers reach their experts under attention DP (`moe_a2a`:
+all-gather / reduce-scatter, or DeepEP's dispatch / combine), since engines set it per instance
+(a prefill may all-gather while its decode runs DeepEP). A leaf module (plain values in, no
+config types), so that config.py can validate with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+MOE_A2A_CHOICES = ("", "allgather", "deepep")  # "" = perf.moe_a2a
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,9 @@ class Parallel:
     tp: int = 1  # attention tensor parallelism inside one DP rank
     dp: int = 1  # attention data-parallel ranks
     moe_ep: int = 1  # expert parallelism of the MoE layers (over all tp * dp GPUs)
+    # how an attention-DP instance's tokens reach their experts: allgather | deepep; "" = the
+    # perf model's default (perf.moe_a2a). Engines set it per instance (SGLang --moe-a2a-backend)
+    moe_a2a: str = ""
 
     @property
     def gpus(self) -> int:
@@ -56,6 +64,8 @@ class Parallel:
         for name in ("tp", "dp", "moe_ep"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
+        if self.moe_a2a not in MOE_A2A_CHOICES:
+            raise ValueError(f"cluster: field '{prefix}moe_a2a' = {self.moe_a2a!r} must be one of {list(MOE_A2A_CHOICES)}")
         if num_heads % self.tp:
             raise bad("tp", f"does not divide model {model_name}'s {num_heads} attention heads")
         if self.moe_ep > 1 and not num_experts:

@@ -97,7 +97,7 @@ def _step_model(
         if parallel.dp == 1:
             return measured
         deepep = None
-        if perf.moe_a2a == "deepep" and parallel.moe_ep > 1:
+        if (parallel.moe_a2a or perf.moe_a2a) == "deepep" and parallel.moe_ep > 1:
             deepep = DeepEpMoe(load_deepep(measured.tables.source), measured.tables, model, parallel.moe_ep, hardware,
                                perf.moe_distribution)
         return DataParallelModel(measured, parallel.dp, hardware, deepep=deepep)

@@ -2,8 +2,9 @@
 
 Per GPU: memory_gib x utilisation, minus hardware.reserved_gib, minus the weights that GPU
 holds: the routed experts split over all the instance's GPUs (moe_tp x moe_ep = tp x dp) at the
-MoE quant mode's bytes, everything else (attention, dense layers, shared experts, router,
-embeddings) split over the tp GPUs of one DP rank (each DP rank holds a copy). What is left
+MoE quant mode's bytes, MLA's down-projection whole on every GPU (spec.replicated_weight_bytes),
+everything else (attention, dense layers, shared experts, router, embeddings) split over the tp
+GPUs of one DP rank (each DP rank holds a copy). What is left
 holds KV at the rank's bytes per token (its share of the KV heads; an MLA latent is whole on
 every rank). Each of the dp ranks has its own KV pool: the instance holds dp of them.
 
@@ -25,7 +26,8 @@ from pdsim.perf import spec
 def weight_bytes_per_gpu(model: ModelConfig, parallel: Parallel) -> float:
     """Weight bytes on one GPU of an instance of this layout."""
     experts = spec.routed_expert_params(model) * spec.expert_weight_bytes(model)
-    return (spec.weight_bytes(model) - experts) / parallel.tp + experts / parallel.gpus
+    replicated = spec.replicated_weight_bytes(model)
+    return (spec.weight_bytes(model) - experts - replicated) / parallel.tp + replicated + experts / parallel.gpus
 
 
 def instance_kv_capacity_tokens(

@@ -190,6 +190,15 @@ def attention_params_per_layer(model: ModelConfig) -> int:
     return h * q_out + 2 * h * kv + q * h
 
 
+def replicated_weight_bytes(model: ModelConfig) -> float:
+    """Weights every TP rank holds whole: MLA's fused down-projection (hidden -> q_lora + kv_lora +
+    RoPE key), which SGLang, vLLM and TRT-LLM run replicated (pdsim/perf/mla.py prices it so)."""
+    if not is_mla(model):
+        return 0.0
+    down = model.hidden_size * (max(0, model.q_lora_rank) + model.kv_lora_rank + model.qk_rope_head_dim)
+    return float(model.num_layers * down * gemm_weight_bytes(model))
+
+
 def linear_attention_params_per_layer(model: ModelConfig) -> int:
     """One Gated DeltaNet layer: the q, k, v, output-gate (z), beta and decay (a) projections,
     the depthwise short convolution over q, k and v, and the output projection."""
@@ -305,13 +314,15 @@ def kv_capacity_tokens(
     """KV tokens one instance of tp x pp GPUs holds.
 
     Per GPU: memory_gib * utilisation, minus hardware.reserved_gib (CUDA context, activations),
-    minus its even share of the weights; divided by the KV bytes per token that GPU stores
-    (its share of heads, 1/pp of the layers).
+    minus its share of the weights (even, but for the replicated ones: replicated_weight_bytes);
+    divided by the KV bytes per token that GPU stores (its share of heads, 1/pp of the layers).
     """
     _check_tp(tp)
     if pp < 1:
         raise ValueError(f"pipeline parallel size must be >= 1, got {pp}")
-    free = usable_bytes_per_gpu(hardware, gpu_memory_utilization) - weight_bytes(model) / (tp * pp)
+    replicated = replicated_weight_bytes(model)
+    free = (usable_bytes_per_gpu(hardware, gpu_memory_utilization) - (weight_bytes(model) - replicated) / (tp * pp)
+            - replicated / pp)
     if free <= 0:
         raise ValueError(
             f"model {model.name} ({weight_bytes(model) / GIB:.1f} GiB of weights) does not fit on "

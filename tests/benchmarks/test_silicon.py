@@ -306,17 +306,22 @@ def test_inferencex_agg_rows_run_on_one_node_as_the_scripts_deploy_them(
     assert aiperf.agg is not None and (aiperf.agg.tp, aiperf.agg.attention_dp) == (float(tp), float(dp))
 
 
-@pytest.mark.parametrize(("precision", "backend", "a2a"), [("fp8", "sglang", "deepep"), ("fp4", "sglang", "allgather"),
-                                                           ("fp8", "trtllm", "allgather")])
-def test_wide_ep_rows_reach_their_experts_as_deployed(precision: str, backend: str, a2a: str) -> None:
-    """SGLang fp8 wide EP runs DeepEP; SGLang fp4 (FlashInfer's TRT-LLM MoE) and TRT-LLM all-gather."""
+@pytest.mark.parametrize(("system", "precision", "backend", "prefill", "decode"), [
+    ("gb300", "fp8", "sglang", "deepep", "deepep"), ("gb300", "fp4", "sglang", "allgather", "deepep"),
+    ("b200_sxm", "fp8", "sglang", "allgather", "allgather"), ("b200_sxm", "fp4", "sglang", "allgather", "allgather"),
+    ("gb300", "fp8", "trtllm", "allgather", "allgather")])
+def test_wide_ep_rows_reach_their_experts_as_deployed(system: str, precision: str, backend: str, prefill: str,
+                                                      decode: str) -> None:
+    """Per side, as srt-slurm's recipes set --moe-a2a-backend: GB300 fp8 DeepEP on both sides, GB300
+    fp4 on its decode only, B200 on neither; TRT-LLM all-gathers."""
     [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
     gemm = "fp8_block" if precision == "fp8" else "nvfp4"
-    raw = {**wide, "precision": precision, "backend": backend, "gemm_quant_mode": gemm, "moe_quant_mode": gemm,
-           "backend_version": "1.0.0rc3" if backend == "trtllm" else wide["backend_version"]}
+    raw = {**wide, "system": system, "precision": precision, "backend": backend, "gemm_quant_mode": gemm,
+           "moe_quant_mode": gemm, "backend_version": "1.0.0rc3" if backend == "trtllm" else wide["backend_version"]}
     plan = plan_row(parse_row(raw), load_catalog())
     assert plan.supported, plan.missing
-    assert f"perf.moe_a2a={a2a}" in plan.overrides
+    assert {f"cluster.prefill_moe_a2a={prefill}", f"cluster.decode_moe_a2a={decode}"} <= set(plan.overrides)
+    assert not any(o.startswith("perf.moe_a2a=") for o in plan.overrides)  # one place decides: the side
 
 
 def test_moe_tables_are_read_at_skewed_routing_where_the_set_has_it() -> None:
@@ -339,3 +344,56 @@ def test_eager_prefill_host_time_per_engine(backend: str, version: str, mode: st
     plan = plan_row(parse_row(raw), load_catalog())
     assert plan.supported, plan.missing
     assert {f"perf.prefill_host_mode={mode}", f"perf.prefill_host_s_per_moe_layer={per_layer_s}"} <= set(plan.overrides)
+
+
+@pytest.mark.parametrize(("system", "precision", "backend", "isl", "prefill_workers", "budget", "chunk"), [
+    # per DP rank (StepLimits scales by the ranks); SGLang divides the chunk by the DP size (4 here).
+    # B200 SGLang recipes: 32768 / 32768 (65536 / 65536 on the fp4 8k/1k 7-prefill point)
+    ("b200_sxm", "fp4", "sglang", "1024", "1", 32768 // 4, 32768 // 4),
+    ("b200_sxm", "fp4", "sglang", "8192", "7", 65536 // 4, 65536 // 4),
+    # GB300 fp4 DP4 prefills: min(max-prefill-tokens 32768, chunked-prefill-size 65536 / 4)
+    ("gb300", "fp4", "sglang", "1024", "4", 16384, 16384),
+    # TRT-LLM context ranks: min(max_num_tokens, max_batch_size x isl), unchunked
+    ("b200_sxm", "fp4", "trtllm", "1024", "1", min(10240, 8 * 1024), 0),
+    ("b200_sxm", "fp8", "trtllm", "8192", "1", min(8320, 1 * 8192), 0),
+])
+def test_disaggregated_rows_take_their_recipes_prefill_budget(system: str, precision: str, backend: str, isl: str,
+                                                              prefill_workers: str, budget: int, chunk: int) -> None:
+    """srt-slurm's recipes set each prefill DP rank's budget (silicon_recipes)."""
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
+    gemm = "fp8_block" if precision == "fp8" else "nvfp4"
+    raw = {**wide, "system": system, "precision": precision, "backend": backend, "gemm_quant_mode": gemm,
+           "moe_quant_mode": gemm, "isl": isl, "prefill_num_workers": prefill_workers, "prefill_tp_size": "1",
+           "prefill_attention_dp_size": "4", "prefill_moe_ep_size": "4",
+           "backend_version": "1.0.0rc3" if backend == "trtllm" else wide["backend_version"]}
+    plan = plan_row(parse_row(raw), load_catalog())
+    assert plan.supported, plan.missing
+    assert {f"cluster.max_prefill_tokens={budget}", f"cluster.chunk_size_tokens={chunk}"} <= set(plan.overrides)
+
+
+def test_a_system_without_recipes_keeps_the_rules_budget() -> None:
+    from silicon_recipes import prefill_overrides
+    from silicon_rows import Side
+
+    side = Side(tp=8, attention_dp=1, workers=1)
+    assert prefill_overrides("sglang", "a100_sxm", "fp8", 1024, side, side) == []
+    assert prefill_overrides("vllm", "b200_sxm", "fp8", 1024, side, side) == []
+    # GB300 fp8 low-latency TP prefill, 8k prompts: the recipe's 32768 (no DP: x1)
+    assert prefill_overrides("sglang", "gb300", "fp8", 8192, side, side) == [
+        "cluster.max_prefill_tokens=32768", "cluster.chunk_size_tokens=32768"]
+
+
+def test_trtllm_generation_slots_come_from_the_recipe_run_at_that_concurrency() -> None:
+    """GB300 fp8 1k/1k, 4 generation servers of TEP8: batch 1 at 4 clients, 4 at 24, 16 at 84 (so
+    24 clients meet 16 slots); a point no recipe ran keeps the rules' running limit."""
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
+    base = {**wide, "system": "gb300", "backend": "trtllm", "backend_version": "1.0.0rc3", "precision": "fp8",
+            "isl": "1024", "osl": "1024", "gemm_quant_mode": "fp8_block",
+            "moe_quant_mode": "fp8_block", "prefill_num_workers": "1", "prefill_tp_size": "1",
+            "prefill_attention_dp_size": "4", "prefill_moe_ep_size": "4", "decode_num_workers": "4",
+            "decode_tp_size": "8", "decode_attention_dp_size": "1", "decode_moe_tp_size": "1", "decode_moe_ep_size": "8"}
+    for clients, running in ((4, 1), (24, 4), (84, 16), (50, 256)):
+        source = f"db-dump/x; silicon_concurrency={clients}; measured=2026-02-07T00:00:00.000Z"
+        plan = plan_row(parse_row({**base, "silicon_data_source": source}), load_catalog())
+        assert plan.supported, plan.missing
+        assert f"cluster.max_running_requests={running}" in plan.overrides

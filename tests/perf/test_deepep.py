@@ -120,12 +120,26 @@ def test_errors_name_the_field_and_the_set(perf: PerfConfig, dsv3: ModelConfig, 
     assert build_latency_model(perf, dsv3, gb300, Parallel(1, 8, 1)).deepep is None
 
 
+def test_each_side_names_its_own_exchange(perf: PerfConfig, dsv3: ModelConfig, gb300: HardwareConfig) -> None:
+    """A layout's moe_a2a overrides perf.moe_a2a; "" keeps it (a prefill may all-gather while its
+    decode runs DeepEP, as srt-slurm's GB300 fp4 recipes deploy)."""
+    gather = dataclasses.replace(perf, moe_a2a="allgather")
+    assert build_latency_model(gather, dsv3, gb300, Parallel(1, 32, 32, "deepep")).deepep is not None
+    assert build_latency_model(perf, dsv3, gb300, Parallel(1, 32, 32, "allgather")).deepep is None
+    assert build_latency_model(perf, dsv3, gb300, Parallel(1, 32, 32, "")).deepep is not None  # perf's deepep
+    with pytest.raises(ValueError, match=r"cluster: field 'decode_moe_a2a' = 'nccl' must be one of "
+                                         r"\['', 'allgather', 'deepep'\]"):
+        compose_config(["model=deepseek_v3", "hardware=gb300", "perf=measured", "cluster.mode=disaggregated",
+                        "cluster.decode_tp=1", "cluster.decode_dp=8", "cluster.decode_moe_ep=8",
+                        "cluster.decode_moe_a2a=nccl"])
+
+
 def test_wide_ep_disaggregated_run() -> None:
     from pdsim.run import run_simulation
 
     cfg = compose_config([
         "model=deepseek_v3", "hardware=gb300", "perf=measured", "perf.engine_version=0.5.14",
-        "perf.moe_a2a=deepep", "model.gemm_quant=fp8_block", "model.moe_quant=fp8_block",
+        "model.gemm_quant=fp8_block", "model.moe_quant=fp8_block", "cluster.decode_moe_a2a=deepep",
         "cluster.mode=disaggregated", "cluster.prefill=1", "cluster.decode=1", "cluster.prefill_tp=1",
         "cluster.prefill_dp=8", "cluster.prefill_moe_ep=8", "cluster.decode_tp=1", "cluster.decode_dp=32",
         "cluster.decode_moe_ep=32", "scenario=bench_random", "scenario.num_requests=64",

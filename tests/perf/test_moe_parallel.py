@@ -185,11 +185,20 @@ def test_capacity_dp8_ep8_by_hand(dsv3: ModelConfig, b200: HardwareConfig) -> No
     total = spec.weight_bytes(dsv3)
     kv_token = 61 * (512 + 64) * 2  # MLA latent, bf16, whole on every rank
     dp8 = Parallel(1, 8, 8)
-    assert weight_bytes_per_gpu(dsv3, dp8) == pytest.approx(total - experts + experts / 8, rel=1e-12)
+    assert weight_bytes_per_gpu(dsv3, dp8) == pytest.approx(total - experts + experts / 8, rel=1e-12)  # TP1 ranks
     assert instance_kv_capacity_tokens(dsv3, b200, dp8, 0.9) == int((per_gpu - (total - experts + experts / 8))
                                                                     // kv_token) * 8
+    # MLA's fused down-projection (7168 -> 1536 + 512 + 64) is whole on every TP rank, fp8_block
+    replicated = 61 * 7168 * (1536 + 512 + 64) * (1 + 4 / (128 * 128))
+    assert spec.replicated_weight_bytes(dsv3) == pytest.approx(replicated, rel=1e-12)
+    assert replicated / 2**30 == pytest.approx(0.86, abs=0.01)  # ~0.75 GiB more per GPU at TP8 than an even split
     tp8 = instance_kv_capacity_tokens(dsv3, b200, Parallel(8), 0.9)
-    assert tp8 == spec.kv_capacity_tokens(dsv3, b200, 8, 0.9) == int((per_gpu - total / 8) // kv_token)
+    assert tp8 == spec.kv_capacity_tokens(dsv3, b200, 8, 0.9) == int(
+        (per_gpu - (total - replicated) / 8 - replicated) // kv_token)
+    assert weight_bytes_per_gpu(dsv3, Parallel(8, 1, 8)) == pytest.approx(
+        (total - experts - replicated) / 8 + replicated + experts / 8, rel=1e-12)
+    dense = catalog.load_model("qwen3_32b")
+    assert spec.replicated_weight_bytes(dense) == 0.0  # no MLA: everything splits evenly
 
 
 # -- layer kinds: measured sliding and linear attention, sparse refused ------------------------
