@@ -408,6 +408,8 @@ class PlanConfig:
     # DP > 1 or EP > 1 need perf=measured on hardware with op_tables, EP > 1 an MoE model)
     dp_options: list[int] = field(default_factory=lambda: [1])
     ep_options: list[int] = field(default_factory=lambda: [1])
+    # how DP x EP layouts reach their experts: "" (perf.moe_a2a), allgather, deepep (each tried)
+    a2a_options: list[str] = field(default_factory=lambda: [""])
     # requests per simulated probe; 0 = sized per fleet and rate: arrivals spanning 20 lone-request
     # latencies (pdsim.search.planner.MIN_LIFETIMES), within [min_requests, max_requests]
     num_requests: int = 0
@@ -430,6 +432,8 @@ class FrontierConfig:
     # DP > 1 or EP > 1 need perf=measured on hardware with op_tables, EP > 1 an MoE model)
     dp_options: list[int] = field(default_factory=lambda: [1])
     ep_options: list[int] = field(default_factory=lambda: [1])
+    # how DP x EP layouts reach their experts (label suffix deepep / allgather; "" = perf.moe_a2a)
+    a2a_options: list[str] = field(default_factory=lambda: [""])
     modes: list[str] = field(default_factory=lambda: ["colocated", "disaggregated"])
     # precisions to compare, "GEMM[.kvKV]" each (e.g. bf16, fp8.kvfp8, nvfp4.kvfp8); [] = the model's own
     precisions: list[str] = field(default_factory=list)

@@ -41,11 +41,14 @@ def best_per_budget(results: pd.DataFrame) -> pd.DataFrame:
 
 
 LAYOUT_COLUMNS = ("prefill_dp", "decode_dp", "colocated_dp", "prefill_moe_ep", "decode_moe_ep", "colocated_moe_ep")
+A2A_COLUMNS = ("prefill_moe_a2a", "decode_moe_a2a", "colocated_moe_a2a")
 
 
 def format_results(results: pd.DataFrame) -> str:
-    """The table's main columns; DP / EP columns only where some row has DP or EP above 1."""
+    """The table's main columns; DP / EP columns only where some row has DP or EP above 1, MoE
+    exchange columns only where some row names one."""
     layout = [c for c in LAYOUT_COLUMNS if c in results.columns and (results[c] != 1).any()]
+    layout += [c for c in A2A_COLUMNS if c in results.columns and (results[c].fillna("") != "").any()]
     columns = [c for c in ("job", "mode", "prefill", "decode", "colocated", "prefill_tp", "decode_tp", *layout,
                            "gpus", "routing", "rate_rps", "attainment_both", "ttft_mean_s", "tpot_mean_s",
                            "goodput_rps", "goodput_per_gpu_rps") if c in results.columns]

@@ -8,12 +8,14 @@ parallelism EP over all of its TP x DP GPUs. Precision is a property of the whol
 (docs/PRECISION.md), enumerated over `frontier.precisions`.
 
 Labels are the hydra sweep values of `pdsim frontier` (no commas, no spaces). A side is
-`tpA[dpB][epC]xN`: N instances of attention TP A, B DP ranks (omitted: 1), EP C (omitted: 1):
+`tpA[dpB][epC][A2A]xN`: N instances of attention TP A, B DP ranks (omitted: 1), EP C (omitted: 1),
+their MoE exchange A2A (`deepep` or `allgather`; omitted: perf.moe_a2a; DP and EP above 1 only):
 
     co-tp4x4                  4 colocated instances at TP4
     pd-tp4x2-tp8x1            2 prefill instances at TP4, 1 decode instance at TP8
     co-tp2x8@fp8.kvfp8        8 colocated instances at TP2, fp8 GEMMs and an fp8 KV cache
     pd-tp8ep8x1-tp1dp8ep8x2   1 prefill instance at TP8/EP8, 2 decode instances at TP1xDP8/EP8
+    pd-tp1dp8ep8x1-tp1dp8ep8deepepx2   ... the decode instances reaching their experts by DeepEP
 """
 
 from __future__ import annotations
@@ -25,27 +27,29 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pdsim.config import GEMM_QUANTS, KV_DTYPES, Config
-from pdsim.parallel import Parallel
+from pdsim.parallel import MOE_A2A_CHOICES, Parallel
 from pdsim.perf import build_latency_model, instance_kv_capacity_tokens
 
 log = logging.getLogger(__name__)
 
 COLOCATED, DISAGG = "colocated", "disaggregated"
 FAMILIES = (COLOCATED, DISAGG)
-_SIDE = re.compile(r"tp(\d+)(?:dp(\d+))?(?:ep(\d+))?x(\d+)$")
+_SIDE = re.compile(r"tp(\d+)(?:dp(\d+))?(?:ep(\d+))?(allgather|deepep)?x(\d+)$")
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Layout:
-    """How one instance is parallelised: attention TP x DP ranks, MoE EP over all its GPUs."""
+    """How one instance is parallelised: attention TP x DP ranks, MoE EP over all its GPUs, and
+    how its DP ranks reach their experts ("" = perf.moe_a2a)."""
 
     tp: int = 1
     dp: int = 1
     moe_ep: int = 1
+    moe_a2a: str = ""
 
     @property
     def parallel(self) -> Parallel:
-        return Parallel(self.tp, self.dp, self.moe_ep)
+        return Parallel(self.tp, self.dp, self.moe_ep, self.moe_a2a)
 
     @property
     def gpus(self) -> int:
@@ -53,13 +57,14 @@ class Layout:
 
     @property
     def token(self) -> str:
-        """tp4, tp1dp8ep8: the label's part (dp / ep omitted when 1)."""
-        return f"tp{self.tp}" + (f"dp{self.dp}" if self.dp != 1 else "") + (f"ep{self.moe_ep}" if self.moe_ep != 1 else "")
+        """tp4, tp1dp8ep8, tp1dp8ep8deepep: the label's part (dp / ep omitted when 1)."""
+        return (f"tp{self.tp}" + (f"dp{self.dp}" if self.dp != 1 else "") + (f"ep{self.moe_ep}" if self.moe_ep != 1 else "")
+                + self.moe_a2a)
 
     @property
     def text(self) -> str:
-        """TP4, TP1xDP8/EP8."""
-        return self.parallel.text
+        """TP4, TP1xDP8/EP8, TP1xDP8/EP8 deepep."""
+        return self.parallel.text + (f" {self.moe_a2a}" if self.moe_a2a else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +151,28 @@ def parse_label(label: str) -> Deployment:
     sides = [_SIDE.match(p) for p in parts[1:]]
     if parts[0] not in ("co", "pd") or len(sides) != (1 if parts[0] == "co" else 2) or not all(sides):
         raise ValueError(f"frontier: deployment label {label!r} is not co-SIDE or pd-SIDE-SIDE "
-                         f"(SIDE = tpA[dpB][epC]xN, e.g. co-tp4x4, pd-tp8ep8x1-tp1dp8ep8x2)")
-    made = [Side(Layout(*(int(g or 1) for g in m.groups()[:3])), int(m.group(4))) for m in sides if m is not None]
+                         f"(SIDE = tpA[dpB][epC][deepep|allgather]xN, e.g. co-tp4x4, pd-tp8ep8x1-tp1dp8ep8x2)")
+    made = [Side(_layout(m), int(m.group(5))) for m in sides if m is not None]
     if any(min(s.count, s.layout.tp, s.layout.dp, s.layout.moe_ep) < 1 for s in made):
         raise ValueError(f"frontier: deployment label {label!r} has a count, TP, DP or EP below 1")
+    if any(s.layout.moe_a2a and not exchanges(s.layout) for s in made):
+        raise ValueError(f"frontier: deployment label {label!r} names a MoE exchange on a side without both "
+                         f"DP and EP above 1")
     if parts[0] == "co":
         return Deployment(COLOCATED, colocated=made[0], precision=precision)
     return Deployment(DISAGG, prefill=made[0], decode=made[1], precision=precision)
+
+
+def _layout(side: re.Match[str]) -> Layout:
+    """The layout of a label's side match (tp, dp, ep, exchange)."""
+    tp, dp, ep = (int(g or 1) for g in side.groups()[:3])
+    return Layout(tp, dp, ep, side.group(4) or "")
+
+
+def exchanges(layout: Layout) -> bool:
+    """Whether the layout's DP ranks exchange tokens with experts spread over them (DP and EP
+    above 1): the only layouts a MoE exchange (moe_a2a) applies to."""
+    return layout.dp > 1 and layout.moe_ep > 1
 
 
 def layout_problem(cfg: Config, layout: Layout, gpus: int, budget: str = "frontier.gpus") -> str:
@@ -179,12 +199,19 @@ def layout_problem(cfg: Config, layout: Layout, gpus: int, budget: str = "fronti
 
 
 def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int, budget: str = "frontier.gpus",
-                    dp_options: Sequence[int] = (1,), ep_options: Sequence[int] = (1,)) -> list[Layout]:
-    """Layouts (ascending) of every (TP, DP, EP) option that `layout_problem` lets through; the
-    others are logged with their reason."""
+                    dp_options: Sequence[int] = (1,), ep_options: Sequence[int] = (1,),
+                    a2a_options: Sequence[str] = ("",)) -> list[Layout]:
+    """Layouts (ascending) of every (TP, DP, EP, MoE exchange) option that `layout_problem` lets
+    through; the others are logged with their reason. An exchange option applies to DP x EP
+    layouts only (`exchanges`); the others keep perf.moe_a2a."""
+    unknown = [a for a in a2a_options if a not in MOE_A2A_CHOICES]
+    if unknown:
+        raise ValueError(f"{budget.split('.')[0]}: a2a_options {unknown} not in {list(MOE_A2A_CHOICES)}")
     fits: list[Layout] = []
     dropped: dict[Layout, str] = {}
-    for layout in sorted({Layout(t, d, e) for t in tp_options for d in dp_options for e in ep_options}):
+    plain = {Layout(t, d, e) for t in tp_options for d in dp_options for e in ep_options}
+    layouts = {replace(lay, moe_a2a=a) if exchanges(lay) else lay for lay in plain for a in a2a_options}
+    for layout in sorted(layouts):
         why = layout_problem(cfg, layout, gpus, budget)
         if why:
             log.info("%s skipped: %s", layout.text, why)
@@ -198,6 +225,8 @@ def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int, budget: s
         options = f"TP option in {list(tp_options)}"
         if list(dp_options) != [1] or list(ep_options) != [1]:
             options += f" x DP option in {list(dp_options)} x EP option in {list(ep_options)}"
+        if list(a2a_options) != [""]:
+            options += f" x MoE exchange in {list(a2a_options)}"
         raise ValueError(f"{budget.split('.')[0]}: no {options} fits {cfg.model.name} on {cfg.hardware.name} "
                          f"within {budget}={gpus} ({'; '.join(f'{lay.text}: {why}' for lay, why in dropped.items())})")
     return fits
@@ -242,7 +271,7 @@ def frontier_deployments(cfg: Config) -> list[Deployment]:
         for side in dep.sides:
             lay = side.layout
             fitting_layouts(with_precision(cfg, dep.precision), [lay.tp], fr.gpus, dp_options=[lay.dp],
-                            ep_options=[lay.moe_ep])
+                            ep_options=[lay.moe_ep], a2a_options=[lay.moe_a2a])
     return deps
 
 
@@ -262,5 +291,6 @@ def deployment_config(cfg: Config, dep: Deployment) -> Config:
 
 
 def layout_fields(side: str, layout: Layout) -> dict[str, Any]:
-    """The cluster fields of one side's layout: {side}_tp, {side}_dp, {side}_moe_ep."""
-    return {f"{side}_tp": layout.tp, f"{side}_dp": layout.dp, f"{side}_moe_ep": layout.moe_ep}
+    """The cluster fields of one side's layout: {side}_tp, {side}_dp, {side}_moe_ep, {side}_moe_a2a."""
+    return {f"{side}_tp": layout.tp, f"{side}_dp": layout.dp, f"{side}_moe_ep": layout.moe_ep,
+            f"{side}_moe_a2a": layout.moe_a2a}

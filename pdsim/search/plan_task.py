@@ -61,11 +61,11 @@ def format_plan(result: Plan, cfg: Config) -> str:
              f"perf={cfg.perf.kind} budget {result.gpus} GPUs, SLO TTFT<={cfg.slo.ttft_s}s TPOT<={cfg.slo.tpot_s}s "
              f"({100 * cfg.slo.attainment_target:.0f}%), {probe_text(cfg)}", "",
              "one instance per role (goodput, req/s):",
-             f"{'role':<10}{'layout':>14}{'goodput':>10}{'per GPU':>10}"]
+             f"{'role':<10}{'layout':>20}{'goodput':>10}{'per GPU':>10}"]
     small = set(result.small_probes)
     for r in result.roles:
         flag = "  *" if r.label in small else ""
-        lines.append(f"{r.role:<10}{r.layout.text:>14}{r.goodput_rps:>10.4g}{r.per_gpu_rps:>10.4g}{flag}")
+        lines.append(f"{r.role:<10}{r.layout.text:>20}{r.goodput_rps:>10.4g}{r.per_gpu_rps:>10.4g}{flag}")
     for role in (PREFILL, DECODE, COLOCATED):
         best = _best_layout(result.roles, role)
         if best is not None and best.goodput_rps > 0:

@@ -35,6 +35,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pdsim.config import Config
 from pdsim.parallel import Parallel
@@ -59,10 +60,11 @@ class RoleGoodput:
     goodput_rps: float
     dp: int = 1
     moe_ep: int = 1
+    moe_a2a: str = ""
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.tp, self.dp, self.moe_ep)
+        return Layout(self.tp, self.dp, self.moe_ep, self.moe_a2a)
 
     @property
     def per_gpu_rps(self) -> float:
@@ -77,7 +79,7 @@ class RoleGoodput:
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One fleet: disaggregated (prefill, decode > 0) or colocated (colocated > 0); each side's
-    layout in the cluster's field names ({side}_tp, {side}_dp, {side}_moe_ep)."""
+    layout in the cluster's field names ({side}_tp, {side}_dp, {side}_moe_ep, {side}_moe_a2a)."""
 
     mode: str
     estimate_rps: float
@@ -94,10 +96,14 @@ class Candidate:
     prefill_moe_ep: int = 1
     decode_moe_ep: int = 1
     colocated_moe_ep: int = 1
+    prefill_moe_a2a: str = ""
+    decode_moe_a2a: str = ""
+    colocated_moe_a2a: str = ""
 
     def layout(self, side: str) -> Layout:
         """The layout of `side` (prefill, decode, colocated)."""
-        return Layout(getattr(self, f"{side}_tp"), getattr(self, f"{side}_dp"), getattr(self, f"{side}_moe_ep"))
+        return Layout(getattr(self, f"{side}_tp"), getattr(self, f"{side}_dp"), getattr(self, f"{side}_moe_ep"),
+                      getattr(self, f"{side}_moe_a2a"))
 
     @property
     def gpus(self) -> int:
@@ -115,7 +121,7 @@ class Candidate:
 
 def fleet(mode: str, estimate_rps: float, **sides: tuple[int, Layout]) -> Candidate:
     """A candidate from (count, layout) per side: fleet(DISAGG, 0.0, prefill=(1, lay), decode=(4, top))."""
-    fields: dict[str, int] = {}
+    fields: dict[str, Any] = {}
     for side, (count, layout) in sides.items():
         fields.update({side: count, **layout_fields(side, layout)})
     return Candidate(mode, estimate_rps, **fields)
@@ -156,7 +162,8 @@ def plan_layouts(cfg: Config) -> list[Layout]:
     """Layouts (ascending) of plan.tp_options x dp_options x ep_options that fit the model
     within the budget (pdsim.search.deployments.layout_problem)."""
     p = cfg.plan
-    return fitting_layouts(cfg, p.tp_options, p.gpus, "plan.gpus", dp_options=p.dp_options, ep_options=p.ep_options)
+    return fitting_layouts(cfg, p.tp_options, p.gpus, "plan.gpus", dp_options=p.dp_options, ep_options=p.ep_options,
+                           a2a_options=p.a2a_options)
 
 
 def fitting_tps(cfg: Config) -> list[int]:
@@ -225,9 +232,10 @@ def measure_roles(cfg: Config, layouts: Sequence[Layout], evaluate: Evaluate, co
     for role in (PREFILL, DECODE):
         for lay in layouts:
             g = at_top[role] if lay == top else _measure(cfg, role, lay, top, helpers[role], evaluate)
-            out.append(RoleGoodput(role, lay.tp, g, lay.dp, lay.moe_ep))
+            out.append(RoleGoodput(role, lay.tp, g, lay.dp, lay.moe_ep, lay.moe_a2a))
     if colocated:
-        out += [RoleGoodput(COLOCATED, lay.tp, _measure(cfg, COLOCATED, lay, top, 0, evaluate), lay.dp, lay.moe_ep)
+        out += [RoleGoodput(COLOCATED, lay.tp, _measure(cfg, COLOCATED, lay, top, 0, evaluate), lay.dp, lay.moe_ep,
+                            lay.moe_a2a)
                 for lay in layouts]
     return out
 

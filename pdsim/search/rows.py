@@ -29,6 +29,8 @@ def result_row(cfg: Config, summary: dict[str, Any], goodput: GoodputResult | No
         "prefill_tp": c.prefill_tp, "decode_tp": c.decode_tp, "colocated_tp": c.colocated_tp,
         "prefill_dp": c.prefill_dp, "decode_dp": c.decode_dp, "colocated_dp": c.colocated_dp,
         "prefill_moe_ep": c.prefill_moe_ep, "decode_moe_ep": c.decode_moe_ep, "colocated_moe_ep": c.colocated_moe_ep,
+        "prefill_moe_a2a": c.prefill_moe_a2a, "decode_moe_a2a": c.decode_moe_a2a,
+        "colocated_moe_a2a": c.colocated_moe_a2a,
         "gpus": gpus_of(cfg), "routing": cfg.policy.routing, "admission": cfg.policy.admission,
         "slo_ttft_s": cfg.slo.ttft_s, "slo_tpot_s": cfg.slo.tpot_s, "seed": cfg.seed,
         "rate_rps": summary["offered_rate_rps"], "requests": summary["requests"],

@@ -104,6 +104,34 @@ def test_a_deployment_sets_each_sides_dp_and_ep(compose_config) -> None:
     assert (co.mode, co.colocated, co.colocated_tp, co.colocated_dp, co.colocated_moe_ep) == ("colocated", 2, 1, 8, 8)
 
 
+def test_the_moe_exchange_is_searched_per_side(compose_config, caplog) -> None:
+    """a2a_options try DeepEP against all-gather on the DP x EP layouts only; the label carries it
+    (tp1dp8ep8deepep), the deployment sets that side's cluster field, and a table set without
+    DeepEP drops the layout with the reason."""
+    deep = Layout(1, 8, 8, "deepep")
+    dep = parse_label("pd-tp1dp8ep8x1-tp1dp8ep8deepepx1")
+    assert (dep.decode, dep.label, dep.text) == (Side(deep, 1), "pd-tp1dp8ep8x1-tp1dp8ep8deepepx1",
+                                                 "PD 1xTP1xDP8/EP8 + 1xTP1xDP8/EP8 deepep")
+    for bad in ("co-tp8ep8deepepx1", "co-tp1dp8deepepx1", "co-tp1dp8ep8nvlsx1"):  # no DP x EP; no such exchange
+        with pytest.raises(ValueError, match=f"frontier: deployment label '{bad}'"):
+            parse_label(bad)
+    cfg = compose_config(*MOE_B200)
+    kept = fitting_layouts(cfg, [1, 8], 16, dp_options=[1, 8], ep_options=[1, 8], a2a_options=["", "deepep"])
+    assert kept == [Layout(1), Layout(1, 8), TP1_DP8_EP8, deep, Layout(8), TP8_EP8]
+    c = deployment_config(cfg, dep).cluster
+    assert (c.prefill_moe_a2a, c.decode_moe_a2a) == ("", "deepep")
+    assert c.parallel("decode") == Parallel(1, 8, 8, "deepep")
+    trtllm = compose_config("model=qwen3_30b_a3b", "hardware=b200", "perf=measured_trtllm")
+    with caplog.at_level(logging.INFO, logger="pdsim.search.deployments"):
+        kept = fitting_layouts(trtllm, [1], 16, dp_options=[8], ep_options=[8], a2a_options=["", "deepep"])
+    assert kept == [TP1_DP8_EP8] and "TP1xDP8/EP8 deepep skipped" in caplog.text
+    assert "table set b200_sxm_trtllm_1.3.0rc20 has no deepep_moe or deepep_a2a" in caplog.text
+    with pytest.raises(ValueError, match=r"x MoE exchange in \['deepep'\] fits qwen3_30b_a3b"):
+        fitting_layouts(trtllm, [1], 16, dp_options=[8], ep_options=[8], a2a_options=["deepep"])
+    with pytest.raises(ValueError, match=r"plan: a2a_options \['nccl'\] not in \['', 'allgather', 'deepep'\]"):
+        fitting_layouts(cfg, [1], 16, "plan.gpus", dp_options=[8], ep_options=[8], a2a_options=["nccl"])
+
+
 def test_tiny_measured_frontier_over_dp_and_ep(compose_config) -> None:
     cfg = compose_config("scenario=frontier_1k1k", *MOE_B200, "frontier.gpus=8", "frontier.tp_options=[1,8]",
                          "frontier.dp_options=[1,8]", "frontier.ep_options=[8]", "frontier.modes=[colocated]",
