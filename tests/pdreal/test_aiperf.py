@@ -11,16 +11,17 @@ then `pdreal replay --endpoint completions` sends the same shape to the same ser
 What is asserted: every AIPerf request succeeded; its export reads as a trace (analysis.load,
 `pdsim report`) with the right counts and plausible times; AIPerf's TTFT and ITL (= TPOT) means
 agree within SERVER_AGREEMENT with the router's own means over the same run (its /metrics
-histogram sums: AIPerf measures what the server did); and the replay's means are within a factor
-REPLAY_FACTOR of AIPerf's. The server runs bound to one CPU and each client to the others
+histogram sums: AIPerf measures what the server did), and so do the replay's over its own run;
+the two runs' means are within a factor REPLAY_FACTOR of each other (the server moves between
+runs on a 2-core machine). The server runs bound to one CPU and each client to the others
 (`pin_cpus`), as `benchmarks/aiperf_vs_replay.py --pin 0:1` runs them: on a 2-core machine
 AIPerf's own processes take most of a core while requests are in flight, and unbound they slowed
 the server it measured (TTFT 34% and ITL 25% above the replay's, 2026-11-29). Each client sends
 prompts of its own (a prompt sent before would hit the server's prefix cache). Bound, over 2 x 24
 requests, the benchmark read TTFT +3.7% and ITL -3.8% (replay vs AIPerf, docs/PDREAL.md): that is
-the 5% issue 41 asks for, measured by the benchmark; this test's 12 requests are too few for 5%,
-so it bounds the ratio by REPLAY_FACTOR, which still catches a wrong unit, start time or token
-count in either tool's records.
+the 5% issue 41 asks for, measured by the benchmark; this test's 12 requests are too few for 5%
+across runs, so each client is held to the server over its own run instead, which catches a wrong
+unit, start time or token count in either tool's records.
 """
 
 from __future__ import annotations
@@ -57,11 +58,13 @@ CONCURRENCY, REQUESTS, ISL, OSL = 4, 12, 32, 8
 # AIPerf's lightest settings: one worker, one record processor, no /metrics scraping
 LEAN = ["--workers-max=1", "--record-processors=1", "--no-server-metrics"]
 SERVER_AGREEMENT = 0.10  # AIPerf's client-side means vs the router's over the same run
-# replay / AIPerf means within [1 / F, F] (module docstring: why not 5%); a clean-clone CI run of
-# 2026-11-29 read ITL 0.70 (replay 91 ms, AIPerf 130 ms over 12 x 8 tokens) where the session
-# before read 1.08 / 1.10: 12 requests on a shared 2-core VM move that much, a wrong unit,
-# start time or token count moves it 2x or more
-REPLAY_FACTOR = 1.5
+# replay / AIPerf means, two runs apart, within [1 / F, F]: the server itself moves between runs on
+# a shared 2-core VM (clean-clone CI runs read ITL 0.70 on 2026-11-29 and 0.65 on 2026-11-30:
+# replay 114 ms, AIPerf 175 ms over 12 x 8 tokens, where the session before read 1.08 / 1.10).
+# Each client is held to the server's own means over its own run within SERVER_AGREEMENT, which
+# is what catches a wrong unit, start time or token count; this bound only says both measured
+# the same server.
+REPLAY_FACTOR = 2.0
 
 
 def pin_cpus() -> tuple[set[int], set[int]] | None:
@@ -157,12 +160,15 @@ def test_aiperf_profile_reads_as_a_trace_and_the_replay_agrees(aiperf_bin: Path,
     assert (ttft > 0).all() and (aiperf["last_token_s"] - aiperf["arrival_s"] > ttft).all()
     assert report_main([str(export), "-o", str(tmp_path / "report")]) == 0
 
+    before = bench.router_sums(cluster.url)
     replay = read_trace(_run_replay(cluster.url, tmp_path / "replay"))
+    server_replay = bench.server_means(before, bench.router_sums(cluster.url))
     assert len(replay) == REQUESTS and (replay["status"] == "finished").all()
     (a_ttft, a_itl), (r_ttft, r_itl) = _means_ms(aiperf), _means_ms(replay)
-    assert server["server requests"] == REQUESTS
-    for name, value in (("server TTFT (ms)", a_ttft), ("server TPOT (ms)", a_itl)):
-        assert np.isclose(value, server[name], rtol=SERVER_AGREEMENT), (name, value, server[name])
     print(f"TTFT mean: AIPerf {a_ttft:.1f} ms, replay {r_ttft:.1f} ms; ITL mean: AIPerf {a_itl:.1f}, replay {r_itl:.1f}")
+    for client, (ttft_ms, itl_ms), seen in (("AIPerf", (a_ttft, a_itl), server), ("replay", (r_ttft, r_itl), server_replay)):
+        assert seen["server requests"] == REQUESTS, (client, seen)
+        for name, value in (("server TTFT (ms)", ttft_ms), ("server TPOT (ms)", itl_ms)):
+            assert np.isclose(value, seen[name], rtol=SERVER_AGREEMENT), (client, name, value, seen[name])
     for name, r, a in (("TTFT", r_ttft, a_ttft), ("ITL", r_itl, a_itl)):
         assert 1 / REPLAY_FACTOR <= r / a <= REPLAY_FACTOR, f"{name} mean: replay {r:.1f} ms, AIPerf {a:.1f} ms"
