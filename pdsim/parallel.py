@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MOE_A2A_CHOICES = ("", "allgather", "deepep")  # "" = perf.moe_a2a
+MOE_A2A = ("allgather", "deepep")  # how attention-DP ranks reach their experts (perf.moe_a2a)
+MOE_A2A_CHOICES = ("", *MOE_A2A)  # a layout's moe_a2a: "" = perf.moe_a2a
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ class Parallel:
     @property
     def gpus(self) -> int:
         return self.tp * self.dp
+
+    @property
+    def moe_exchange(self) -> bool:
+        """Whether the DP ranks exchange tokens with experts spread over them (DP and EP above 1):
+        the only layouts a MoE exchange (moe_a2a) applies to."""
+        return self.dp > 1 and self.moe_ep > 1
 
     @property
     def moe_tp(self) -> int:

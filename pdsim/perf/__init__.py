@@ -10,11 +10,11 @@ parameters to a measured table.
 from __future__ import annotations
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
-from pdsim.parallel import Parallel
+from pdsim.parallel import MOE_A2A, Parallel
 from pdsim.paths import resolve_data_path
 from pdsim.perf.base import LatencyModel, PrefillItem
 from pdsim.perf.capacity import instance_kv_capacity_tokens
-from pdsim.perf.deepep import MOE_A2A, DeepEpMoe, load_deepep
+from pdsim.perf.deepep import DeepEpMoe, load_deepep
 from pdsim.perf.dp_attention import DataParallelModel
 from pdsim.perf.fitted import FittedModel, load_fitted
 from pdsim.perf.linear import LinearModel
@@ -97,7 +97,7 @@ def _step_model(
         if parallel.dp == 1:
             return measured
         deepep = None
-        if (parallel.moe_a2a or perf.moe_a2a) == "deepep" and parallel.moe_ep > 1:
+        if parallel.moe_exchange and (parallel.moe_a2a or perf.moe_a2a) == "deepep":
             deepep = DeepEpMoe(load_deepep(measured.tables.source), measured.tables, model, parallel.moe_ep, hardware,
                                perf.moe_distribution)
         return DataParallelModel(measured, parallel.dp, hardware, deepep=deepep)

@@ -45,7 +45,6 @@ from pdsim.perf.measured import (
 )
 from pdsim.perf.optables import AIC_DIR, LogGrid, MoeShape, OpTables, table_file
 
-MOE_A2A = ("allgather", "deepep")
 Scale = Callable[[float], float]  # the experts table's factor at a token count
 HALF_BYTES, FP8_BYTES = 2, 1
 

@@ -155,7 +155,7 @@ def parse_label(label: str) -> Deployment:
     made = [Side(_layout(m), int(m.group(5))) for m in sides if m is not None]
     if any(min(s.count, s.layout.tp, s.layout.dp, s.layout.moe_ep) < 1 for s in made):
         raise ValueError(f"frontier: deployment label {label!r} has a count, TP, DP or EP below 1")
-    if any(s.layout.moe_a2a and not exchanges(s.layout) for s in made):
+    if any(s.layout.moe_a2a and not s.layout.parallel.moe_exchange for s in made):
         raise ValueError(f"frontier: deployment label {label!r} names a MoE exchange on a side without both "
                          f"DP and EP above 1")
     if parts[0] == "co":
@@ -167,12 +167,6 @@ def _layout(side: re.Match[str]) -> Layout:
     """The layout of a label's side match (tp, dp, ep, exchange)."""
     tp, dp, ep = (int(g or 1) for g in side.groups()[:3])
     return Layout(tp, dp, ep, side.group(4) or "")
-
-
-def exchanges(layout: Layout) -> bool:
-    """Whether the layout's DP ranks exchange tokens with experts spread over them (DP and EP
-    above 1): the only layouts a MoE exchange (moe_a2a) applies to."""
-    return layout.dp > 1 and layout.moe_ep > 1
 
 
 def layout_problem(cfg: Config, layout: Layout, gpus: int, budget: str = "frontier.gpus") -> str:
@@ -203,14 +197,14 @@ def fitting_layouts(cfg: Config, tp_options: Sequence[int], gpus: int, budget: s
                     a2a_options: Sequence[str] = ("",)) -> list[Layout]:
     """Layouts (ascending) of every (TP, DP, EP, MoE exchange) option that `layout_problem` lets
     through; the others are logged with their reason. An exchange option applies to DP x EP
-    layouts only (`exchanges`); the others keep perf.moe_a2a."""
+    layouts only (`Parallel.moe_exchange`); the others keep perf.moe_a2a."""
     unknown = [a for a in a2a_options if a not in MOE_A2A_CHOICES]
     if unknown:
         raise ValueError(f"{budget.split('.')[0]}: a2a_options {unknown} not in {list(MOE_A2A_CHOICES)}")
     fits: list[Layout] = []
     dropped: dict[Layout, str] = {}
     plain = {Layout(t, d, e) for t in tp_options for d in dp_options for e in ep_options}
-    layouts = {replace(lay, moe_a2a=a) if exchanges(lay) else lay for lay in plain for a in a2a_options}
+    layouts = {replace(lay, moe_a2a=a) if lay.parallel.moe_exchange else lay for lay in plain for a in a2a_options}
     for layout in sorted(layouts):
         why = layout_problem(cfg, layout, gpus, budget)
         if why:
