@@ -85,12 +85,34 @@ def mtp_overrides(draft_tokens: int, isl_tokens: int, concurrency: int, attentio
     """pdsim overrides of an MTP run as dsr1_fp{4,8}_b200_trt_mtp.sh deployed it: the drafts (the
     default acceptance, pdsim/perf/speculative.py), fp8 KV, no chunking and max_num_tokens =
     (drafts + 1) x max_batch_size + isl + 64 rounded up to 64, max_batch_size the clients (a
-    share of them under attention DP: MTP_DP_BATCH_DIVISOR); no batch waiting."""
+    share of them per rank under attention DP: MTP_DP_BATCH_DIVISOR); no batch waiting."""
     divisor = MTP_DP_BATCH_DIVISOR.get(precision, 1) if attention_dp > 1 else 1
     batch = concurrency if concurrency < divisor else concurrency // divisor
     budget = trtllm_max_num_tokens(batch, isl_tokens, draft_tokens)
     return [f"perf.mtp_draft_tokens={draft_tokens}", "model.kv_dtype=fp8", f"cluster.max_prefill_tokens={budget}",
+            f"cluster.max_running_requests={batch}",
             "cluster.chunk_size_tokens=0", "cluster.batch_wait_iters=0", "cluster.batch_wait_tokens_ratio=0.0"]
+
+
+# TensorRT-LLM's attention-DP balance (attention_dp_config: enable_balance) as InferenceX's
+# launch scripts set it whenever they run attention DP: model path -> (timeout_iters,
+# batching_wait_iters). dsr1_fp{4,8}_b200_trt.sh and their _mtp versions set 60 and 0 (since
+# 2025-09-18); gptoss_fp4_b200_trt.sh enables it with TensorRT-LLM's defaults, 50 and 10 (since
+# 2025-09-19). pdsim.policy.adp_balance is the mechanism.
+TRTLLM_ADP_BALANCE: dict[str, tuple[int, int]] = {
+    **{m: (60, 0) for m in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")},
+    "openai/gpt-oss-120b": (50, 10),
+}
+
+
+def adp_balance_overrides(backend: str, model_path: str, attention_dp: int) -> list[str]:
+    """pdsim overrides for the attention-DP balance an InferenceX TRT-LLM run had (none without
+    attention DP, or for an engine or model whose script was not read)."""
+    setting = TRTLLM_ADP_BALANCE.get(model_path) if backend == "trtllm" and attention_dp > 1 else None
+    if setting is None:
+        return []
+    return ["cluster.adp_balance=true", f"cluster.adp_timeout_iters={setting[0]}",
+            f"cluster.adp_batching_wait_iters={setting[1]}"]
 
 
 def inferencex_workload(concurrency: int, isl_tokens: int, osl_tokens: int) -> list[str]:

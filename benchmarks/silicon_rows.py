@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 from silicon_harness import (
+    adp_balance_overrides,
     deployment_for,
     harness_of,
     inferencex_layout,
@@ -524,11 +525,14 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
 def _script_overrides(row: SiliconRow, agg: Side) -> list[str]:
     """What an aggregated InferenceX row's launch script set: its MTP script's settings where the
     row ran MTP (silicon_harness.mtp_overrides), else the script version of its date (none known:
-    nothing)."""
+    nothing); under attention DP, TensorRT-LLM's balance as the script set it."""
+    balance = adp_balance_overrides(row.backend, row.model_path, agg.attention_dp)
     if row.mtp_draft_tokens:
-        return mtp_overrides(row.mtp_draft_tokens, row.isl_tokens, row.concurrency, agg.attention_dp, row.precision)
+        return [*mtp_overrides(row.mtp_draft_tokens, row.isl_tokens, row.concurrency, agg.attention_dp, row.precision),
+                *balance]
     deployment = deployment_for(row.backend, row.model_path, row.precision, row.system, agg.tp, row.measured)
-    return [] if deployment is None else deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
+    script = [] if deployment is None else deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
+    return [*script, *balance]
 
 
 def with_overrides(overrides: tuple[str, ...], extra: list[str] | tuple[str, ...]) -> tuple[str, ...]:

@@ -221,6 +221,12 @@ class ClusterConfig:
     # fill this share of max_prefill_tokens or it has held them this many iterations
     batch_wait_iters: int = 0
     batch_wait_tokens_ratio: float = 0.0
+    # TensorRT-LLM's attention-DP balance (attention_dp_config: enable_balance, timeout_iters,
+    # batching_wait_iters; its defaults 50 and 10) on a colocated engine of 2 or more DP ranks: new
+    # prompts wait until every rank has one, or for the timeout's turn (pdsim.policy.adp_balance)
+    adp_balance: bool = False
+    adp_timeout_iters: int = 50
+    adp_batching_wait_iters: int = 10
     # SGLang's --scheduler-recv-interval on a colocated engine: during decodes new requests are
     # taken in every this many decode steps (pdsim.policy.receive; 1 = every iteration)
     recv_interval_steps: int = 1

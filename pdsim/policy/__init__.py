@@ -27,6 +27,7 @@ from pdsim.policy.admission import (
     SloPredictor,
     admit,
 )
+from pdsim.policy.adp_balance import ADP_START, AdpCounters, DpRanks, adp_gate, assign_dp_rank
 from pdsim.policy.batching import (
     PrefillAdder,
     PrefillBatch,
@@ -88,6 +89,11 @@ from pdsim.policy.views import (
 )
 
 __all__ = [
+    "ADP_START",
+    "AdpCounters",
+    "DpRanks",
+    "adp_gate",
+    "assign_dp_rank",
     "MIXED",
     "PREFILL_PRIORITY",
     "SCHEDULES",

@@ -36,6 +36,9 @@ class ClusterLike(Protocol):
     batch_wait_iters: int
     batch_wait_tokens_ratio: float
     recv_interval_steps: int
+    adp_balance: bool
+    adp_timeout_iters: int
+    adp_batching_wait_iters: int
 
 
 class PolicyLike(Protocol):
@@ -56,7 +59,9 @@ class StepLimits:
     per-request reserve (0 = each request's remaining output); batch_wait_iters /
     batch_wait_tokens_ratio: TensorRT-LLM's batch waiting on a colocated engine (0 = off;
     prefill_step.batch_waits); recv_interval_steps: SGLang's scheduler receive interval
-    (pdsim.policy.receive; 1 = every iteration).
+    (pdsim.policy.receive; 1 = every iteration); dp_ranks: the instance's attention-DP ranks;
+    adp_timeout_iters / adp_batching_wait_iters: TensorRT-LLM's attention-DP balance
+    (pdsim.policy.adp_balance; timeout 0 = off, as it is at one rank).
     """
 
     page_size_tokens: int = 16
@@ -70,14 +75,21 @@ class StepLimits:
     batch_wait_iters: int = 0
     batch_wait_tokens_ratio: float = 0.0
     recv_interval_steps: int = 1
+    dp_ranks: int = 1
+    adp_timeout_iters: int = 0
+    adp_batching_wait_iters: int = 0
 
     def __post_init__(self) -> None:
         for name in ("page_size_tokens", "max_running_requests", "max_prefill_tokens", "prealloc_slots",
-                     "recv_interval_steps"):
+                     "recv_interval_steps", "dp_ranks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"limits: field {name!r} must be >= 1, got {getattr(self, name)}")
-        if self.batch_wait_iters < 0:
-            raise ValueError(f"limits: field 'batch_wait_iters' must be >= 0, got {self.batch_wait_iters}")
+        for name in ("batch_wait_iters", "adp_timeout_iters", "adp_batching_wait_iters"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"limits: field {name!r} must be >= 0, got {getattr(self, name)}")
+        if self.adp_timeout_iters and self.dp_ranks < 2:
+            raise ValueError(f"limits: attention-DP balance (adp_timeout_iters {self.adp_timeout_iters}) needs "
+                             f"dp_ranks >= 2, got {self.dp_ranks}")
         if not 0.0 <= self.batch_wait_tokens_ratio <= 1.0:
             raise ValueError(f"limits: field 'batch_wait_tokens_ratio' must be in [0, 1], got {self.batch_wait_tokens_ratio}")
         check_schedule(self.schedule)
@@ -96,9 +108,13 @@ class StepLimits:
         `iterations_per_step`: the executor's iterations per engine decode step (pdsim with MTP:
         the acceptance length, as it spreads a verify step over that many iterations; 1 else); the
         limits an engine counts in steps (batch_wait_iters, recv_interval_steps) are counted in
-        the executor's iterations (`steps_as_iterations`)."""
+        the executor's iterations (`steps_as_iterations`). cluster.adp_balance applies from 2 ranks
+        on (TensorRT-LLM's balance needs attention DP); it needs a timeout of at least 1."""
         if ranks < 1:
             raise ValueError(f"limits: ranks must be >= 1, got {ranks}")
+        if cluster.adp_balance and cluster.adp_timeout_iters < 1:
+            raise ValueError(f"cluster: field 'adp_timeout_iters' must be >= 1 with adp_balance, got {cluster.adp_timeout_iters}")
+        balance = cluster.adp_balance and ranks > 1
         running = cluster.max_running_requests * ranks
         return cls(
             page_size_tokens=cluster.page_size_tokens, max_running_requests=running,
@@ -109,6 +125,10 @@ class StepLimits:
             batch_wait_iters=steps_as_iterations(cluster.batch_wait_iters, iterations_per_step),
             batch_wait_tokens_ratio=cluster.batch_wait_tokens_ratio,
             recv_interval_steps=steps_as_iterations(cluster.recv_interval_steps, iterations_per_step),
+            dp_ranks=ranks,
+            adp_timeout_iters=steps_as_iterations(cluster.adp_timeout_iters, iterations_per_step) if balance else 0,
+            adp_batching_wait_iters=(steps_as_iterations(cluster.adp_batching_wait_iters, iterations_per_step)
+                                     if balance else 0),
         )
 
 

@@ -15,6 +15,10 @@
   planned prompts are held back (a decode-only iteration) until they and the decodes fill
   `batch_wait_tokens_ratio` of the token budget or they have been held `batch_wait_iters`
   iterations; the executor keeps the count (`ColocatedStepPlan.waited_after`).
+- under attention DP with TensorRT-LLM's balance (`limits.adp_timeout_iters`), the planned prompts
+  run only when every rank has one, or at the timeout's turn (pdsim.policy.adp_balance; TensorRT-LLM
+  then does no batch waiting); the executor keeps the counters (`ColocatedStepPlan.adp`) and tells
+  the ranks (`DpRanks`).
 
 Each planner reads its executor through a protocol of pdsim.policy.executors
 (`PrefillExecutor`, `ColocatedExecutor`); the colocated planner tells its executor when to apply
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Final, Generic, TypeVar
 
+from pdsim.policy.adp_balance import ADP_START, AdpCounters, DpRanks, adp_gate
 from pdsim.policy.batching import (
     PrefillBatch,
     PrefillBudget,
@@ -68,12 +73,14 @@ def plan_prefill_step(limits: StepLimits, ex: PrefillExecutor) -> PrefillBatch:
 
 
 class ColocatedStepPlan(Record, Generic[T]):
-    FIELDS: ClassVar[tuple[str, ...]] = ("prefill", "decodes", "held")
+    FIELDS: ClassVar[tuple[str, ...]] = ("prefill", "decodes", "held", "adp")
 
-    def __init__(self, prefill: PrefillBatch, decodes: tuple[T, ...], held: bool = False) -> None:
+    def __init__(self, prefill: PrefillBatch, decodes: tuple[T, ...], held: bool = False,
+                 adp: AdpCounters = ADP_START) -> None:
         self.prefill: Final = prefill
         self.decodes: Final = decodes
         self.held: Final = held  # prompts were ready but batch waiting held them back
+        self.adp: Final = adp  # the attention-DP balance's counters after this iteration
 
     @property
     def empty(self) -> bool:
@@ -114,12 +121,35 @@ def _prefill(limits: StepLimits, ex: ColocatedExecutor[T], num_decodes: int) -> 
     return form_prefill_batch(ex.prefill_candidates(), budget) if budget is not None else EMPTY
 
 
-def plan_colocated_step(limits: StepLimits, ex: ColocatedExecutor[T], waited_iters: int = 0) -> ColocatedStepPlan[T]:
+def adp_holds(limits: StepLimits, batch: PrefillBatch, ranks: DpRanks | None,
+              counters: AdpCounters) -> tuple[bool, AdpCounters]:
+    """The attention-DP balance's verdict on `batch` (adp_balance.adp_gate): whether it is held
+    back this iteration, and the counters after. Each TensorRT-LLM rank schedules its own prompts
+    under its own budget, so a rank counts as having a prompt when one waits there (this one
+    batch over all ranks may not reach it); a rank's max_batch_size is its share of
+    limits.max_running_requests."""
+    if ranks is None:
+        raise ValueError(f"limits: attention-DP balance over {limits.dp_ranks} ranks needs the executor's ranks")
+    running = ranks.running_per_rank()
+    prompt_ranks = sum(1 for n in ranks.waiting_per_rank() if n > 0) if batch.chunks else 0
+    decode_ranks = sum(1 for n in running if n > 0)
+    slots_free = max(running, default=0) < limits.max_running_requests // limits.dp_ranks
+    return adp_gate(limits.dp_ranks, prompt_ranks, decode_ranks, slots_free, counters,
+                    limits.adp_timeout_iters, limits.adp_batching_wait_iters)
+
+
+def plan_colocated_step(limits: StepLimits, ex: ColocatedExecutor[T], waited_iters: int = 0,
+                        adp: AdpCounters = ADP_START, ranks: DpRanks | None = None) -> ColocatedStepPlan[T]:
     """One colocated iteration under `limits.schedule` (see the module docstring); `waited_iters`:
-    the iterations batch waiting has held prompts back so far (`batch_waits`)."""
+    the iterations batch waiting has held prompts back so far (`batch_waits`); `adp` / `ranks`:
+    the attention-DP balance's counters so far and the executor's ranks (`adp_holds`; read only
+    when limits.adp_timeout_iters is set)."""
     if limits.schedule == MIXED:
         decodes = plan_colocated_decodes(limits, ex)
         batch = _prefill(limits, ex, len(decodes))
+        if limits.adp_timeout_iters:
+            held, after = adp_holds(limits, batch, ranks, adp)
+            return ColocatedStepPlan(EMPTY if held else batch, decodes, adp=after)
         if batch_waits(limits, batch, len(decodes), waited_iters):
             return ColocatedStepPlan(EMPTY, decodes, held=True)
         return ColocatedStepPlan(batch, decodes)

@@ -20,12 +20,14 @@ from typing import Any
 
 from pdsim.perf import LatencyModel
 from pdsim.policy import (
+    ADP_START,
     GrowthPlan,
     RequestView,
     check_schedule,
     plan_colocated_decodes,
     plan_colocated_step,
 )
+from pdsim.policy.adp_balance import assign_dp_rank
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.receive import counter_after_decodes, receive_point, recv_weight
 from pdsim.policy.views import ROLE_COLOCATED, InstanceView
@@ -61,6 +63,12 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self._matches: dict[int, list[BlockNode]] = {}
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
         self.batch_waited = 0  # iterations batch waiting has held prompts back (pdsim.policy.batch_waits)
+        # attention-DP balance (pdsim.policy.adp_balance): its counters, each request's rank, the
+        # requests each rank holds (waiting or running); kept only while the balance is on
+        self.adp = ADP_START
+        self.balance = self.limits.adp_timeout_iters > 0
+        self.dp_rank: dict[int, int] = {}
+        self.rank_requests = [0] * self.limits.dp_ranks
         # arrivals not taken in yet, and the receive counter (pdsim.policy.receive; starts full)
         self.inbox: dict[int, SimRequest] = {}
         self.recv_counter = self.limits.recv_interval_steps
@@ -76,6 +84,9 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.hooks.abort(sr, f"input+output tokens {need} exceed {self.name} KV capacity {self.kv.pool.capacity_tokens}")
             return
         (self.inbox if self.limits.recv_interval_steps > 1 else self.waiting)[sr.rid] = sr
+        if self.balance:
+            self.dp_rank[sr.rid] = rank = assign_dp_rank(self.rank_requests)
+            self.rank_requests[rank] += 1
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
@@ -90,15 +101,22 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt.tokens
         self.kv.release(sr, now_s(self.events))
+        self._leave_rank(sr)
         self.notify()
+
+    def _leave_rank(self, sr: SimRequest) -> None:
+        rank = self.dp_rank.pop(sr.rid, -1)
+        if rank >= 0:
+            self.rank_requests[rank] -= 1
 
     # -- scheduler loop -------------------------------------------------------------------
     def run(self) -> Generator[Wait, Any, None]:
         while self.alive:
             self._victims = []
             self._take_in()
-            plan = plan_colocated_step(self.limits, self, self.batch_waited)  # the shared step plan (pdsim.policy)
+            plan = plan_colocated_step(self.limits, self, self.batch_waited, self.adp, self)  # the shared step plan (pdsim.policy)
             self.batch_waited = plan.waited_after(self.batch_waited)
+            self.adp = plan.adp
             planned = start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.events)) if plan.prefill.chunks else []
             decodes = list(plan.decodes)
             if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all
@@ -160,6 +178,24 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self.busy_s = busy_s
         self.iterations += iterations
         self.recv_counter = counter_after_decodes(self.limits.recv_interval_steps, self.recv_counter, iterations)
+        if self.balance:
+            every_rank = min(self.running_per_rank()) > 0
+            self.adp = self.adp.after_idle(iterations, self.limits.adp_timeout_iters, every_rank)
+
+    # -- pdsim.policy.DpRanks: the attention-DP ranks the balance reads -----------------------
+    def waiting_per_rank(self) -> list[int]:
+        counts = [0] * self.limits.dp_ranks
+        for rid in self.waiting:
+            counts[self.dp_rank[rid]] += 1
+        if self.chunked is not None:
+            counts[self.dp_rank[self.chunked.rid]] += 1
+        return counts
+
+    def running_per_rank(self) -> list[int]:
+        counts = [0] * self.limits.dp_ranks
+        for rid in self.running:
+            counts[self.dp_rank[rid]] += 1
+        return counts
 
     # -- pdsim.policy.ColocatedExecutor: what the shared step planner reads and applies ------
     def running_requests(self) -> list[SimRequest]:
@@ -262,6 +298,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.ctx_tokens -= sr.kv_tokens
         sr.set_time(LAST_TOKEN_S, now_s(self.events))
         self.kv.release(sr, now_s(self.events))
+        self._leave_rank(sr)
         self.hooks.finish(sr)
 
     def peek_match(self, sr: SimRequest) -> list[BlockNode]:

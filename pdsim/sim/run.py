@@ -144,6 +144,9 @@ def check_invariants(sim: Simulation) -> None:
             (kv.check_invariants if kv is not None else inst.pool.check_invariants)(final=True)
         except RuntimeError as exc:
             problems.append(str(exc))
+        held = getattr(inst, "dp_rank", None)  # attention-DP balance: the requests each rank holds
+        if held:
+            problems.append(f"{inst.name}: DP ranks still hold requests {sorted(held)[:10]}")
     if sim.network.flows:
         problems.append(f"{len(sim.network.flows)} network flows still open")
     if sim.active:

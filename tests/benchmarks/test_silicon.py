@@ -250,6 +250,28 @@ def test_trtllm_deepseek_mtp_runs_are_told_by_their_image() -> None:
     assert not any(o.startswith("perf.mtp") for o in plan_row(parse_row(_mtp_row(post2)), load_catalog()).overrides)
 
 
+def test_trtllm_attention_dp_rows_take_the_scripts_balance() -> None:
+    """dsr1_fp{4,8}_b200_trt{,_mtp}.sh under attention DP: enable_balance, timeout_iters 60,
+    batching_wait_iters 0; gptoss_fp4_b200_trt.sh: enable_balance with TensorRT-LLM's defaults (50,
+    10); none without attention DP or on another engine. The MTP script's max_batch_size (256 / 8 =
+    32 per rank for fp8) is the ranks' slot count the balance reads."""
+    post3 = "nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3"
+    balance = {"cluster.adp_balance=true", "cluster.adp_timeout_iters=60", "cluster.adp_batching_wait_iters=0"}
+    mtp_dp = set(plan_row(parse_row(_mtp_row(post3, dp=8, tp=1, clients=256)), load_catalog()).overrides)
+    assert balance | {"cluster.max_running_requests=32"} <= mtp_dp
+    plain_dp = set(plan_row(parse_row(_mtp_row("nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post2", dp=8, tp=1,
+                                                clients=256)), load_catalog()).overrides)
+    assert balance <= plain_dp
+    oss_row = {**_mtp_row("x", dp=4, tp=1, clients=64, model="openai/gpt-oss-120b", precision="fp4"),
+               "moe_tp_size": "2.0", "moe_ep_size": "2.0"}  # (as the dev rows record TP2 EP2 with attention DP)
+    oss_plan = plan_row(parse_row(oss_row), load_catalog())
+    assert not oss_plan.missing, oss_plan.missing
+    oss = set(oss_plan.overrides)
+    assert {"cluster.adp_balance=true", "cluster.adp_timeout_iters=50", "cluster.adp_batching_wait_iters=10"} <= oss
+    for other in (_mtp_row(post3), _mtp_row(post3, backend="sglang", dp=8, tp=1)):
+        assert not any("adp_" in o for o in plan_row(parse_row(other), load_catalog()).overrides)
+
+
 def test_vllm_and_sglang_script_versions_by_date_and_system() -> None:
     minimax = "MiniMaxAI/MiniMax-M2.5"
     before = _script("vllm", minimax, "fp8", "2026-03-20", tp=4)  # vLLM's default budget, KV as the checkpoint
