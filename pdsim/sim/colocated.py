@@ -15,7 +15,7 @@ identical to one event per iteration (`skip_ahead=false`).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 from pdsim.perf import LatencyModel
@@ -63,12 +63,11 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
         self._matches: dict[int, list[BlockNode]] = {}
         self._victims: list[int] = []  # retracted by this iteration's plan (decision log)
         self.batch_waited = 0  # iterations batch waiting has held prompts back (pdsim.policy.batch_waits)
-        # attention-DP balance (pdsim.policy.adp_balance): its counters, each request's rank, the
-        # requests each rank holds (waiting or running); kept only while the balance is on
+        # attention-DP balance (pdsim.policy.adp_balance): its counters and the rank of each request
+        # here (arriving, waiting or running); kept only while the balance is on
         self.adp = ADP_START
         self.balance = self.limits.adp_timeout_iters > 0
         self.dp_rank: dict[int, int] = {}
-        self.rank_requests = [0] * self.limits.dp_ranks
         # arrivals not taken in yet, and the receive counter (pdsim.policy.receive; starts full)
         self.inbox: dict[int, SimRequest] = {}
         self.recv_counter = self.limits.recv_interval_steps
@@ -85,8 +84,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             return
         (self.inbox if self.limits.recv_interval_steps > 1 else self.waiting)[sr.rid] = sr
         if self.balance:
-            self.dp_rank[sr.rid] = rank = assign_dp_rank(self.rank_requests)
-            self.rank_requests[rank] += 1
+            self.dp_rank[sr.rid] = assign_dp_rank(self._per_rank(self.dp_rank))
         self.notify()
 
     def release(self, sr: SimRequest) -> None:
@@ -101,13 +99,8 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt.tokens
         self.kv.release(sr, now_s(self.events))
-        self._leave_rank(sr)
+        self.dp_rank.pop(sr.rid, None)
         self.notify()
-
-    def _leave_rank(self, sr: SimRequest) -> None:
-        rank = self.dp_rank.pop(sr.rid, -1)
-        if rank >= 0:
-            self.rank_requests[rank] -= 1
 
     # -- scheduler loop -------------------------------------------------------------------
     def run(self) -> Generator[Wait, Any, None]:
@@ -184,16 +177,16 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
 
     # -- pdsim.policy.DpRanks: the attention-DP ranks the balance reads -----------------------
     def waiting_per_rank(self) -> list[int]:
-        counts = [0] * self.limits.dp_ranks
-        for rid in self.waiting:
-            counts[self.dp_rank[rid]] += 1
-        if self.chunked is not None:
-            counts[self.dp_rank[self.chunked.rid]] += 1
-        return counts
+        chunked = () if self.chunked is None else (self.chunked.rid,)
+        return self._per_rank([*self.waiting, *chunked])
 
     def running_per_rank(self) -> list[int]:
+        return self._per_rank(self.running)
+
+    def _per_rank(self, request_ids: Iterable[int]) -> list[int]:
+        """How many of `request_ids` each rank holds."""
         counts = [0] * self.limits.dp_ranks
-        for rid in self.running:
+        for rid in request_ids:
             counts[self.dp_rank[rid]] += 1
         return counts
 
@@ -298,7 +291,7 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             self.ctx_tokens -= sr.kv_tokens
         sr.set_time(LAST_TOKEN_S, now_s(self.events))
         self.kv.release(sr, now_s(self.events))
-        self._leave_rank(sr)
+        self.dp_rank.pop(sr.rid, None)
         self.hooks.finish(sr)
 
     def peek_match(self, sr: SimRequest) -> list[BlockNode]:
