@@ -3,7 +3,7 @@
 Absolute percentage error = |predicted - measured| / measured. A table row (a group of silicon
 rows) gives: rows, coverage (share of them the predictor answered), and for TTFT and TPOT the
 median and mean APE and the shares within 10% and 20%, over the rows it answered. Groups:
-everything, then (system, mode, backend, model).
+everything, each mode (agg, disagg), then (system, mode, backend, model).
 
 Outliers are flagged, never dropped: a measurement is `suspect` when it is more than
 SUSPECT_RATIO times the same metric of the same configuration (model, system, backend, version,
@@ -78,11 +78,15 @@ HEADER = ["group", "rows", "predictor", "covered", "TTFT medAPE%", "TTFT meanAPE
 
 
 def error_table(rows: pd.DataFrame, predictors: dict[str, str], by_group: bool = True) -> list[list[str]]:
-    """Table rows for `rows` (one line per predictor per group); predictors: label -> column prefix."""
+    """Table rows for `rows` (one line per predictor per group); predictors: label -> column prefix.
+    Groups: all, all without the suspect rows, each mode (`mode agg`, `mode disagg`: issue 40's bar
+    holds in each) where there are two, then (with by_group) every (system, mode, backend, model)."""
     groups: list[tuple[str, pd.DataFrame]] = [("all", rows)]
     clean = rows[rows["suspect"] == ""]
     if len(clean) < len(rows):
         groups.append((f"all without {len(rows) - len(clean)} suspect", clean))
+    if rows["mode"].nunique() > 1:
+        groups += [(f"mode {mode}", part) for mode, part in rows.groupby("mode", sort=True)]
     if by_group:
         groups += [(" / ".join(str(k) for k in key), part)
                    for key, part in rows.groupby(list(GROUP_KEYS), sort=True)]

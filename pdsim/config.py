@@ -129,6 +129,9 @@ class ModelConfig:
     sliding_window_tokens: int = 0
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): no KV, ~no weights
     attn_output_gate: bool = False  # sigmoid gate on attention's output (q_proj emits 2x; Qwen3.5)
+    # q/k RMSNorm over all of a layer's heads (MiniMax-M2's qk_norm_type per_layer), not per head:
+    # under TP the ranks all-reduce its statistics in every attention layer (spec.tp_all_reduces)
+    qk_norm_across_heads: bool = False
     # Linear-attention layers (Qwen3.5's Gated DeltaNet): no per-token KV, a fixed state per request
     num_linear_attention_layers: int = 0
     linear_num_key_heads: int = 0

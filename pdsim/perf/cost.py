@@ -13,7 +13,9 @@ layers, so `max(compute, memory)` per group equals the per-layer roofline summed
 
 TP: weights and heads split evenly over ranks; KV per rank follows spec.kv_bytes_per_token_per_rank.
 Activation traffic other than KV is ignored. `allreduce_bytes` is one all-reduce's payload; a
-step does `num_allreduces` of them (two per layer: after attention and after the FFN).
+step does `num_allreduces` of them (two per layer: after attention and after the FFN), and
+`num_stat_allreduces` of `stat_allreduce_bytes` where a model's q/k norm spans all heads
+(spec.tp_all_reduces).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class StepCost:
     allreduce_bytes: float
     num_allreduces: int
     num_seqs: int  # prefill items plus decoding sequences
+    stat_allreduce_bytes: float = 0.0  # one q/k-norm statistics all-reduce's payload
+    num_stat_allreduces: int = 0
 
     @property
     def flops(self) -> float:
@@ -149,9 +153,9 @@ def step_cost(
         ops.append(OpCost("attention_decode", decode.flops, decode.bytes, False))
     ops.append(_lm_head_op(model, len(items) + num_seqs, tp))
     payload = tokens * model.hidden_size * ACTIVATION_BYTES
-    return StepCost(
-        tuple(ops), payload, 2 * model.num_layers if tp > 1 else 0, len(items) + num_seqs
-    )
+    activations, stats = spec.tp_all_reduces(model, tp)
+    return StepCost(tuple(ops), payload, activations, len(items) + num_seqs,
+                    tokens * spec.QK_NORM_STAT_BYTES_PER_TOKEN, stats)
 
 
 def prefill_cost(model: ModelConfig, items: Sequence[PrefillItem], tp: int) -> StepCost:

@@ -216,9 +216,20 @@ class MeasuredModel:
         return grids[tp](equivalent) * self.scaling.memory(self.elementwise_hbm_gbps) / 1e3
 
     def _allreduce_s(self, tokens: float) -> float:
+        """One TP all-reduce of `tokens` tokens' activations."""
+        return self._allreduce_elements_s(tokens * self.model.hidden_size)
+
+    def _qk_norm_stats_s(self, tokens: float) -> float:
+        """Every layer's all-reduce of its q/k-norm statistics (spec.tp_all_reduces), all layers."""
+        calls = spec.tp_all_reduces(self.model, self.tp)[1]
+        if not calls:
+            return 0.0
+        return calls * self._allreduce_elements_s(tokens * spec.QK_NORM_STAT_BYTES_PER_TOKEN / cost.ACTIVATION_BYTES)
+
+    def _allreduce_elements_s(self, elements: float) -> float:
+        """One TP all-reduce of `elements` bf16 values (the tables' unit)."""
         if self.tp == 1:
             return 0.0
-        elements = tokens * self.model.hidden_size
         ratio = self.scaling.link(2 * (self.tp - 1) / self.tp * elements * cost.ACTIVATION_BYTES)
         grids = self.tables.allreduce
         if self.tp in grids:
@@ -281,7 +292,8 @@ class MeasuredModel:
         dense_layers = m.num_layers - moe_layers
         per_layer_common = (self._projections_s(tokens) + self._elementwise_s(tokens)
                             + 2 * self._allreduce_s(tokens))
-        total = m.num_layers * per_layer_common + dense_layers * self._ffn_s(tokens, False)
+        total = (m.num_layers * per_layer_common + dense_layers * self._ffn_s(tokens, False)
+                 + self._qk_norm_stats_s(tokens))
         if moe_layers:
             total += moe_layers * self._ffn_s(tokens, True)
         self._remember(key, total)
@@ -309,7 +321,8 @@ class MeasuredModel:
             common = self._projections_s(tokens) + self._elementwise_s(tokens) + self._allreduce_s(tokens)
             dense = self._ffn_s(tokens, False) + self._allreduce_s(tokens) if dense_layers else 0.0
             moe = self._router_shared_s(tokens) if moe_layers else 0.0
-            fixed = m.num_layers * common + dense_layers * dense + moe_layers * moe + self._lm_head_s(seqs)
+            fixed = (m.num_layers * common + dense_layers * dense + moe_layers * moe + self._lm_head_s(seqs)
+                     + self._qk_norm_stats_s(tokens))
             self._remember(key, fixed)
         return fixed
 

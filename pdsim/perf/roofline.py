@@ -2,7 +2,7 @@
 
 time = overhead_s + overhead_per_seq_s * sequences in the step (scheduling, sampling)
      + Σ_op max(flops_op / (peak * mfu), bytes_op / (hbm_bw * mbu))   (per rank, see cost.py)
-     + num_allreduces * (comm_latency_s + ring_bytes / link_bw)
+     + num_allreduces * (comm_latency_s + ring_bytes / link_bw)   (+ the q/k-norm statistics' all-reduces)
 
 GEMMs run at the peak of their quant mode (`gemm_tflops`: FP8 for fp8 / fp8_block, FP4 for nvfp4,
 BF16 for bf16 and int4 weight-only) when the GPU has it, else at the BF16 peak; weights are read
@@ -108,6 +108,9 @@ class RooflineModel:
             ring_bytes = 2 * (self.tp - 1) / self.tp * step.allreduce_bytes
             per_call = self.comm_latency_s + ring_bytes / self._link_bytes_per_s()
             comm_s = step.num_allreduces * per_call
+        if step.num_stat_allreduces:
+            ring_bytes = 2 * (self.tp - 1) / self.tp * step.stat_allreduce_bytes
+            comm_s = comm_s + step.num_stat_allreduces * (self.comm_latency_s + ring_bytes / self._link_bytes_per_s())
         return RooflineTerms(ops, comm_s, step.num_seqs)
 
     def _time_s(self, step: cost.StepCost) -> float:
@@ -157,7 +160,7 @@ class RooflineModel:
             step = RooflinePrefill(
                 self.rates(), tp, (gemm_flops, ops["gemm_dense"].bytes),
                 (2 * m.vocab_size * m.hidden_size, ops["lm_head"].bytes),
-                cost.attention_factors(m, tp, False), m.num_layers, m.hidden_size,
+                cost.attention_factors(m, tp, False), m.num_layers, m.hidden_size, spec.tp_all_reduces(m, tp),
             )
             object.__setattr__(self, "_prefill", step)
         return step

@@ -134,6 +134,24 @@ def kv_bytes_per_token_per_rank(model: ModelConfig, tp: int) -> float:
     return kv_bytes_per_token(model) * heads_per_rank / model.num_kv_heads
 
 
+# A layer's TP all-reduces: the activations after attention and after the FFN (hidden_size
+# values a token), and where the q/k norm spans all heads (qk_norm_across_heads) its statistics:
+# q's and k's mean square in fp32, reduced in one call (vLLM's MiniMaxText01RMSNormTP.forward_qk
+# concatenates the two), 8 bytes a token.
+ACTIVATION_ALL_REDUCES_PER_LAYER = 2
+QK_NORM_STAT_BYTES_PER_TOKEN = 8
+
+
+def tp_all_reduces(model: ModelConfig, tp: int) -> tuple[int, int]:
+    """(activation all-reduces, q/k-norm statistic all-reduces) of one forward at TP `tp`, all
+    layers: none at tp 1; else two per layer, plus one per attention layer whose q/k norm spans
+    all heads (its per-head weights are split over the ranks, the mean square is not)."""
+    if tp <= 1:
+        return 0, 0
+    stats = model.num_layers - model.num_linear_attention_layers if model.qk_norm_across_heads else 0
+    return ACTIVATION_ALL_REDUCES_PER_LAYER * model.num_layers, stats
+
+
 def is_hybrid_linear(model: ModelConfig) -> bool:
     return model.num_linear_attention_layers > 0
 

@@ -419,3 +419,19 @@ def test_trtllm_generation_slots_come_from_the_recipe_run_at_that_concurrency() 
         plan = plan_row(parse_row({**base, "silicon_data_source": source}), load_catalog())
         assert plan.supported, plan.missing
         assert f"cluster.max_running_requests={running}" in plan.overrides
+
+
+def test_error_tables_give_each_mode_its_own_line() -> None:
+    """Issue 40's bar holds in each mode: the table has `mode agg` / `mode disagg` lines with their
+    own medians (hand-computed: agg APEs 10% and 30%, disagg 50%)."""
+    df = pd.DataFrame({"mode": ["agg", "agg", "disagg"], "suspect": ["", "", ""],
+                       "silicon_ttft_ms": [100.0, 100.0, 100.0], "silicon_tpot_ms": [10.0, 10.0, 10.0],
+                       "pdsim_ttft_ms": [110.0, 70.0, 150.0], "pdsim_tpot_ms": [10.0, 11.0, 10.0],
+                       "pdsim_ok": [True, True, True]})
+    table = {line[0]: line for line in silicon_errors.error_table(df, {"pdsim": "pdsim"}, by_group=False)}
+    assert list(table) == ["all", "mode agg", "mode disagg"]
+    assert table["mode agg"][1:5] == ["2", "pdsim", "2 (100%)", "20.0"]  # median of 10% and 30%
+    assert table["mode agg"][8] == "5.0"  # TPOT: median of 0% and 10%
+    assert table["mode disagg"][4] == "50.0" and table["all"][4] == "30.0"
+    one_mode = silicon_errors.error_table(df[df["mode"] == "agg"], {"pdsim": "pdsim"}, by_group=False)
+    assert [line[0] for line in one_mode] == ["all"]

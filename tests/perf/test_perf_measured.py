@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -187,3 +188,24 @@ def test_never_faster_than_the_physical_roofline(hw):
         for b, ctx in ((1, 512), (64, 64 * 4096)):
             assert measured.decode_time_s(b, ctx) >= bound.decode_time_s(b, ctx), (name, b, ctx)
         assert measured.prefill_time_s([(2048, 0)]) >= bound.prefill_time_s([(2048, 0)]), name
+
+
+def test_a_qk_norm_over_all_heads_all_reduces_its_statistics_in_every_layer():
+    """MiniMax-M2.5 (qk_norm_across_heads) at TP4 on vLLM's B200 tables: a decode step of 4
+    sequences gains one all-reduce per layer of 4 x 8 bytes (16 bf16 values: below the table's
+    smallest message, so its first row), 62 of them; at TP1 nothing; a per-head q/k norm nothing."""
+    vllm = PerfConfig(kind="measured", engine="vllm", overhead_s=0.0)
+    shape = catalog.load_model("minimax_m25")
+    assert shape.qk_norm_across_heads
+    hw = catalog.load_hardware("b200")
+    per_head = dataclasses.replace(shape, qk_norm_across_heads=False)
+    across, plain = (build_latency_model(vllm, m, hw, 4) for m in (shape, per_head))
+    table = pd.read_csv(AIC_DIR / across.tables.source / "allreduce.csv.gz")
+    first_row_s = table[table.num_gpus == 4].sort_values("message_size").latency_ms.iloc[0] / 1e3
+    gap_s = across.decode_time_s(4, 4 * 2048) - plain.decode_time_s(4, 4 * 2048)
+    assert gap_s == pytest.approx(62 * first_row_s, rel=1e-9)
+    assert 62 * 3e-6 < gap_s < 62 * 20e-6  # a few microseconds each on NVLink
+    prompt_gap_s = across.prefill_time_s([(8192, 0)]) - plain.prefill_time_s([(8192, 0)])
+    assert prompt_gap_s == pytest.approx(62 * across._allreduce_elements_s(8192 * 8 / 2), rel=1e-9)
+    tp1 = [build_latency_model(vllm, m, hw, 1).decode_time_s(4, 4 * 2048) for m in (shape, per_head)]
+    assert tp1[0] == tp1[1]

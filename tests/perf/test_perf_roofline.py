@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from pdsim.perf import cost
+from pdsim.perf import cost, spec
 from pdsim.perf.roofline import RooflineModel
 
 
@@ -97,3 +99,24 @@ def test_mla_decode_reads_latent_kv(models, hardware):
 def test_bad_efficiency_names_field(models, hardware):
     with pytest.raises(ValueError, match="'mfu'"):
         RooflineModel(models["llama3_8b"], hardware["h100"], 1, mfu=1.5)
+
+
+def test_qk_norm_statistics_all_reduce_once_a_layer_under_tp(models, hardware):
+    """spec.tp_all_reduces: two activation all-reduces a layer under TP, plus one of the q/k-norm
+    statistics (8 bytes a token) a full-attention layer where the norm spans all heads."""
+    minimax, qwen35 = models["minimax_m25"], models["qwen35_397b_a17b"]
+    assert spec.tp_all_reduces(minimax, 1) == (0, 0)
+    assert spec.tp_all_reduces(minimax, 4) == (124, 62)
+    assert spec.tp_all_reduces(models["llama3_70b"], 8) == (160, 0)
+    hybrid = dataclasses.replace(qwen35, qk_norm_across_heads=True)  # 60 layers, 45 of them linear
+    assert spec.tp_all_reduces(hybrid, 2) == (120, 15)
+    step = cost.step_cost(minimax, [(1000, 0)], 3, 3000, 4)
+    assert (step.num_allreduces, step.num_stat_allreduces, step.stat_allreduce_bytes) == (124, 62, 1003 * 8)
+    per_head = dataclasses.replace(minimax, qk_norm_across_heads=False)
+    model, plain = RooflineModel(minimax, hardware["h100"], 4), RooflineModel(per_head, hardware["h100"], 4)
+    link = hardware["h100"].nvlink_gbps * 1e9
+    want = 62 * (model.comm_latency_s + 2 * 3 / 4 * 1003 * 8 / link)
+    plain_step = cost.step_cost(per_head, [(1000, 0)], 3, 3000, 4)
+    assert model.terms(step).comm_s - plain.terms(plain_step).comm_s == pytest.approx(want, rel=1e-12)
+    assert model.mixed_time_s([(1000, 0)], 3, 3000) - plain.mixed_time_s([(1000, 0)], 3, 3000) == pytest.approx(
+        want, rel=1e-9)

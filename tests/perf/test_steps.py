@@ -5,6 +5,7 @@ which mixed_time_s uses) on Python 3.11, whose `sum` adds in order as the compil
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -24,12 +25,15 @@ def _same(got: list[float], want: list[float]) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
 
 
-@pytest.mark.parametrize("model_name,hardware,tp", [
-    ("llama3_8b", "h100", 1), ("llama3_70b", "h100", 8), ("llama3_70b", "a100_80g", 4), ("qwen3_32b", "l40s", 2),
-    ("llama2_70b", "h200", 8), ("smollm2_135m", "b200", 1), ("opt_13b", "a800", 2),
+@pytest.mark.parametrize("model_name,hardware,tp,qk_across", [
+    ("llama3_8b", "h100", 1, False), ("llama3_70b", "h100", 8, False), ("llama3_70b", "a100_80g", 4, False),
+    ("qwen3_32b", "l40s", 2, False), ("llama2_70b", "h200", 8, False), ("smollm2_135m", "b200", 1, False),
+    ("opt_13b", "a800", 2, False),
+    ("llama3_70b", "h100", 8, True),  # a q/k norm over all heads: its statistics' all-reduces
 ])
-def test_roofline_prefill_step_is_the_general_step(model_name: str, hardware: str, tp: int) -> None:
-    model = RooflineModel(load_model(model_name), load_hardware(hardware), tp=tp, overhead_per_seq_s=1e-5)
+def test_roofline_prefill_step_is_the_general_step(model_name: str, hardware: str, tp: int, qk_across: bool) -> None:
+    shape = dataclasses.replace(load_model(model_name), qk_norm_across_heads=qk_across)
+    model = RooflineModel(shape, load_hardware(hardware), tp=tp, overhead_per_seq_s=1e-5)
     fast = model.prefill_step()
     assert fast is not None
     rng = np.random.default_rng([20, tp])

@@ -18,17 +18,19 @@ from collections.abc import Sequence
 from pdsim.perf.steps.decode import RooflineRates
 
 ACTIVATION_BYTES = 2  # bf16 activations on the all-reduce (pdsim.perf.cost.ACTIVATION_BYTES)
+QK_NORM_STAT_BYTES_PER_TOKEN = 8  # q/k-norm statistics a token (pdsim.perf.spec, the same number)
 
 
 class RooflinePrefill:
     """RooflineModel.prefill_time_s of a dense model. Per model: the GEMMs' flops per token
     over all ranks and their bytes on one, the LM head's likewise per prompt, the attention
     factors (cost.attention_factors), the layers and hidden size (integers stay integers: the
-    model's own arithmetic)."""
+    model's own arithmetic), and its all-reduces (spec.tp_all_reduces: activations, q/k-norm
+    statistics)."""
 
     def __init__(
         self, rates: RooflineRates, tp: int, gemm: tuple[int, float], lm_head: tuple[int, float],
-        attention: tuple[int, float], num_layers: int, hidden_size: int,
+        attention: tuple[int, float], num_layers: int, hidden_size: int, all_reduces: tuple[int, int],
     ) -> None:
         self.tp = tp
         self.gemm_flops_factor, self.gemm_bytes = gemm
@@ -41,7 +43,7 @@ class RooflinePrefill:
         self.hbm_bytes_per_s = rates.hbm_bytes_per_s
         self.mfu, self.mbu = rates.mfu, rates.mbu
         self.overhead_s, self.overhead_per_seq_s = rates.overhead_s, rates.overhead_per_seq_s
-        self.num_allreduces = 2 * num_layers if tp > 1 else 0
+        self.num_allreduces, self.num_stat_allreduces = all_reduces
         self.comm_latency_s = rates.comm_latency_s
         self.link_bytes_per_s = rates.link_bytes_per_s
 
@@ -72,6 +74,9 @@ class RooflinePrefill:
             payload = tokens * self.hidden_size * ACTIVATION_BYTES
             ring_bytes = 2 * (tp - 1) / tp * payload
             comm_s = self.num_allreduces * (self.comm_latency_s + ring_bytes / self.link_bytes_per_s)
+        if self.num_stat_allreduces:
+            ring_bytes = 2 * (tp - 1) / tp * (tokens * QK_NORM_STAT_BYTES_PER_TOKEN)
+            comm_s = comm_s + self.num_stat_allreduces * (self.comm_latency_s + ring_bytes / self.link_bytes_per_s)
         return self.overhead_s + self.overhead_per_seq_s * seqs + busy + comm_s
 
 
