@@ -176,6 +176,9 @@ class Deployment:
     batch_wait_from_clients: int = 0
     # SGLang --scheduler-recv-interval (below RECV_INTERVAL_FROM_CLIENTS clients, from there up)
     recv_interval: tuple[int, int] = (1, 1)
+    # the routed experts' kernel the script selects, where it is not the checkpoint's default
+    # (vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: MXFP4 experts with MXFP8 activations)
+    moe_quant: str = ""
 
     def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
         return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
@@ -210,6 +213,9 @@ class Deployment:
 RECV_INTERVAL_FROM_CLIENTS = 16
 RECV = (10, 30)  # SGLang scripts: --scheduler-recv-interval 30 if CONC >= 16 else 10
 DSR1 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")  # InferenceX's dsr1 rows, as AIConfigurator maps them
+# gptoss_fp4_b200.sh exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (from 2025-09-24, before any
+# dev row): FlashInfer's MXFP4 x MXFP8 MoE, the kernel TRT-LLM and SGLang run on Blackwell
+MXFP4_MXFP8 = "w4a8_mxfp4_mxfp8"
 VLLM_DEFAULT_TOKENS = 8192  # vLLM's API-server max-num-batched-tokens on GPUs of 70 GiB or more (arg_utils)
 
 # (backend, model_path) -> the versions of its launch scripts (benchmarks/single_node/ in
@@ -254,8 +260,10 @@ INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], tuple[Deployment, ...]] = {
     ("sglang", "Qwen/Qwen3.5-397B-A17B"): _SGLANG_QWEN35,
     ("trtllm", "openai/gpt-oss-120b"): (Deployment("gptoss_fp4_b200_trt.sh", 20000, False, "fp8", max_running=512),),
     ("vllm", "openai/gpt-oss-120b"): (
-        Deployment("gptoss_fp4_b200.sh (before 2025-12-05)", 8192, True, systems=("b200_sxm",), max_running=512),
+        Deployment("gptoss_fp4_b200.sh (before 2025-12-05)", 8192, True, systems=("b200_sxm",), max_running=512,
+                   moe_quant=MXFP4_MXFP8),
         Deployment("gptoss_fp4_b200.sh", 8192, True, "fp8", since="2025-12-05", systems=("b200_sxm",),
+                   moe_quant=MXFP4_MXFP8,
                    max_running=512),
         Deployment("gptoss_fp4_h100.sh", 8192, True, systems=("h100_sxm",)),
     ),

@@ -518,21 +518,46 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
     if phases == "harness" and row.harness == "inferencex" and row.agg is not None:
-        overrides = with_overrides(overrides, _script_overrides(row, row.agg))
+        overrides = with_overrides(overrides, _script_overrides(row, row.agg, model or "", table_set))
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 
 
-def _script_overrides(row: SiliconRow, agg: Side) -> list[str]:
+def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str) -> list[str]:
     """What an aggregated InferenceX row's launch script set: its MTP script's settings where the
     row ran MTP (silicon_harness.mtp_overrides), else the script version of its date (none known:
-    nothing); under attention DP, TensorRT-LLM's balance as the script set it."""
+    nothing) and the MoE kernel it selects; under attention DP, TensorRT-LLM's balance as the
+    script set it."""
     balance = adp_balance_overrides(row.backend, row.model_path, agg.attention_dp)
     if row.mtp_draft_tokens:
         return [*mtp_overrides(row.mtp_draft_tokens, row.isl_tokens, row.concurrency, agg.attention_dp, row.precision),
                 *balance]
     deployment = deployment_for(row.backend, row.model_path, row.precision, row.system, agg.tp, row.measured)
-    script = [] if deployment is None else deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
-    return [*script, *balance]
+    if deployment is None:
+        return balance
+    script = deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
+    kernel = moe_kernel_overrides(row, model, table_set, deployment.moe_quant) if deployment.moe_quant else []
+    return [*script, *kernel, *balance]
+
+
+def moe_kernel_overrides(row: SiliconRow, model: str, table_set: str, dtype: str) -> list[str]:
+    """model.moe_quant=`dtype` (the MoE kernel a script selects) and, where the row's own table
+    set never measured it at the row's expert shape and MoE split, perf.moe_table_set: the first
+    set of the same GPU that did (the kernel is FlashInfer's in every engine); [] where none did."""
+    from pdsim.perf.measured import moe_grid_for, moe_shape
+    from pdsim.perf.optables import load_tables, table_sets
+
+    shape = moe_shape(_catalog_model(model))
+    sides = [s for s in (row.agg, row.prefill, row.decode) if s is not None]
+
+    def has(name: str) -> bool:
+        tables = load_tables(name)
+        return all(moe_grid_for(tables, dtype, shape, s.moe_tp, s.moe_ep) is not None for s in sides)
+
+    if has(table_set):
+        return [f"model.moe_quant={dtype}"]
+    system = table_set.rsplit("_", 2)[0]
+    found = [name for name in table_sets() if name.rsplit("_", 2)[0] == system and has(name)]
+    return [f"model.moe_quant={dtype}", f"perf.moe_table_set={found[0]}"] if found else []
 
 
 def with_overrides(overrides: tuple[str, ...], extra: list[str] | tuple[str, ...]) -> tuple[str, ...]:

@@ -336,6 +336,10 @@ class PerfConfig:
     # measured: routing skew the fused-MoE tables were measured at: balanced (every expert the
     # same load) | power_law_1.01 (AIConfigurator's skewed routing); docs/MOE.md
     moe_distribution: str = "balanced"
+    # measured: the table set (same GPU) whose fused-MoE rows price the routed experts, for a
+    # kernel the engine's own set never measured but another engine's did (FlashInfer's MXFP4 x
+    # MXFP8 MoE, which vLLM runs under VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1); "" = the engine's
+    moe_table_set: str = ""
     # measured, attention DP with EP: how tokens reach their experts: allgather (every GPU gets
     # every rank's tokens, reduce-scatter back) | deepep (SGLang --moe-a2a-backend deepep:
     # dispatch/combine to the experts' GPUs only; pdsim/perf/deepep.py)

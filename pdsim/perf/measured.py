@@ -56,6 +56,7 @@ from pdsim.perf.optables import (
     load_tables,
     resolve_set,
     table_file,
+    with_moe_of,
 )
 from pdsim.perf.steps.decode import CallStep, DecodeStep, TableStep
 
@@ -573,7 +574,7 @@ def build_measured(
 
     needs = needed_tables(model) + (("nccl",) if parallel.dp > 1 else ())  # DP ranks meet over NCCL
     name = resolve_set(hardware.op_tables, perf.engine, perf.engine_version, needs)
-    tables = load_tables(name)
+    tables = with_moe_of(load_tables(name), perf.moe_table_set)
     reference = load_hardware(hardware.op_tables_hardware) if hardware.op_tables_hardware else hardware
     gpu = "a100" if hardware.op_tables.startswith("a100") else "h100"
     return MeasuredModel(

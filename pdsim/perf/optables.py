@@ -30,6 +30,7 @@ memory) are filled from a separable fit log t = row + col over each 2-D slice (t
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -410,6 +411,19 @@ def load_tables(name: str) -> OpTables:
         mla_generation=mla("generation", "step"),
         nccl=pd.read_csv(nccl_path) if nccl_path else pd.DataFrame(),
     )
+
+
+def with_moe_of(tables: OpTables, moe_table_set: str) -> OpTables:
+    """`tables` with the fused-MoE rows of `moe_table_set` (perf.moe_table_set: a set of the same
+    GPU; "" = its own): the kernel's measurements where the engine's own set lacks them."""
+    if not moe_table_set or moe_table_set == tables.source:
+        return tables
+    system = tables.source.rsplit("_", 2)[0]
+    if moe_table_set not in table_sets() or moe_table_set.rsplit("_", 2)[0] != system:
+        same_gpu = [s for s in table_sets() if s.rsplit("_", 2)[0] == system]
+        raise ValueError(f"perf: field 'moe_table_set' has unknown value {moe_table_set!r} for {system} "
+                         f"(have {same_gpu})")
+    return dataclasses.replace(tables, moe=load_tables(moe_table_set).moe, _memo={})
 
 
 def _moe_rows(df: pd.DataFrame) -> pd.DataFrame:

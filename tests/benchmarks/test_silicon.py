@@ -435,3 +435,14 @@ def test_error_tables_give_each_mode_its_own_line() -> None:
     assert table["mode disagg"][4] == "50.0" and table["all"][4] == "30.0"
     one_mode = silicon_errors.error_table(df[df["mode"] == "agg"], {"pdsim": "pdsim"}, by_group=False)
     assert [line[0] for line in one_mode] == ["all"]
+
+
+def test_vllm_gpt_oss_runs_the_scripts_mxfp8_moe_kernel_from_a_set_that_measured_it() -> None:
+    """gptoss_fp4_b200.sh exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: the experts run MXFP4 x
+    MXFP8, which vLLM's B200 set never measured, so the row reads SGLang's B200 rows of the kernel;
+    TRT-LLM's rows keep their own set (it measured the kernel)."""
+    vllm = _script("vllm", "openai/gpt-oss-120b", "fp4", "2026-02-25", clients=8, tp=2)
+    assert {"model.moe_quant=w4a8_mxfp4_mxfp8", "perf.moe_table_set=b200_sxm_sglang_0.5.14"} <= vllm
+    assert "model.moe_quant=w4a16_mxfp4" not in vllm
+    trt = _script("trtllm", "openai/gpt-oss-120b", "fp4", "2026-02-05", clients=8, tp=2)
+    assert "model.moe_quant=w4a8_mxfp4_mxfp8" in trt and not any(o.startswith("perf.moe_table_set") for o in trt)

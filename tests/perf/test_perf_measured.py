@@ -209,3 +209,24 @@ def test_a_qk_norm_over_all_heads_all_reduces_its_statistics_in_every_layer():
     assert prompt_gap_s == pytest.approx(62 * across._allreduce_elements_s(8192 * 8 / 2), rel=1e-9)
     tp1 = [build_latency_model(vllm, m, hw, 1).decode_time_s(4, 4 * 2048) for m in (shape, per_head)]
     assert tp1[0] == tp1[1]
+
+
+def test_moe_table_set_prices_the_experts_from_another_engines_set_of_the_same_gpu():
+    """perf.moe_table_set: vLLM's B200 set never measured MXFP4 x MXFP8 experts; SGLang's did (the
+    same FlashInfer kernel). gpt-oss at TP1 then reads SGLang's row (64 tokens, balanced routing);
+    everything else stays vLLM's. A set of another GPU, or none, is refused by name."""
+    shape = dataclasses.replace(catalog.load_model("gpt_oss_120b"), moe_quant="w4a8_mxfp4_mxfp8")
+    hw = catalog.load_hardware("b200")
+    borrowed = PerfConfig(kind="measured", engine="vllm", overhead_s=0.0, moe_table_set="b200_sxm_sglang_0.5.14")
+    model = build_latency_model(borrowed, shape, hw, 1)
+    rows = pd.read_csv(AIC_DIR / "b200_sxm_sglang_0.5.14" / "moe.csv.gz")
+    row = rows[(rows.moe_dtype == "w4a8_mxfp4_mxfp8") & (rows.hidden_size == 2880) & (rows.num_experts == 128)
+               & (rows.moe_tp_size == 1) & (rows.moe_ep_size == 1) & (rows.distribution == "balanced")
+               & (rows.num_tokens == 64)].latency_ms.item()
+    assert model._experts_s(64) == pytest.approx(row / 1e3, rel=1e-12)
+    own = build_latency_model(PerfConfig(kind="measured", engine="vllm", overhead_s=0.0), shape, hw, 1)
+    assert own.tables.source == model.tables.source == "b200_sxm_vllm_0.24.0"
+    assert own.gemm_s(64, 2880, 2880) == model.gemm_s(64, 2880, 2880)
+    for bad in ("h100_sxm_sglang_0.5.14", "b200_sxm_nope_1.0"):
+        with pytest.raises(ValueError, match=f"field 'moe_table_set' has unknown value '{bad}' for b200_sxm"):
+            build_latency_model(dataclasses.replace(borrowed, moe_table_set=bad), shape, hw, 1)
