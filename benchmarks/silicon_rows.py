@@ -543,20 +543,14 @@ def moe_kernel_overrides(row: SiliconRow, model: str, table_set: str, dtype: str
     """model.moe_quant=`dtype` (the MoE kernel a script selects) and, where the row's own table
     set never measured it at the row's expert shape and MoE split, perf.moe_table_set: the first
     set of the same GPU that did (the kernel is FlashInfer's in every engine); [] where none did."""
-    from pdsim.perf.measured import moe_grid_for, moe_shape
-    from pdsim.perf.optables import load_tables, table_sets
+    from pdsim.perf.measured import moe_shape
+    from pdsim.perf.optables import sets_of_system
 
     shape = moe_shape(_catalog_model(model))
-    sides = [s for s in (row.agg, row.prefill, row.decode) if s is not None]
-
-    def has(name: str) -> bool:
-        tables = load_tables(name)
-        return all(moe_grid_for(tables, dtype, shape, s.moe_tp, s.moe_ep) is not None for s in sides)
-
-    if has(table_set):
+    if not _sides_without_moe(row, table_set, dtype, shape):
         return [f"model.moe_quant={dtype}"]
-    system = table_set.rsplit("_", 2)[0]
-    found = [name for name in table_sets() if name.rsplit("_", 2)[0] == system and has(name)]
+    found = [name for name in sets_of_system(table_set.rsplit("_", 2)[0])
+             if not _sides_without_moe(row, name, dtype, shape)]
     return [f"model.moe_quant={dtype}", f"perf.moe_table_set={found[0]}"] if found else []
 
 
@@ -570,17 +564,23 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
     """A fused-MoE table of the row's expert shape, quant mode, MoE TP and EP for each side."""
     import dataclasses
 
-    from pdsim.perf.measured import moe_grid_for, moe_shape, moe_table_dtype
-    from pdsim.perf.optables import load_tables
+    from pdsim.perf.measured import moe_shape, moe_table_dtype
 
     m = dataclasses.replace(_catalog_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
-    shape, tables, dtype = moe_shape(m), load_tables(table_set), moe_table_dtype(m)
-    gaps = []
-    for side in (s for s in (row.agg, row.prefill, row.decode) if s is not None):
-        if moe_grid_for(tables, dtype, shape, side.moe_tp, side.moe_ep) is None:
-            gaps.append(f"no {dtype} fused-MoE table for {model} at MoE TP {side.moe_tp} x EP {side.moe_ep} "
-                        f"in {table_set}")
-    return gaps
+    shape, dtype = moe_shape(m), moe_table_dtype(m)
+    return [f"no {dtype} fused-MoE table for {model} at MoE TP {side.moe_tp} x EP {side.moe_ep} in {table_set}"
+            for side in _sides_without_moe(row, table_set, dtype, shape)]
+
+
+def _sides_without_moe(row: SiliconRow, table_set: str, dtype: str, shape: tuple[int, int, int, int]) -> list[Side]:
+    """The row's sides (aggregated, or prefill and decode) whose MoE TP x EP split `table_set` has
+    no `dtype` fused-MoE grid for at expert `shape` (measured.moe_grid_for's fallbacks included)."""
+    from pdsim.perf.measured import moe_grid_for
+    from pdsim.perf.optables import load_tables
+
+    tables = load_tables(table_set)
+    return [side for side in (row.agg, row.prefill, row.decode)
+            if side is not None and moe_grid_for(tables, dtype, shape, side.moe_tp, side.moe_ep) is None]
 
 
 def _version_note(row: SiliconRow, cat: Catalog, hardware: str) -> str:

@@ -292,7 +292,7 @@ class MeasuredModel:
         moe_layers = spec.num_moe_layers(m)
         dense_layers = m.num_layers - moe_layers
         per_layer_common = (self._projections_s(tokens) + self._elementwise_s(tokens)
-                            + 2 * self._allreduce_s(tokens))
+                            + spec.ACTIVATION_ALL_REDUCES_PER_LAYER * self._allreduce_s(tokens))
         total = (m.num_layers * per_layer_common + dense_layers * self._ffn_s(tokens, False)
                  + self._qk_norm_stats_s(tokens))
         if moe_layers:

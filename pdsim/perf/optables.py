@@ -344,6 +344,11 @@ def table_sets() -> list[str]:
     return sorted(p.name for p in AIC_DIR.iterdir() if p.is_dir())
 
 
+def sets_of_system(system: str) -> list[str]:
+    """The table sets measured on one GPU system (a set's name less its engine and version)."""
+    return [s for s in table_sets() if s.rsplit("_", 2)[0] == system]
+
+
 def _version_key(version: str) -> list:
     return [int(x) if x.isdigit() else x for x in version.replace("rc", ".").replace("post", ".").split(".")]
 
@@ -419,8 +424,8 @@ def with_moe_of(tables: OpTables, moe_table_set: str) -> OpTables:
     if not moe_table_set or moe_table_set == tables.source:
         return tables
     system = tables.source.rsplit("_", 2)[0]
-    if moe_table_set not in table_sets() or moe_table_set.rsplit("_", 2)[0] != system:
-        same_gpu = [s for s in table_sets() if s.rsplit("_", 2)[0] == system]
+    same_gpu = sets_of_system(system)
+    if moe_table_set not in same_gpu:
         raise ValueError(f"perf: field 'moe_table_set' has unknown value {moe_table_set!r} for {system} "
                          f"(have {same_gpu})")
     return dataclasses.replace(tables, moe=load_tables(moe_table_set).moe, _memo={})
