@@ -29,6 +29,12 @@ from dataclasses import dataclass
 
 HARNESSES = ("aiperf", "inferencex")
 INFERENCEX_RANGE_RATIO, INFERENCEX_PROMPTS_PER_CLIENT = 0.8, 10
+# Both clients send text, which the engine's frontend tokenizes before scheduling
+# (cluster.tokenize_s_per_token): seconds a prompt token for each client's prompts, from
+# benchmarks/tokenize_cost.py (SmolLM2's byte-level BPE on this project's 2-core AMD EPYC
+# machine, 2026-11-30, 5 runs of 15 prompts: 2.95 / 3.24 us at 1k / 8k tokens for InferenceX's
+# prompts, decoded runs of consecutive token ids; 1.69 / 1.88 us for AIPerf's corpus text)
+TOKENIZE_S_PER_TOKEN = {"inferencex": 3.1e-6, "aiperf": 1.8e-6}
 
 
 def measured_date(source: str) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 from silicon_harness import (
+    TOKENIZE_S_PER_TOKEN,
     adp_balance_overrides,
     deployment_for,
     harness_of,
@@ -274,10 +275,11 @@ def workload_overrides(row: SiliconRow, prefix_cache: str = "off", phases: str =
     if phases not in PHASES:
         raise ValueError(f"phases must be one of {PHASES}, got {phases!r}")
     c = row.concurrency
+    tokenize = f"cluster.tokenize_s_per_token={TOKENIZE_S_PER_TOKEN[row.harness]}"  # the row's client's prompts
     if phases == "harness" and row.harness == "inferencex":
-        return inferencex_workload(c, row.isl_tokens, row.osl_tokens)
+        return [*inferencex_workload(c, row.isl_tokens, row.osl_tokens), tokenize]
     cache = prefix_cache == "engine" and PREFIX_CACHE.get(row.backend, False)
-    return [f"scenario.concurrency={c}", f"scenario.input.value={row.isl_tokens}",
+    return [tokenize, f"scenario.concurrency={c}", f"scenario.input.value={row.isl_tokens}",
             f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(c)}",
             f"scenario.warmup_requests={WARMUP_PER_CLIENT * c}",
             f"scenario.warmup_barrier={str(phases != 'steady').lower()}",

@@ -216,6 +216,11 @@ class ClusterConfig:
     # instance emits a token -> the client has it (streaming, detokenization, HTTP); added to every
     # token time of the trace so TTFT/TPOT/E2E are measured at the client. `pdsim fidelity` probes it
     token_delivery_s: float = 0.0
+    # the frontend tokenizes every text prompt on one thread before routing (vLLM's API server
+    # runs its tokenizer on a one-worker executor, SGLang's TokenizerManager on its event loop):
+    # this many seconds a prompt token, prompts in arrival order, on the path to the first token.
+    # 0 = prompts arrive as token ids (pdreal's replay). benchmarks/tokenize_cost.py measures it
+    tokenize_s_per_token: float = 0.0
     prealloc_slots: int = 0  # decode pre-allocation slots beyond max_running_requests (0 = same)
     transfer_aux_bytes: int = 4096  # aux metadata sent with the last KV chunk
     colocated_schedule: str = "mixed"  # mixed (chunked-prefill mixed batches) | prefill_priority
@@ -555,6 +560,8 @@ def _unknown_key(node: DictConfig, schema: type, prefix: str) -> str:
 
 def validate_values(cfg: Config) -> None:
     """Range checks a schema type cannot express (one-line errors naming group, field, value)."""
+    if not cfg.cluster.tokenize_s_per_token >= 0:
+        raise ValueError(f"cluster: field 'tokenize_s_per_token' must be >= 0, got {cfg.cluster.tokenize_s_per_token}")
     s = cfg.slo
     for name in ("ttft_s", "tpot_s"):
         if not getattr(s, name) > 0:

@@ -70,6 +70,8 @@ class Simulation(SimHooks):
         self.profiling = False  # closed loop with a warm-up barrier: the profiling phase has started
         self.done = self.env.event()
         self.health_epoch = 0  # bumped whenever an instance's routability changes
+        self.tokenize_s_per_token = cfg.cluster.tokenize_s_per_token
+        self.tokenizer_free_s = 0.0  # when the frontend's tokenizer thread has done its queue
         self.on_terminal: Callable[[], None] | None = None
         self.fault_rng = rng.stream(cfg.seed, "faults.transfer")
         timeout_s = cfg.faults.bootstrap_timeout_s
@@ -191,7 +193,21 @@ class Simulation(SimHooks):
     def _on_arrival(self, sr: SimRequest) -> None:
         self.arrived += 1
         self.active[sr.rid] = sr
-        self.router.dispatch(sr)
+        if self.tokenize_s_per_token > 0.0:
+            self.after(self._tokenized_in_s(sr), self._dispatch_tokenized, sr)
+        else:
+            self.router.dispatch(sr)
+
+    def _tokenized_in_s(self, sr: SimRequest) -> float:
+        """How long from now until the frontend's one tokenizer thread has tokenized `sr`'s
+        prompt: after every prompt that arrived before it (cluster.tokenize_s_per_token)."""
+        now = now_s(self.events)
+        self.tokenizer_free_s = max(now, self.tokenizer_free_s) + self.tokenize_s_per_token * sr.req.input_tokens
+        return self.tokenizer_free_s - now
+
+    def _dispatch_tokenized(self, sr: SimRequest) -> None:
+        if not sr.done:  # (a fault may have failed it while it waited)
+            self.router.dispatch(sr)
 
     # -- hooks -------------------------------------------------------------------------------
     def health_changed(self) -> None:

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 from simkit import make_config, make_requests, rounded, timeline
 
+from pdsim.config import validate_values
 from pdsim.perf import catalog
 from pdsim.sim import simulate
 
@@ -66,6 +67,24 @@ def test_token_delivery_moves_the_token_times_to_the_client() -> None:
     assert abs(row.last_token_s - (xfer_end + 0.03 + 0.002)) < 1e-12 and row.finish_s == row.last_token_s
     assert [round(t - b, 12) for t, b in zip(row.token_times_s, base.token_times_s, strict=True)] == [0.002] * 4
     assert row.prefill_end_s == base.prefill_end_s  # only what the client sees moves
+
+
+def test_the_frontend_tokenizes_prompts_one_at_a_time_in_arrival_order() -> None:
+    # 0.1 ms a prompt token: the 100- and 200-token prompts arriving together at t=0 are routed at
+    # 0.01 and 0.01 + 0.02 = 0.03 (one tokenizer thread); the one at t=1 finds it idle: 1.0 + 0.01
+    cfg = make_config({"tokenize_s_per_token": 1e-4})
+    requests = [(0.0, 100, 2), (0.0, 200, 2), (1.0, 100, 2)]
+    trace = simulate(cfg, make_requests(requests)).trace.sort_values("request_id")
+    assert [round(r - a, 12) for a, r in zip(trace.arrival_s, trace.route_s, strict=True)] == [0.01, 0.03, 0.01]
+    base = simulate(make_config(), make_requests(requests)).trace.sort_values("request_id").iloc[2]
+    alone = trace.iloc[2]  # the rest of its path is the untokenized run's, 10 ms later
+    assert alone.first_token_s - base.first_token_s == pytest.approx(0.01, abs=1e-12)
+    assert alone.finish_s - base.finish_s == pytest.approx(0.01, abs=1e-12)
+
+
+def test_a_negative_tokenize_cost_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"cluster: field 'tokenize_s_per_token' must be >= 0, got -1e-06"):
+        validate_values(make_config({"tokenize_s_per_token": -1e-6}))
 
 
 def test_two_transfers_share_the_decode_nic_max_min() -> None:
