@@ -37,6 +37,17 @@ INFERENCEX_RANGE_RATIO, INFERENCEX_PROMPTS_PER_CLIENT = 0.8, 10
 TOKENIZE_S_PER_TOKEN = {"inferencex": 3.1e-6, "aiperf": 1.8e-6}
 
 
+def tokenizer_overrides(harness: str, aggregated: bool) -> list[str]:
+    """The frontend that tokenized a row's prompts: an InferenceX aggregated row's engine served
+    its own HTTP (`vllm serve`, `sglang.launch_server`, `trtllm-serve`: one tokenizer thread);
+    every other row went through Dynamo's frontend (InferenceX's disaggregated runs, and the
+    deployments AIConfigurator generates: `python3 -m dynamo.frontend` in its 0.12.0 templates
+    generator/config/backend_templates/{vllm,sglang,trtllm}/run.sh.j2), which tokenizes each
+    request in its async runtime: no queue (cluster.tokenize_threads=0)."""
+    threads = 1 if harness == "inferencex" and aggregated else 0
+    return [f"cluster.tokenize_s_per_token={TOKENIZE_S_PER_TOKEN[harness]}", f"cluster.tokenize_threads={threads}"]
+
+
 def measured_date(source: str) -> str:
     """The measurement date (YYYY-MM-DD) a `silicon_data_source` names, or "" where none."""
     found = re.search(r"measured=(\d{4}-\d\d-\d\d)", source) or re.search(r"source_file=(\d{4}-\d\d-\d\d)", source)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 from silicon_harness import (
-    TOKENIZE_S_PER_TOKEN,
     adp_balance_overrides,
     deployment_for,
     harness_of,
@@ -30,6 +29,7 @@ from silicon_harness import (
     measured_date,
     mtp_draft_tokens,
     mtp_overrides,
+    tokenizer_overrides,
 )
 from silicon_recipes import moe_a2a, prefill_overrides, trtllm_generation_batch
 
@@ -275,11 +275,11 @@ def workload_overrides(row: SiliconRow, prefix_cache: str = "off", phases: str =
     if phases not in PHASES:
         raise ValueError(f"phases must be one of {PHASES}, got {phases!r}")
     c = row.concurrency
-    tokenize = f"cluster.tokenize_s_per_token={TOKENIZE_S_PER_TOKEN[row.harness]}"  # the row's client's prompts
+    tokenize = tokenizer_overrides(row.harness, row.agg is not None)  # the row's client's prompts, its frontend
     if phases == "harness" and row.harness == "inferencex":
-        return [*inferencex_workload(c, row.isl_tokens, row.osl_tokens), tokenize]
+        return [*inferencex_workload(c, row.isl_tokens, row.osl_tokens), *tokenize]
     cache = prefix_cache == "engine" and PREFIX_CACHE.get(row.backend, False)
-    return [tokenize, f"scenario.concurrency={c}", f"scenario.input.value={row.isl_tokens}",
+    return [*tokenize, f"scenario.concurrency={c}", f"scenario.input.value={row.isl_tokens}",
             f"scenario.output.value={row.osl_tokens}", f"scenario.num_requests={requests_for(c)}",
             f"scenario.warmup_requests={WARMUP_PER_CLIENT * c}",
             f"scenario.warmup_barrier={str(phases != 'steady').lower()}",

@@ -216,11 +216,14 @@ class ClusterConfig:
     # instance emits a token -> the client has it (streaming, detokenization, HTTP); added to every
     # token time of the trace so TTFT/TPOT/E2E are measured at the client. `pdsim fidelity` probes it
     token_delivery_s: float = 0.0
-    # the frontend tokenizes every text prompt on one thread before routing (vLLM's API server
-    # runs its tokenizer on a one-worker executor, SGLang's TokenizerManager on its event loop):
-    # this many seconds a prompt token, prompts in arrival order, on the path to the first token.
-    # 0 = prompts arrive as token ids (pdreal's replay). benchmarks/tokenize_cost.py measures it
+    # the frontend tokenizes every text prompt before routing: this many seconds a prompt token,
+    # on the path to the first token; 0 = prompts arrive as token ids (pdreal's replay).
+    # benchmarks/tokenize_cost.py measures it. It runs on tokenize_threads threads, prompts in
+    # arrival order: 1 for an engine's own server (vLLM's API server tokenizes on a one-worker
+    # executor, SGLang's TokenizerManager on its event loop); 0 = no queue, every prompt on a
+    # thread of its own (Dynamo's Rust frontend tokenizes in its async runtime's worker threads)
     tokenize_s_per_token: float = 0.0
+    tokenize_threads: int = 1
     prealloc_slots: int = 0  # decode pre-allocation slots beyond max_running_requests (0 = same)
     transfer_aux_bytes: int = 4096  # aux metadata sent with the last KV chunk
     colocated_schedule: str = "mixed"  # mixed (chunked-prefill mixed batches) | prefill_priority
@@ -560,8 +563,9 @@ def _unknown_key(node: DictConfig, schema: type, prefix: str) -> str:
 
 def validate_values(cfg: Config) -> None:
     """Range checks a schema type cannot express (one-line errors naming group, field, value)."""
-    if not cfg.cluster.tokenize_s_per_token >= 0:
-        raise ValueError(f"cluster: field 'tokenize_s_per_token' must be >= 0, got {cfg.cluster.tokenize_s_per_token}")
+    for name in ("tokenize_s_per_token", "tokenize_threads"):
+        if not getattr(cfg.cluster, name) >= 0:
+            raise ValueError(f"cluster: field {name!r} must be >= 0, got {getattr(cfg.cluster, name)}")
     s = cfg.slo
     for name in ("ttft_s", "tpot_s"):
         if not getattr(s, name) > 0:

@@ -71,7 +71,8 @@ class Simulation(SimHooks):
         self.done = self.env.event()
         self.health_epoch = 0  # bumped whenever an instance's routability changes
         self.tokenize_s_per_token = cfg.cluster.tokenize_s_per_token
-        self.tokenizer_free_s = 0.0  # when the frontend's tokenizer thread has done its queue
+        # when each of the frontend's tokenizer threads is done with its queue (none: no queue)
+        self.tokenizer_free_s = [0.0] * cfg.cluster.tokenize_threads
         self.on_terminal: Callable[[], None] | None = None
         self.fault_rng = rng.stream(cfg.seed, "faults.transfer")
         timeout_s = cfg.faults.bootstrap_timeout_s
@@ -199,11 +200,17 @@ class Simulation(SimHooks):
             self.router.dispatch(sr)
 
     def _tokenized_in_s(self, sr: SimRequest) -> float:
-        """How long from now until the frontend's one tokenizer thread has tokenized `sr`'s
-        prompt: after every prompt that arrived before it (cluster.tokenize_s_per_token)."""
+        """How long from now until the frontend has tokenized `sr`'s prompt
+        (cluster.tokenize_s_per_token): on the thread free first (the lowest on a tie), after
+        the prompts that arrived before it; at once on a thread of its own without a queue."""
+        cost_s = self.tokenize_s_per_token * sr.req.input_tokens
+        free = self.tokenizer_free_s
+        if not free:
+            return cost_s
         now = now_s(self.events)
-        self.tokenizer_free_s = max(now, self.tokenizer_free_s) + self.tokenize_s_per_token * sr.req.input_tokens
-        return self.tokenizer_free_s - now
+        thread = free.index(min(free))
+        free[thread] = max(now, free[thread]) + cost_s
+        return free[thread] - now
 
     def _dispatch_tokenized(self, sr: SimRequest) -> None:
         if not sr.done:  # (a fault may have failed it while it waited)

@@ -148,6 +148,7 @@ def test_plans_take_the_engines_token_budget_as_deployed(backend: str, mode: str
     plan = plan_row(parse_row(row("b", **fields)), load_catalog())
     assert plan.supported, plan.missing
     assert {f"cluster.max_prefill_tokens={budget}", f"cluster.chunk_size_tokens={chunk}"} <= set(plan.overrides)
+    assert "cluster.tokenize_threads=0" in plan.overrides  # Dynamo's frontend: no tokenizer queue
 
 
 def test_harness_of_the_dev_splits_sources() -> None:
@@ -182,6 +183,11 @@ def test_inferencex_rows_replay_bench_serving_and_the_launch_script() -> None:
     assert "scenario.warmup_requests=8" in aiperf.overrides and "cluster.max_prefill_tokens=2528" in aiperf.overrides
     every = plan_row(parse_row(row("trt", **llama)), catalog, phases="aiperf")  # AIPerf's phases for every row
     assert "scenario.warmup_requests=8" in every.overrides
+    # each client's prompts cost its own tokenizing time (benchmarks/tokenize_cost.py), whatever the phases
+    assert "cluster.tokenize_s_per_token=3.1e-06" in plan.overrides and "cluster.tokenize_s_per_token=3.1e-06" in every.overrides
+    assert "cluster.tokenize_s_per_token=1.8e-06" in aiperf.overrides
+    # the engine's own server tokenizes on one thread; AIConfigurator's deployments put Dynamo's frontend first
+    assert "cluster.tokenize_threads=1" in plan.overrides and "cluster.tokenize_threads=0" in aiperf.overrides
 
 
 @pytest.mark.parametrize(("clients", "interval"), [(8, 10), (16, 30)])

@@ -82,9 +82,20 @@ def test_the_frontend_tokenizes_prompts_one_at_a_time_in_arrival_order() -> None
     assert alone.finish_s - base.finish_s == pytest.approx(0.01, abs=1e-12)
 
 
-def test_a_negative_tokenize_cost_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match=r"cluster: field 'tokenize_s_per_token' must be >= 0, got -1e-06"):
-        validate_values(make_config({"tokenize_s_per_token": -1e-6}))
+@pytest.mark.parametrize(("threads", "waits"), [(2, [0.01, 0.02, 0.02]), (0, [0.01, 0.02, 0.01])])
+def test_tokenizer_threads_take_prompts_side_by_side(threads: int, waits: list[float]) -> None:
+    # three prompts at t=0 of 100, 200, 100 tokens at 0.1 ms a token. Two threads: the first two
+    # start at once, the third waits for the first thread (0.01) and ends at 0.02; no queue (0):
+    # each prompt takes only its own time
+    cfg = make_config({"tokenize_s_per_token": 1e-4, "tokenize_threads": threads})
+    trace = simulate(cfg, make_requests([(0.0, 100, 2), (0.0, 200, 2), (0.0, 100, 2)])).trace.sort_values("request_id")
+    assert [round(r - a, 12) for a, r in zip(trace.arrival_s, trace.route_s, strict=True)] == waits
+
+
+@pytest.mark.parametrize("field", ["tokenize_s_per_token", "tokenize_threads"])
+def test_negative_tokenizer_settings_are_refused_by_name(field: str) -> None:
+    with pytest.raises(ValueError, match=rf"cluster: field '{field}' must be >= 0, got -1"):
+        validate_values(make_config({field: -1}))
 
 
 def test_two_transfers_share_the_decode_nic_max_min() -> None:
