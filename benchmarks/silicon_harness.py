@@ -196,6 +196,8 @@ class Deployment:
     # the routed experts' kernel the script selects, where it is not the checkpoint's default
     # (vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: MXFP4 experts with MXFP8 activations)
     moe_quant: str = ""
+    # SGLang --tokenizer-worker-num: tokenizer processes (cluster.tokenize_threads)
+    tokenizer_threads: int = 1
 
     def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
         return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
@@ -218,6 +220,8 @@ class Deployment:
             out.append(f"model.kv_dtype={self.kv_dtype}")
         if self.max_running:
             out.append(f"cluster.max_running_requests={self.max_running}")
+        if self.tokenizer_threads != 1:
+            out.append(f"cluster.tokenize_threads={self.tokenizer_threads}")
         if self.recv_interval != (1, 1):
             out.append(f"cluster.recv_interval_steps={self.recv_interval[concurrency >= RECV_INTERVAL_FROM_CLIENTS]}")
         if ((isl_tokens, osl_tokens) in self.batch_wait_shapes and tp < self.batch_wait_below_tp
@@ -257,14 +261,18 @@ _TRTLLM_DSR1 = (
                trtllm_clients_budget=True, batch_wait=(40, 0.8), batch_wait_shapes=((1024, 1024),),
                batch_wait_from_clients=64),
 )
+# every Qwen3.5 script (and its _mtp version) runs --tokenizer-worker-num 6 from 2026-02-19 (#758),
+# before the first Qwen3.5 row (2026-02-20)
+QWEN35_TOKENIZERS = 6
 _SGLANG_QWEN35 = (
     Deployment("qwen3.5_{bf16,fp8,fp4}_b200.sh, qwen3.5_{bf16,fp4}_b300.sh", 32768, True, max_running=128,
-               recv_interval=RECV),
-    Deployment("qwen3.5_fp8_b200.sh", 32768, True, "fp8", precisions=("fp8",), max_running=128, recv_interval=RECV),
+               recv_interval=RECV, tokenizer_threads=QWEN35_TOKENIZERS),
+    Deployment("qwen3.5_fp8_b200.sh", 32768, True, "fp8", precisions=("fp8",), max_running=128, recv_interval=RECV,
+               tokenizer_threads=QWEN35_TOKENIZERS),
     Deployment("qwen3.5_fp4_b200.sh, qwen3.5_fp4_b300.sh", 32768, True, "fp8", precisions=("fp4",), max_running=128,
-               recv_interval=RECV),
+               recv_interval=RECV, tokenizer_threads=QWEN35_TOKENIZERS),
     Deployment("qwen3.5_fp8_b300.sh", 16384, True, "fp8", precisions=("fp8",), systems=("b300_sxm",),
-               recv_interval=(10, 10)),
+               recv_interval=(10, 10), tokenizer_threads=QWEN35_TOKENIZERS),
 )
 INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], tuple[Deployment, ...]] = {
     ("vllm", "meta-llama/Llama-3.1-70B"): (

@@ -285,10 +285,12 @@ def test_vllm_and_sglang_script_versions_by_date_and_system() -> None:
     after = _script("vllm", minimax, "fp8", "2026-04-10", isl=8192, tp=4)  # --max-num-batched-tokens $((ISL*2))
     assert {"cluster.max_prefill_tokens=16384", "cluster.chunk_size_tokens=16384", "model.kv_dtype=fp8"} <= after
     qwen = "Qwen/Qwen3.5-397B-A17B"
-    assert {"cluster.max_prefill_tokens=32768", "cluster.recv_interval_steps=30"} <= _script(
-        "sglang", qwen, "fp8", "2026-03-10", 16, tp=4)
+    qwen_b200 = _script("sglang", qwen, "fp8", "2026-03-10", 16, tp=4)  # --tokenizer-worker-num 6
+    assert {"cluster.max_prefill_tokens=32768", "cluster.recv_interval_steps=30", "cluster.tokenize_threads=6"} <= qwen_b200
+    assert "cluster.tokenize_threads=1" not in qwen_b200  # the script's six replace the engine's one
     b300 = _script("sglang", qwen, "fp8", "2026-04-17", 16, tp=4, system="b300_sxm")  # its own recipe
-    assert {"cluster.max_prefill_tokens=16384", "cluster.recv_interval_steps=10"} <= b300
+    assert {"cluster.max_prefill_tokens=16384", "cluster.recv_interval_steps=10", "cluster.tokenize_threads=6"} <= b300
+    assert "cluster.tokenize_threads=1" in _script("sglang", "deepseek-ai/DeepSeek-R1", "fp8", "2026-03-10", 16)
 
 
 def test_suspect_rows_are_flagged_not_dropped() -> None:
