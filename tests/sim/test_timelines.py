@@ -92,6 +92,14 @@ def test_tokenizer_threads_take_prompts_side_by_side(threads: int, waits: list[f
     assert [round(r - a, 12) for a, r in zip(trace.arrival_s, trace.route_s, strict=True)] == waits
 
 
+def test_a_prompt_still_in_the_tokenizer_at_the_time_limit_is_accounted_for() -> None:
+    # 100 tokens at 0.1 ms a token: routed at 0.01 s, after the 5 ms limit; it fails with the
+    # limit's reason, no instance ever saw it, and the run's invariants hold
+    cfg = make_config({"tokenize_s_per_token": 1e-4}, max_sim_time_s=0.005)
+    row = simulate(cfg, make_requests([(0.0, 100, 2)])).trace.iloc[0]
+    assert row.status == "failed" and row.failure_reason == "unfinished at max_sim_time_s=0.005"
+
+
 @pytest.mark.parametrize("field", ["tokenize_s_per_token", "tokenize_threads"])
 def test_negative_tokenizer_settings_are_refused_by_name(field: str) -> None:
     with pytest.raises(ValueError, match=rf"cluster: field '{field}' must be >= 0, got -1"):
