@@ -9,9 +9,9 @@ TokenizerManager's event loop), so the time is on the path to the first token. T
   (offset + i + j) mod vocab, decoded to text and tokenized again (what the server then does);
 - **aiperf**: natural text (AIPerf's synthetic prompts are corpus text); here this checkout's docs.
 
-The tokenizer is SmolLM2's byte-level BPE (pdreal's, from its GGUF): the only one on these
-machines, a stand-in for the served models' (byte-level BPEs of 129-200 k tokens). The time is
-this machine's CPU, not the GPU hosts'. Prints a table; `--json` writes it too.
+The tokenizer is SmolLM2's byte-level BPE of 49 k tokens (pdreal's, from its GGUF): the only one
+on these machines, a stand-in for the served models' (vocabularies of 129-248 k tokens). The time
+is this machine's CPU, not the GPU hosts'. Prints a table; `--json` writes it too.
 
     .venv/bin/python benchmarks/tokenize_cost.py [--repeats 9] [--json out.json]
 """
