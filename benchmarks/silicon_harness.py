@@ -198,6 +198,9 @@ class Deployment:
     moe_quant: str = ""
     # SGLang --tokenizer-worker-num: tokenizer processes (cluster.tokenize_threads)
     tokenizer_threads: int = 1
+    # False: the script never passes vLLM's --enable-expert-parallel, so the EP of the master
+    # config (and of the row) never reached the engine: its experts run TP over its GPUs
+    expert_parallel: bool = True
 
     def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
         return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
@@ -220,6 +223,8 @@ class Deployment:
             out.append(f"model.kv_dtype={self.kv_dtype}")
         if self.max_running:
             out.append(f"cluster.max_running_requests={self.max_running}")
+        if not self.expert_parallel:
+            out.append("cluster.colocated_moe_ep=1")
         if self.tokenizer_threads != 1:
             out.append(f"cluster.tokenize_threads={self.tokenizer_threads}")
         if self.recv_interval != (1, 1):
@@ -298,10 +303,13 @@ INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], tuple[Deployment, ...]] = {
         Deployment("minimaxm2.5_fp8_b200.sh, minimaxm2.5_fp8_b300.sh (from 2026-04-03)", kv_dtype="fp8",
                    since="2026-04-03", precisions=("fp8",), systems=("b200_sxm", "b300_sxm"), isl_multiple=2),
     ),
+    # no Kimi script of the rows' window passes --enable-expert-parallel: the master config's
+    # `ep: 4` rows (tp 4) ran the experts TP4
     ("vllm", "moonshotai/Kimi-K2.5"): (
-        Deployment("kimik2.5_int4_b200.sh, kimik2.5_fp4_b{200,300}.sh (before 2026-04-20)", VLLM_DEFAULT_TOKENS, True),
+        Deployment("kimik2.5_int4_b200.sh, kimik2.5_fp4_b{200,300}.sh (before 2026-04-20)", VLLM_DEFAULT_TOKENS, True,
+                   expert_parallel=False),
         Deployment("kimik2.5_fp4_b200.sh (from 2026-04-20)", kv_dtype="fp8", since="2026-04-20", precisions=("fp4",),
-                   systems=("b200_sxm",), isl_multiple=2),
+                   systems=("b200_sxm",), isl_multiple=2, expert_parallel=False),
     ),
 }
 

@@ -284,6 +284,11 @@ def test_vllm_and_sglang_script_versions_by_date_and_system() -> None:
     assert "cluster.max_prefill_tokens=8192" in before and "model.kv_dtype=fp8" not in before
     after = _script("vllm", minimax, "fp8", "2026-04-10", isl=8192, tp=4)  # --max-num-batched-tokens $((ISL*2))
     assert {"cluster.max_prefill_tokens=16384", "cluster.chunk_size_tokens=16384", "model.kv_dtype=fp8"} <= after
+    assert "cluster.colocated_moe_ep=4" in after  # minimaxm2.5_fp8_b200.sh passes --enable-expert-parallel
+    kimi = "moonshotai/Kimi-K2.5"  # no Kimi script of the window passes it: the row's EP 4 ran TP4
+    for date in ("2026-03-27", "2026-04-21"):
+        layout = _script("vllm", kimi, "fp4", date, tp=4)
+        assert "cluster.colocated_moe_ep=1" in layout and "cluster.colocated_moe_ep=4" not in layout
     qwen = "Qwen/Qwen3.5-397B-A17B"
     qwen_b200 = _script("sglang", qwen, "fp8", "2026-03-10", 16, tp=4)  # --tokenizer-worker-num 6
     assert {"cluster.max_prefill_tokens=32768", "cluster.recv_interval_steps=30", "cluster.tokenize_threads=6"} <= qwen_b200
