@@ -546,12 +546,12 @@ def moe_kernel_overrides(row: SiliconRow, model: str, table_set: str, dtype: str
     set never measured it at the row's expert shape and MoE split, perf.moe_table_set: the first
     set of the same GPU that did (the kernel is FlashInfer's in every engine); [] where none did."""
     from pdsim.perf.measured import moe_shape
-    from pdsim.perf.optables import sets_of_system
+    from pdsim.perf.optables import sets_of_system, system_of_set
 
     shape = moe_shape(_catalog_model(model))
     if not _sides_without_moe(row, table_set, dtype, shape):
         return [f"model.moe_quant={dtype}"]
-    found = [name for name in sets_of_system(table_set.rsplit("_", 2)[0])
+    found = [name for name in sets_of_system(system_of_set(table_set))
              if not _sides_without_moe(row, name, dtype, shape)]
     return [f"model.moe_quant={dtype}", f"perf.moe_table_set={found[0]}"] if found else []
 

@@ -344,9 +344,14 @@ def table_sets() -> list[str]:
     return sorted(p.name for p in AIC_DIR.iterdir() if p.is_dir())
 
 
+def system_of_set(name: str) -> str:
+    """The GPU system a table set was measured on: its name less its engine and version."""
+    return name.rsplit("_", 2)[0]
+
+
 def sets_of_system(system: str) -> list[str]:
-    """The table sets measured on one GPU system (a set's name less its engine and version)."""
-    return [s for s in table_sets() if s.rsplit("_", 2)[0] == system]
+    """The table sets measured on one GPU system."""
+    return [s for s in table_sets() if system_of_set(s) == system]
 
 
 def _version_key(version: str) -> list:
@@ -423,7 +428,7 @@ def with_moe_of(tables: OpTables, moe_table_set: str) -> OpTables:
     GPU; "" = its own): the kernel's measurements where the engine's own set lacks them."""
     if not moe_table_set or moe_table_set == tables.source:
         return tables
-    system = tables.source.rsplit("_", 2)[0]
+    system = system_of_set(tables.source)
     same_gpu = sets_of_system(system)
     if moe_table_set not in same_gpu:
         raise ValueError(f"perf: field 'moe_table_set' has unknown value {moe_table_set!r} for {system} "

@@ -105,13 +105,15 @@ class RooflineModel:
         ops = tuple((op.flops / (gemm if op.gemm else bf16), op.bytes / hbm) for op in step.ops)
         comm_s = 0.0
         if step.num_allreduces:
-            ring_bytes = 2 * (self.tp - 1) / self.tp * step.allreduce_bytes
-            per_call = self.comm_latency_s + ring_bytes / self._link_bytes_per_s()
-            comm_s = step.num_allreduces * per_call
+            comm_s = self._allreduces_s(step.num_allreduces, step.allreduce_bytes)
         if step.num_stat_allreduces:
-            ring_bytes = 2 * (self.tp - 1) / self.tp * step.stat_allreduce_bytes
-            comm_s = comm_s + step.num_stat_allreduces * (self.comm_latency_s + ring_bytes / self._link_bytes_per_s())
+            comm_s = comm_s + self._allreduces_s(step.num_stat_allreduces, step.stat_allreduce_bytes)
         return RooflineTerms(ops, comm_s, step.num_seqs)
+
+    def _allreduces_s(self, calls: int, payload_bytes: float) -> float:
+        """`calls` ring all-reduces of `payload_bytes` each over the TP ranks."""
+        ring_bytes = 2 * (self.tp - 1) / self.tp * payload_bytes
+        return calls * (self.comm_latency_s + ring_bytes / self._link_bytes_per_s())
 
     def _time_s(self, step: cost.StepCost) -> float:
         if not step.ops:

@@ -71,13 +71,15 @@ class RooflinePrefill:
         busy = busy + self._busy_s(self.lm_flops_factor * seqs / tp, self.gemm_flops_per_s, self.lm_bytes)
         comm_s = 0.0
         if self.num_allreduces:
-            payload = tokens * self.hidden_size * ACTIVATION_BYTES
-            ring_bytes = 2 * (tp - 1) / tp * payload
-            comm_s = self.num_allreduces * (self.comm_latency_s + ring_bytes / self.link_bytes_per_s)
+            comm_s = self._allreduces_s(self.num_allreduces, tokens * self.hidden_size * ACTIVATION_BYTES)
         if self.num_stat_allreduces:
-            ring_bytes = 2 * (tp - 1) / tp * (tokens * QK_NORM_STAT_BYTES_PER_TOKEN)
-            comm_s = comm_s + self.num_stat_allreduces * (self.comm_latency_s + ring_bytes / self.link_bytes_per_s)
+            comm_s = comm_s + self._allreduces_s(self.num_stat_allreduces, tokens * QK_NORM_STAT_BYTES_PER_TOKEN)
         return self.overhead_s + self.overhead_per_seq_s * seqs + busy + comm_s
+
+    def _allreduces_s(self, calls: int, payload_bytes: float) -> float:
+        """`calls` ring all-reduces of `payload_bytes` each over the TP ranks (RooflineModel's)."""
+        ring_bytes = 2 * (self.tp - 1) / self.tp * payload_bytes
+        return calls * (self.comm_latency_s + ring_bytes / self.link_bytes_per_s)
 
 
 class LinearPrefill:
