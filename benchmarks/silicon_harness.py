@@ -201,6 +201,8 @@ class Deployment:
     # False: the script never passes vLLM's --enable-expert-parallel, so the EP of the master
     # config (and of the row) never reached the engine: its experts run TP over its GPUs
     expert_parallel: bool = True
+    # vLLM --max-cudagraph-capture-size (perf.prefill_graph_max_tokens; 0: the engine's default)
+    graph_max_tokens: int = 0
 
     def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
         return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
@@ -227,6 +229,8 @@ class Deployment:
             out.append("cluster.colocated_moe_ep=1")
         if self.tokenizer_threads != 1:
             out.append(f"cluster.tokenize_threads={self.tokenizer_threads}")
+        if self.graph_max_tokens:
+            out.append(f"perf.prefill_graph_max_tokens={self.graph_max_tokens}")
         if self.recv_interval != (1, 1):
             out.append(f"cluster.recv_interval_steps={self.recv_interval[concurrency >= RECV_INTERVAL_FROM_CLIENTS]}")
         if ((isl_tokens, osl_tokens) in self.batch_wait_shapes and tp < self.batch_wait_below_tp
@@ -243,6 +247,10 @@ DSR1 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")  # InferenceX's ds
 # dev row): FlashInfer's MXFP4 x MXFP8 MoE, the kernel TRT-LLM and SGLang run on Blackwell
 MXFP4_MXFP8 = "w4a8_mxfp4_mxfp8"
 VLLM_DEFAULT_TOKENS = 8192  # vLLM's API-server max-num-batched-tokens on GPUs of 70 GiB or more (arg_utils)
+# --max-cudagraph-capture-size 2048: gptoss_fp4_b200 from 2025-11-19 (the vLLM 0.11.2 upgrade), minimaxm2.5_fp8_b200
+# from 2026-04-03, minimaxm2.5_fp4_b200 from 2026-04-08 (#996), the B300 MiniMax scripts from their first version,
+# kimik2.5_fp4_b200 from 2026-04-20 (#1047); no other vLLM script of the rows' window sets it
+VLLM_CAPTURE_2048 = 2048
 
 # (backend, model_path) -> the versions of its launch scripts (benchmarks/single_node/ in
 # SemiAnalysisAI/InferenceX, read at each date's commit); a row takes the newest version whose
@@ -293,15 +301,20 @@ INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], tuple[Deployment, ...]] = {
         Deployment("gptoss_fp4_b200.sh (before 2025-12-05)", 8192, True, systems=("b200_sxm",), max_running=512,
                    moe_quant=MXFP4_MXFP8),
         Deployment("gptoss_fp4_b200.sh", 8192, True, "fp8", since="2025-12-05", systems=("b200_sxm",),
-                   moe_quant=MXFP4_MXFP8,
-                   max_running=512),
+                   moe_quant=MXFP4_MXFP8, max_running=512, graph_max_tokens=VLLM_CAPTURE_2048),
         Deployment("gptoss_fp4_h100.sh", 8192, True, systems=("h100_sxm",)),
     ),
     ("vllm", "MiniMaxAI/MiniMax-M2.5"): (
         Deployment("minimaxm2.5_fp8_b200.sh (before 2026-04-03), minimaxm2.5_fp8_h100.sh", VLLM_DEFAULT_TOKENS, True,
                    precisions=("fp8",)),
         Deployment("minimaxm2.5_fp8_b200.sh, minimaxm2.5_fp8_b300.sh (from 2026-04-03)", kv_dtype="fp8",
-                   since="2026-04-03", precisions=("fp8",), systems=("b200_sxm", "b300_sxm"), isl_multiple=2),
+                   since="2026-04-03", precisions=("fp8",), systems=("b200_sxm", "b300_sxm"), isl_multiple=2,
+                   graph_max_tokens=VLLM_CAPTURE_2048),
+        Deployment("minimaxm2.5_fp4_b200.sh (nightly image, 2026-04-02)", VLLM_DEFAULT_TOKENS, True, "fp8",
+                   precisions=("fp4",), systems=("b200_sxm",)),
+        Deployment("minimaxm2.5_fp4_b200.sh (from 2026-04-08, #996), minimaxm2.5_fp4_b300.sh", kv_dtype="fp8",
+                   since="2026-04-08", precisions=("fp4",), systems=("b200_sxm", "b300_sxm"), isl_multiple=2,
+                   graph_max_tokens=VLLM_CAPTURE_2048),
     ),
     # no Kimi script of the rows' window passes --enable-expert-parallel: the master config's
     # `ep: 4` rows (tp 4) ran the experts TP4
@@ -309,7 +322,7 @@ INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], tuple[Deployment, ...]] = {
         Deployment("kimik2.5_int4_b200.sh, kimik2.5_fp4_b{200,300}.sh (before 2026-04-20)", VLLM_DEFAULT_TOKENS, True,
                    expert_parallel=False),
         Deployment("kimik2.5_fp4_b200.sh (from 2026-04-20)", kv_dtype="fp8", since="2026-04-20", precisions=("fp4",),
-                   systems=("b200_sxm",), isl_multiple=2, expert_parallel=False),
+                   systems=("b200_sxm",), isl_multiple=2, expert_parallel=False, graph_max_tokens=VLLM_CAPTURE_2048),
     ),
 }
 

@@ -94,14 +94,20 @@ STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm
                     ("trtllm", "1.3.0rc20"): 0.0}
 # Host time per MoE layer of an eager step that carries prompt tokens (perf.prefill_host_s_per_moe_layer:
 # the operator tables time the GPU only) and how it meets the forward (perf.prefill_host_mode): one
-# pair per engine. vLLM graphs all but attention and its MoE path needs no host sync, so the host
-# runs ahead and the step lasts max(forward, MoE layers x 1 ms) (floor; chosen on a 170-row sample
-# from a 0-3 ms grid). SGLang and TRT-LLM run prompt steps eagerly with a host sync in every MoE
-# layer, so host and GPU time add (serial: 3 ms and 0.75 ms, chosen on the two 400-row MoE samples
-# from 2-4 ms and 0.5-2 ms by median TTFT error, checked leaving each model out and on the 107-row
-# held-back sample; docs/PRECISION.md "Prefill host floor").
-PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 3.0, "trtllm": 0.75, "vllm": 1.0}
-PREFILL_HOST_MODE = {"sglang": "serial", "trtllm": "serial", "vllm": "floor"}
+# pair per engine. SGLang and TRT-LLM run prompt steps eagerly with a host sync in every MoE layer,
+# so host and GPU time add (serial: 3 ms and 0.75 ms, chosen on the two 400-row MoE samples from
+# 2-4 ms and 0.5-2 ms by median TTFT error, checked leaving each model out and on the 107-row
+# held-back sample; docs/PRECISION.md "Prefill host floor"). vLLM replays piecewise CUDA graphs
+# for a step of up to its capture size in tokens (perf.prefill_graph_max_tokens: the default
+# min(2 x max-num-seqs, 512) here, a launch script's --max-cudagraph-capture-size in its
+# Deployment) and runs a larger one eagerly; each regime has its own host time per MoE layer
+# (perf.prefill_graph_host_s_per_moe_layer for the graphed one), added to the forward: 0.5 ms eager
+# and 0.25 ms graphed, chosen together on A + B's 120 vLLM rows from a 0.25-2 x 0-0.75 ms grid by
+# median TTFT error (docs/PRECISION.md "vLLM's two regimes").
+PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 3.0, "trtllm": 0.75, "vllm": 0.5}
+PREFILL_HOST_MODE = {"sglang": "serial", "trtllm": "serial", "vllm": "serial"}
+PREFILL_GRAPH_MAX_TOKENS = {"vllm": 512}
+PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER = {"vllm": 0.25}
 # The routing the MoE tables are read at (perf.moe_distribution): the tables' skewed routing
 # (AIConfigurator's power_law_1.01) where the row's table set measured it, else balanced (the older
 # sets have nothing else). Chosen over balanced on the two 400-row MoE samples (TPOT 19.4% -> 14.9%)
@@ -514,6 +520,8 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.overhead_s={step_overhead_s(row.backend, table_set)}",
         f"perf.prefill_host_s_per_moe_layer={PREFILL_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
         f"perf.prefill_host_mode={PREFILL_HOST_MODE.get(row.backend, 'floor')}",
+        f"perf.prefill_graph_max_tokens={PREFILL_GRAPH_MAX_TOKENS.get(row.backend, 0)}",
+        f"perf.prefill_graph_host_s_per_moe_layer={PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
         f"perf.moe_distribution={moe_routing(table_set)}",
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",

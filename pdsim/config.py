@@ -382,6 +382,11 @@ class PerfConfig:
     # how that host time meets the forward: floor (the host runs ahead: max of the two) | serial
     # (a host sync in every MoE layer: the two add up; overhead.py)
     prefill_host_mode: str = "floor"
+    # a step with prompt tokens of at most this many tokens (prompt + decode) replays the engine's
+    # piecewise CUDA graphs (vLLM's max-cudagraph-capture-size) and pays the host time below
+    # instead of the eager one; 0 = every such step is eager (overhead.py)
+    prefill_graph_max_tokens: int = 0
+    prefill_graph_host_s_per_moe_layer: float = 0.0
     # forward-time multipliers: served step latency / profiled latency (CPU shared; overhead.py)
     prefill_step_scale: float = 1.0
     decode_step_scale: float = 1.0

@@ -62,14 +62,20 @@ def build_latency_model(
     if perf.prefill_host_mode not in PREFILL_HOST_MODES:
         raise ValueError(f"perf: field 'prefill_host_mode' must be one of {list(PREFILL_HOST_MODES)}, "
                          f"got {perf.prefill_host_mode!r}")
+    for name in ("prefill_graph_max_tokens", "prefill_graph_host_s_per_moe_layer"):
+        if getattr(perf, name) < 0:
+            raise ValueError(f"perf: field '{name}' must be >= 0, got {getattr(perf, name)}")
     prefill_floor_s = perf.prefill_host_s_per_moe_layer * num_moe_layers(model)
+    graph_floor_s = perf.prefill_graph_host_s_per_moe_layer * num_moe_layers(model)
     if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) != (0, 0) or (
         perf.prefill_step_scale, perf.decode_step_scale) != (1, 1) or (
-            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens, prefill_floor_s) != (0, 0, 0):
+            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens, prefill_floor_s + graph_floor_s
+    ) != (0, 0, 0):
         inner = StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
                                   perf.prefill_step_scale, perf.decode_step_scale,
                                   perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens,
-                                  prefill_floor_s, perf.prefill_host_mode == "serial")
+                                  prefill_floor_s, perf.prefill_host_mode == "serial", perf.prefill_graph_max_tokens,
+                                  graph_floor_s)
     accepted = accepted_tokens(perf.mtp_draft_tokens, perf.mtp_accepted_tokens)
     if perf.mtp_draft_tokens == 0:
         if perf.mtp_accepted_tokens != 0:

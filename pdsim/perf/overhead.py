@@ -29,6 +29,12 @@ their forward time. The operator tables time the GPU only and cannot show it.
 `perf.prefill_host_mode=serial` adds the two instead: where an MoE layer's prompt path waits on the
 GPU (a device-to-host copy of the tokens per expert to size the grouped GEMMs), the host cannot
 issue the next kernels while the GPU works, so neither hides the other.
+`perf.prefill_graph_max_tokens` marks the steps an engine replays from piecewise CUDA graphs:
+vLLM captures every layer but attention for batches of up to max-cudagraph-capture-size tokens
+(default min(2 x max-num-seqs, 512)), prompt tokens included, so a step of at most that many
+tokens (prompt + decode) pays `perf.prefill_graph_host_s_per_moe_layer` per MoE layer (the graph
+pieces' replays and the eager attention between them) in place of the eager host time; a larger
+one runs eagerly. 0 (the default) treats every step with prompt tokens as eager.
 """
 
 from __future__ import annotations
@@ -55,10 +61,12 @@ class StepOverheadModel:
     decode_context_offset_tokens: int = 0
     prefill_floor_s: float = 0.0  # a step with prompt tokens lasts at least this (host launch time)
     prefill_host_serial: bool = False  # ... or this longer than its forward (prefill_host_mode=serial)
+    graph_max_tokens: int = 0  # steps of at most this many tokens replay CUDA graphs ...
+    graph_floor_s: float = 0.0  # ... and their host time is this, not prefill_floor_s
 
     def __post_init__(self) -> None:
         for name in ("prefill_overhead_s", "decode_overhead_s", "per_context_token_s", "decode_context_offset_tokens",
-                     "prefill_floor_s"):
+                     "prefill_floor_s", "graph_max_tokens", "graph_floor_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"perf: step overhead {name} must be >= 0, got {getattr(self, name)}")
         for name in ("prefill_scale", "decode_scale"):
@@ -72,7 +80,7 @@ class StepOverheadModel:
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
         if not items:
             return 0.0
-        forward_s = self._with_host(self.prefill_scale * self.inner.prefill_time_s(items))
+        forward_s = self._with_host(self.prefill_scale * self.inner.prefill_time_s(items), _new_tokens(items))
         return forward_s + self.prefill_overhead_s + self.per_context_token_s * _prompt_tokens(items)
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:
@@ -95,15 +103,22 @@ class StepOverheadModel:
         overhead = max(self.prefill_overhead_s, self.decode_overhead_s if num_seqs > 0 else 0.0)
         inner_ctx = context_tokens + self.decode_context_offset_tokens * max(0, num_seqs)
         tokens = _prompt_tokens(items) + context_tokens
-        forward_s = self._with_host(self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, inner_ctx))
+        forward_s = self._with_host(self.prefill_scale * self.inner.mixed_time_s(items, num_seqs, inner_ctx),
+                                    _new_tokens(items) + max(0, num_seqs))
         return forward_s + overhead + self.per_context_token_s * tokens
 
-    def _with_host(self, forward_s: float) -> float:
-        """A step with prompt tokens: its forward and the host's time to issue it (overlapped: the
-        longer of the two; serial: both)."""
+    def _with_host(self, forward_s: float, step_tokens: int) -> float:
+        """A step with prompt tokens (`step_tokens` in all): its forward and the host's time to
+        issue it, eagerly or from CUDA graphs (overlapped: the longer of the two; serial: both)."""
+        host_s = self.graph_floor_s if step_tokens <= self.graph_max_tokens else self.prefill_floor_s
         if self.prefill_host_serial:
-            return forward_s + self.prefill_floor_s
-        return max(forward_s, self.prefill_floor_s)
+            return forward_s + host_s
+        return max(forward_s, host_s)
+
+
+def _new_tokens(items: Sequence[PrefillItem]) -> int:
+    """Tokens a step computes for its prefill items (cached context excluded)."""
+    return sum(n for n, _ in items)
 
 
 def _prompt_tokens(items: Sequence[PrefillItem]) -> int:

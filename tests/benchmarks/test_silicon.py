@@ -368,17 +368,20 @@ def test_moe_tables_are_read_at_skewed_routing_where_the_set_has_it() -> None:
     assert "perf.moe_distribution=power_law_1.01" in plan_row(parse_row(wide), load_catalog()).overrides
 
 
-@pytest.mark.parametrize(("backend", "version", "mode", "per_layer_s"),
-                         [("sglang", "0.5.10", "serial", 0.003), ("trtllm", "1.0.0rc3", "serial", 0.00075),
-                          ("vllm", "0.14.0", "floor", 0.001)])
-def test_eager_prefill_host_time_per_engine(backend: str, version: str, mode: str, per_layer_s: float) -> None:
-    """SGLang and TRT-LLM sync the host in every MoE layer of a prompt step (its time adds to the
-    forward); vLLM's graphs let the host run ahead (a floor under the forward)."""
+@pytest.mark.parametrize(("backend", "version", "per_layer_s", "graph_tokens", "graph_s"),
+                         [("sglang", "0.5.10", 0.003, 0, 0.0), ("trtllm", "1.0.0rc3", 0.00075, 0, 0.0),
+                          ("vllm", "0.14.0", 0.0005, 512, 0.00025)])
+def test_prefill_host_time_per_engine(backend: str, version: str, per_layer_s: float, graph_tokens: int,
+                                      graph_s: float) -> None:
+    """Every engine's host time adds to a prompt step's forward. SGLang and TRT-LLM run every prompt
+    step eagerly; vLLM replays graphs up to its capture size (512 by default) at a lower host time."""
     [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
     raw = {**wide, "backend": backend, "backend_version": version}
     plan = plan_row(parse_row(raw), load_catalog())
     assert plan.supported, plan.missing
-    assert {f"perf.prefill_host_mode={mode}", f"perf.prefill_host_s_per_moe_layer={per_layer_s}"} <= set(plan.overrides)
+    assert {"perf.prefill_host_mode=serial", f"perf.prefill_host_s_per_moe_layer={per_layer_s}",
+            f"perf.prefill_graph_max_tokens={graph_tokens}",
+            f"perf.prefill_graph_host_s_per_moe_layer={graph_s}"} <= set(plan.overrides)
 
 
 @pytest.mark.parametrize(("system", "precision", "backend", "isl", "prefill_workers", "budget", "chunk"), [
@@ -459,3 +462,22 @@ def test_vllm_gpt_oss_runs_the_scripts_mxfp8_moe_kernel_from_a_set_that_measured
     assert "model.moe_quant=w4a16_mxfp4" not in vllm
     trt = _script("trtllm", "openai/gpt-oss-120b", "fp4", "2026-02-05", clients=8, tp=2)
     assert "model.moe_quant=w4a8_mxfp4_mxfp8" in trt and not any(o.startswith("perf.moe_table_set") for o in trt)
+
+
+def test_vllm_prompt_steps_replay_graphs_up_to_the_scripts_capture_size() -> None:
+    """vLLM replays piecewise CUDA graphs for steps of up to max-cudagraph-capture-size tokens:
+    its default 512 unless the script sets 2048 (MiniMax fp8 from 2026-04-03, MiniMax fp4 from
+    2026-04-08, Kimi fp4 B200 from 2026-04-20); SGLang and TRT-LLM run every prompt step eagerly."""
+    minimax, kimi = "MiniMaxAI/MiniMax-M2.5", "moonshotai/Kimi-K2.5"
+    for backend, model, precision, date, system, tokens in [
+            ("vllm", minimax, "fp8", "2026-03-28", "b200_sxm", 512), ("vllm", minimax, "fp8", "2026-04-03", "b200_sxm", 2048),
+            ("vllm", minimax, "fp4", "2026-04-03", "b200_sxm", 512), ("vllm", minimax, "fp4", "2026-04-22", "b200_sxm", 2048),
+            ("vllm", minimax, "fp4", "2026-04-21", "b300_sxm", 2048), ("vllm", kimi, "fp4", "2026-03-27", "b200_sxm", 512),
+            ("vllm", kimi, "fp4", "2026-04-20", "b200_sxm", 2048), ("vllm", kimi, "fp4", "2026-04-20", "b300_sxm", 512),
+            ("sglang", "Qwen/Qwen3.5-397B-A17B", "fp8", "2026-03-10", "b200_sxm", 0),
+            ("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05", "b200_sxm", 0)]:
+        plan = _script(backend, model, precision, date, 4, tp=4, system=system)
+        graphs = {o for o in plan if o.startswith("perf.prefill_graph_max_tokens=")}
+        assert graphs == {f"perf.prefill_graph_max_tokens={tokens}"}, (model, precision, date, system)
+    nightly = _script("vllm", minimax, "fp4", "2026-04-03", 4, tp=4)  # the 2026-04-02 nightly script
+    assert {"cluster.max_prefill_tokens=8192", "model.kv_dtype=fp8"} <= nightly

@@ -40,6 +40,30 @@ def test_serial_host_time_adds_to_every_prompt_step() -> None:
     assert m.mixed_time_s([(100, 0)], 4, 4000) == pytest.approx(0.024 + 0.05 + 0.003)
 
 
+def test_steps_within_the_graph_size_pay_no_host_time() -> None:
+    # graphs up to 512 tokens: a 100-token prompt step keeps its forward (0.02 + 3 ms overhead)
+    m = StepOverheadModel(INNER, prefill_overhead_s=0.003, prefill_floor_s=0.1, graph_max_tokens=512)
+    assert m.prefill_time_s([(100, 0)]) == pytest.approx(0.023)
+    # cached context is not computed: 400 new tokens over 5000 cached still fit (0.01 + 0.04 + 3 ms)
+    assert m.prefill_time_s([(400, 5000)]) == pytest.approx(0.053)
+    # 600 new tokens run eagerly: the forward 0.07 waits on the 0.1 s floor
+    assert m.prefill_time_s([(300, 0), (300, 0)]) == pytest.approx(0.103)
+    # mixed: 500 prompt + 12 decodes = 512 tokens replay graphs (forward 0.06 + 0.012 decode, plus
+    # 3 ms); a 13th decode makes the step eager and the floor holds it
+    assert m.mixed_time_s([(500, 0)], 12, 0) == pytest.approx(0.075)
+    assert m.mixed_time_s([(500, 0)], 13, 0) == pytest.approx(0.103)
+    serial = StepOverheadModel(INNER, prefill_floor_s=0.1, prefill_host_serial=True, graph_max_tokens=512)
+    assert serial.mixed_time_s([(500, 0)], 12, 0) == pytest.approx(0.072)
+    assert serial.mixed_time_s([(500, 0)], 13, 0) == pytest.approx(0.073 + 0.1)
+    # graphed steps pay their own host time: 0.072 + 0.02 serial, max(0.072, 0.08) as a floor
+    replays = StepOverheadModel(INNER, prefill_floor_s=0.1, prefill_host_serial=True, graph_max_tokens=512,
+                                graph_floor_s=0.02)
+    assert replays.mixed_time_s([(500, 0)], 12, 0) == pytest.approx(0.092)
+    assert replays.prefill_time_s([(600, 0)]) == pytest.approx(0.07 + 0.1)  # eager: the eager host time
+    floored = StepOverheadModel(INNER, prefill_floor_s=0.1, graph_max_tokens=512, graph_floor_s=0.08)
+    assert floored.mixed_time_s([(500, 0)], 12, 0) == pytest.approx(0.08)
+
+
 def test_negative_floor_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="prefill_floor_s"):
         StepOverheadModel(INNER, prefill_floor_s=-0.001)
@@ -64,6 +88,17 @@ def test_build_scales_the_floor_by_moe_layers() -> None:
         build_latency_model(replace(perf, prefill_host_s_per_moe_layer=-0.001), _model(30, experts=8), hw, 1)
     serial = build_latency_model(replace(perf, prefill_host_mode="serial"), _model(30, experts=8, dense_layers=3), hw, 1)
     assert serial.prefill_time_s([(10, 0)]) == pytest.approx(0.055)  # 1 ms forward + 27 x 2 ms
+    graphed = build_latency_model(replace(perf, prefill_graph_max_tokens=16), _model(30, experts=8), hw, 1)
+    assert graphed.prefill_time_s([(10, 0)]) == pytest.approx(0.001)  # 10 tokens replay graphs
+    assert graphed.prefill_time_s([(17, 0)]) == pytest.approx(0.060)  # 17 run eagerly: 30 x 2 ms
+    with pytest.raises(ValueError, match="'prefill_graph_max_tokens' must be >= 0, got -1"):
+        build_latency_model(replace(perf, prefill_graph_max_tokens=-1), _model(30, experts=8), hw, 1)
+    replayed = build_latency_model(replace(perf, prefill_graph_max_tokens=16, prefill_graph_host_s_per_moe_layer=0.001,
+                                           prefill_host_mode="serial"), _model(30, experts=8), hw, 1)
+    assert replayed.prefill_time_s([(10, 0)]) == pytest.approx(0.031)  # 1 ms forward + 30 x 1 ms
+    assert replayed.prefill_time_s([(17, 0)]) == pytest.approx(0.061)  # eager: + 30 x 2 ms
+    with pytest.raises(ValueError, match="'prefill_graph_host_s_per_moe_layer' must be >= 0, got -0.5"):
+        build_latency_model(replace(perf, prefill_graph_host_s_per_moe_layer=-0.5), _model(30, experts=8), hw, 1)
     with pytest.raises(ValueError, match=r"'prefill_host_mode' must be one of \['floor', 'serial'\], got 'both'"):
         build_latency_model(replace(perf, prefill_host_mode="both"), _model(30, experts=8), hw, 1)
 
