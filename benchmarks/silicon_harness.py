@@ -249,7 +249,8 @@ MXFP4_MXFP8 = "w4a8_mxfp4_mxfp8"
 VLLM_DEFAULT_TOKENS = 8192  # vLLM's API-server max-num-batched-tokens on GPUs of 70 GiB or more (arg_utils)
 # --max-cudagraph-capture-size 2048: gptoss_fp4_b200 from 2025-11-19 (the vLLM 0.11.2 upgrade), minimaxm2.5_fp8_b200
 # from 2026-04-03, minimaxm2.5_fp4_b200 from 2026-04-08 (#996), the B300 MiniMax scripts from their first version,
-# kimik2.5_fp4_b200 from 2026-04-20 (#1047); no other vLLM script of the rows' window sets it
+# kimik2.5_fp4_b200 from 2026-04-20 (#1047); no other vLLM script of the rows' window sets it (gpt-oss's
+# dev rows are of 2025-11-02 and 2026-02-25, so its 2025-12-05 boundary below splits them the same way)
 VLLM_CAPTURE_2048 = 2048
 
 # (backend, model_path) -> the versions of its launch scripts (benchmarks/single_node/ in

@@ -67,10 +67,10 @@ def build_latency_model(
             raise ValueError(f"perf: field '{name}' must be >= 0, got {getattr(perf, name)}")
     prefill_floor_s = perf.prefill_host_s_per_moe_layer * num_moe_layers(model)
     graph_floor_s = perf.prefill_graph_host_s_per_moe_layer * num_moe_layers(model)
+    host_s = prefill_floor_s + graph_floor_s
     if (perf.prefill_step_overhead_s, perf.decode_step_overhead_s) != (0, 0) or (
         perf.prefill_step_scale, perf.decode_step_scale) != (1, 1) or (
-            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens, prefill_floor_s + graph_floor_s
-    ) != (0, 0, 0):
+            perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens, host_s) != (0, 0, 0):
         inner = StepOverheadModel(inner, perf.prefill_step_overhead_s, perf.decode_step_overhead_s,
                                   perf.prefill_step_scale, perf.decode_step_scale,
                                   perf.step_overhead_per_context_token_s, perf.decode_context_offset_tokens,
