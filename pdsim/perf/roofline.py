@@ -26,7 +26,7 @@ from pdsim.config import HardwareConfig, ModelConfig
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.steps.decode import RooflineRates, RooflineStep
-from pdsim.perf.steps.prefill import RooflinePrefill
+from pdsim.perf.steps.prefill import RooflinePrefill, ring_allreduces_s
 
 _PREFILL_MEMO_ENTRIES = 1 << 16  # bound on a model's memo of prefill batch shapes (~10 MB)
 
@@ -112,8 +112,7 @@ class RooflineModel:
 
     def _allreduces_s(self, calls: int, payload_bytes: float) -> float:
         """`calls` ring all-reduces of `payload_bytes` each over the TP ranks."""
-        ring_bytes = 2 * (self.tp - 1) / self.tp * payload_bytes
-        return calls * (self.comm_latency_s + ring_bytes / self._link_bytes_per_s())
+        return ring_allreduces_s(calls, payload_bytes, self.tp, self.comm_latency_s, self._link_bytes_per_s())
 
     def _time_s(self, step: cost.StepCost) -> float:
         if not step.ops:

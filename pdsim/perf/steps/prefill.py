@@ -77,9 +77,14 @@ class RooflinePrefill:
         return self.overhead_s + self.overhead_per_seq_s * seqs + busy + comm_s
 
     def _allreduces_s(self, calls: int, payload_bytes: float) -> float:
-        """`calls` ring all-reduces of `payload_bytes` each over the TP ranks (RooflineModel's)."""
-        ring_bytes = 2 * (self.tp - 1) / self.tp * payload_bytes
-        return calls * (self.comm_latency_s + ring_bytes / self.link_bytes_per_s)
+        return ring_allreduces_s(calls, payload_bytes, self.tp, self.comm_latency_s, self.link_bytes_per_s)
+
+
+def ring_allreduces_s(calls: int, payload_bytes: float, tp: int, latency_s: float, link_bytes_per_s: float) -> float:
+    """`calls` ring all-reduces of `payload_bytes` each over `tp` ranks: a ring moves 2 (tp - 1) / tp
+    of the payload through each rank's link, after a fixed latency (RooflineModel and RooflinePrefill)."""
+    ring_bytes = 2 * (tp - 1) / tp * payload_bytes
+    return calls * (latency_s + ring_bytes / link_bytes_per_s)
 
 
 class LinearPrefill:
