@@ -108,6 +108,12 @@ PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 3.0, "trtllm": 0.75, "vllm": 0.5}
 PREFILL_HOST_MODE = {"sglang": "serial", "trtllm": "serial", "vllm": "serial"}
 PREFILL_GRAPH_MAX_TOKENS = {"vllm": 512}
 PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER = {"vllm": 0.25}
+# The MoE kernel an engine falls back to for small batches (perf.moe_fallback_table and
+# perf.moe_fallback_below_tokens), by engine: (table stem, tokens, the first release without it).
+# vLLM releases before 0.24 run block-fp8 experts through TritonOrDeepGemmExperts: DeepGEMM
+# from its 128-token M alignment, Triton below; the B200 set's own rows (0.24.0) measured
+# FlashInfer's TRT-LLM kernel, and its `moe_triton` table is 0.19.0's Triton (docs/MOE.md).
+MOE_FALLBACK = {"vllm": ("moe_triton", 128, "0.24.0")}
 # The routing the MoE tables are read at (perf.moe_distribution): the tables' skewed routing
 # (AIConfigurator's power_law_1.01) where the row's table set measured it, else balanced (the older
 # sets have nothing else). Chosen over balanced on the two 400-row MoE samples (TPOT 19.4% -> 14.9%)
@@ -522,7 +528,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.prefill_host_mode={PREFILL_HOST_MODE.get(row.backend, 'floor')}",
         f"perf.prefill_graph_max_tokens={PREFILL_GRAPH_MAX_TOKENS.get(row.backend, 0)}",
         f"perf.prefill_graph_host_s_per_moe_layer={PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
-        f"perf.moe_distribution={moe_routing(table_set)}",
+        f"perf.moe_distribution={moe_routing(table_set)}", *moe_fallback_overrides(row, table_set),
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
@@ -547,6 +553,19 @@ def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str) ->
     script = deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
     kernel = moe_kernel_overrides(row, model, table_set, deployment.moe_quant) if deployment.moe_quant else []
     return [*script, *kernel, *balance]
+
+
+def moe_fallback_overrides(row: SiliconRow, table_set: str) -> list[str]:
+    """The small-batch MoE kernel of the row's engine release (MOE_FALLBACK) where its table set
+    has that kernel's table; [] for a release from the cut-off on, a nightly, or no table."""
+    from pdsim.perf.optables import AIC_DIR, release_before, table_file
+
+    fallback = MOE_FALLBACK.get(row.backend)
+    if fallback is None or not release_before(row.backend_version, fallback[2]):
+        return []
+    if table_file(AIC_DIR / table_set, fallback[0]) is None:
+        return []
+    return [f"perf.moe_fallback_table={fallback[0]}", f"perf.moe_fallback_below_tokens={fallback[1]}"]
 
 
 def moe_kernel_overrides(row: SiliconRow, model: str, table_set: str, dtype: str) -> list[str]:

@@ -348,6 +348,12 @@ class PerfConfig:
     # kernel the engine's own set never measured but another engine's did (FlashInfer's MXFP4 x
     # MXFP8 MoE, which vLLM runs under VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1); "" = the engine's
     moe_table_set: str = ""
+    # measured: a second fused-MoE table of the set (its file stem: moe_triton) pricing the MoE
+    # layers of fewer than moe_fallback_below_tokens tokens, the kernel an engine falls back to
+    # for small batches (vLLM before 0.24: block-fp8 experts in Triton below DeepGEMM's 128-token
+    # alignment); a dtype or split it never measured keeps the set's own rows; docs/MOE.md
+    moe_fallback_table: str = ""
+    moe_fallback_below_tokens: int = 0
     # measured, attention DP with EP: how tokens reach their experts: allgather (every GPU gets
     # every rank's tokens, reduce-scatter back) | deepep (SGLang --moe-a2a-backend deepep:
     # dispatch/combine to the experts' GPUs only; pdsim/perf/deepep.py)

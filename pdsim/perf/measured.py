@@ -54,6 +54,7 @@ from pdsim.perf.optables import (
     load_mla,
     load_quant_gemm,
     load_tables,
+    moe_fallback_of,
     resolve_set,
     table_file,
     with_moe_of,
@@ -114,6 +115,10 @@ class MeasuredModel:
     moe_ep: int = 1
     moe_gpus: int = 0  # 0 = tp
     moe_distribution: str = "balanced"
+    # the kernel the engine runs for MoE layers of fewer than moe_fallback_below_tokens tokens
+    # (optables.moe_fallback_of; None: the tables' own rows at every size)
+    moe_fallback: OpTables | None = None
+    moe_fallback_below_tokens: int = 0
     _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +126,9 @@ class MeasuredModel:
             raise ValueError(f"tensor parallel size must be >= 1, got {self.tp}")
         if not self.moe_gpus:
             object.__setattr__(self, "moe_gpus", self.tp)
+        if self.moe_fallback_below_tokens < 0 or (self.moe_fallback is None) != (self.moe_fallback_below_tokens == 0):
+            raise ValueError(f"perf: field 'moe_fallback_below_tokens' must be > 0 with a fallback MoE table "
+                             f"and 0 without one, got {self.moe_fallback_below_tokens}")
         if self.moe_gpus % self.moe_ep:
             raise ValueError(f"perf: moe_ep={self.moe_ep} does not divide the {self.moe_gpus} GPUs of the MoE layers")
         if self.tp > 1 and not self.tables.allreduce:
@@ -196,7 +204,11 @@ class MeasuredModel:
         m, h = self.model, self.model.hidden_size
         inter = m.moe_ffn_size or m.ffn_size
         ep, moe_tp = self.moe_ep, self.moe_gpus // self.moe_ep
-        grid = moe_grid_for(self.tables, moe_table_dtype(m), moe_shape(m), moe_tp, ep, self.moe_distribution)
+        grid = None
+        if self.moe_fallback is not None and tokens < self.moe_fallback_below_tokens:
+            grid = self.moe_fallback.moe_grid(moe_table_dtype(m), moe_shape(m), moe_tp, ep, self.moe_distribution)
+        if grid is None:
+            grid = moe_grid_for(self.tables, moe_table_dtype(m), moe_shape(m), moe_tp, ep, self.moe_distribution)
         if grid is not None:
             gpus = self.moe_gpus
             flops = 2 * 3 * h * inter * m.num_active_experts * tokens / gpus
@@ -575,11 +587,13 @@ def build_measured(
     needs = needed_tables(model) + (("nccl",) if parallel.dp > 1 else ())  # DP ranks meet over NCCL
     name = resolve_set(hardware.op_tables, perf.engine, perf.engine_version, needs)
     tables = with_moe_of(load_tables(name), perf.moe_table_set)
+    fallback = moe_fallback_of(load_tables(name), perf.moe_fallback_table)
     reference = load_hardware(hardware.op_tables_hardware) if hardware.op_tables_hardware else hardware
     gpu = "a100" if hardware.op_tables.startswith("a100") else "h100"
     return MeasuredModel(
         model, parallel.tp, tables, Scaling(hardware, reference), gpu, VIDUR_HBM_GBPS[gpu],
         overhead_s=perf.overhead_s, overhead_per_seq_s=perf.overhead_per_seq_s,
         mfu=perf.mfu, mbu=perf.mbu, moe_ep=parallel.moe_ep, moe_gpus=parallel.gpus,
-        moe_distribution=perf.moe_distribution,
+        moe_distribution=perf.moe_distribution, moe_fallback=fallback,
+        moe_fallback_below_tokens=perf.moe_fallback_below_tokens,
     )

@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -358,6 +359,18 @@ def _version_key(version: str) -> list:
     return [int(x) if x.isdigit() else x for x in version.replace("rc", ".").replace("post", ".").split(".")]
 
 
+def release_before(version: str, cutoff: str) -> bool:
+    """`version` is a numbered release (0.19.0, 1.3.0rc20) older than `cutoff`; a nightly or an
+    unstated version is not."""
+    def numbers(text: str) -> tuple[int, ...] | None:
+        found = re.match(r"\d+(\.\d+)*", text)
+        return tuple(int(x) for x in found.group(0).split(".")) if found else None
+    release, limit = numbers(version), numbers(cutoff)
+    if limit is None:
+        raise ValueError(f"release_before: cutoff {cutoff!r} is not a version number")
+    return release is not None and release < limit
+
+
 def table_file(folder: Path, stem: str) -> Path | None:
     """`stem`.csv, or `stem`.csv.gz (the sets extract_quant.py writes), if the folder has one."""
     for name in (f"{stem}.csv", f"{stem}.csv.gz"):
@@ -434,6 +447,18 @@ def with_moe_of(tables: OpTables, moe_table_set: str) -> OpTables:
         raise ValueError(f"perf: field 'moe_table_set' has unknown value {moe_table_set!r} for {system} "
                          f"(have {same_gpu})")
     return dataclasses.replace(tables, moe=load_tables(moe_table_set).moe, _memo={})
+
+
+def moe_fallback_of(tables: OpTables, stem: str) -> OpTables | None:
+    """`tables` with the fused-MoE rows of its set's table `stem` (perf.moe_fallback_table: a
+    kernel the engine falls back to for small batches); None for stem ""."""
+    if not stem:
+        return None
+    path = table_file(AIC_DIR / tables.source, stem)
+    if path is None or not stem.startswith("moe"):
+        raise ValueError(f"perf: field 'moe_fallback_table' has unknown value {stem!r}: table set "
+                         f"{tables.source} has no fused-MoE table of that name")
+    return dataclasses.replace(tables, moe=_moe_rows(pd.read_csv(path)), _memo={})
 
 
 def _moe_rows(df: pd.DataFrame) -> pd.DataFrame:

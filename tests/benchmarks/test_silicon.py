@@ -481,3 +481,25 @@ def test_vllm_prompt_steps_replay_graphs_up_to_the_scripts_capture_size() -> Non
         assert graphs == {f"perf.prefill_graph_max_tokens={tokens}"}, (model, precision, date, system)
     nightly = _script("vllm", minimax, "fp4", "2026-04-03", 4, tp=4)  # the 2026-04-02 nightly script
     assert {"cluster.max_prefill_tokens=8192", "model.kv_dtype=fp8"} <= nightly
+
+
+def _vllm_minimax(version: str, system: str = "b200_sxm", precision: str = "fp8") -> set[str]:
+    quant = {"fp8": "fp8_block", "fp4": "nvfp4"}[precision]
+    fields = dict(backend="vllm", backend_version=version, model_path="MiniMaxAI/MiniMax-M2.5", system=system,
+                  precision=precision, gemm_quant_mode=quant, moe_quant_mode=quant, tp_size="2.0",
+                  moe_tp_size="2.0", moe_ep_size="1.0")
+    return set(plan_row(parse_row(row("r", **fields)), load_catalog()).overrides)
+
+
+def test_vllm_releases_before_024_price_small_moe_layers_with_triton() -> None:
+    """vLLM before 0.24 runs block-fp8 experts in Triton below DeepGEMM's 128-token alignment: its
+    B200 rows (0.17, 0.19; fp8 and fp4 alike, the table holds block fp8 only) read the set's
+    moe_triton table below 128 tokens. 0.24 and a nightly (no release to compare) do not; nor do
+    B300 rows (no Triton table for that GPU) or other engines."""
+    fallback = {"perf.moe_fallback_table=moe_triton", "perf.moe_fallback_below_tokens=128"}
+    for version, precision in (("0.17.0", "fp8"), ("0.19.0", "fp8"), ("0.19.0", "fp4")):
+        assert fallback <= _vllm_minimax(version, precision=precision)
+    for plan in (_vllm_minimax("0.24.0"), _vllm_minimax("nightly-5b8c30d62b754b57"),
+                 _vllm_minimax("0.19.0", system="b300_sxm"),
+                 _script("sglang", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05")):
+        assert not any(o.startswith("perf.moe_fallback") for o in plan)

@@ -230,3 +230,48 @@ def test_moe_table_set_prices_the_experts_from_another_engines_set_of_the_same_g
     for bad in ("h100_sxm_sglang_0.5.14", "b200_sxm_nope_1.0"):
         with pytest.raises(ValueError, match=f"field 'moe_table_set' has unknown value '{bad}' for b200_sxm"):
             build_latency_model(dataclasses.replace(borrowed, moe_table_set=bad), shape, hw, 1)
+
+
+def _moe_row(table: str, moe_tp: int, tokens: int) -> float:
+    """One MiniMax-M2.5 block-fp8 fused-MoE row (ms) of the B200 vLLM set's `table`."""
+    rows = pd.read_csv(AIC_DIR / "b200_sxm_vllm_0.24.0" / f"{table}.csv.gz")
+    return rows[(rows.moe_dtype == "fp8_block") & (rows.hidden_size == 3072) & (rows.num_experts == 256)
+                & (rows.moe_tp_size == moe_tp) & (rows.moe_ep_size == 1) & (rows.distribution == "balanced")
+                & (rows.num_tokens == tokens)].latency_ms.item()
+
+
+def test_moe_fallback_table_prices_the_layers_below_its_token_count():
+    """perf.moe_fallback_table: vLLM before 0.24 runs block-fp8 experts in Triton below DeepGEMM's
+    128-token alignment. MiniMax-M2.5 at TP2 (experts split 2 ways): 64 tokens read the Triton row,
+    128 tokens the set's own (FlashInfer) row; a dtype the fallback never measured (bf16) keeps the
+    set's rows at any size."""
+    shape = dataclasses.replace(catalog.load_model("minimax_m25"), moe_quant="fp8_block")
+    hw = catalog.load_hardware("b200")
+    own = PerfConfig(kind="measured", engine="vllm", overhead_s=0.0)
+    fallback = dataclasses.replace(own, moe_fallback_table="moe_triton", moe_fallback_below_tokens=128)
+    model, plain = (build_latency_model(p, shape, hw, 2) for p in (fallback, own))
+    assert model._experts_s(64) == pytest.approx(_moe_row("moe_triton", 2, 64) / 1e3, rel=1e-12)
+    assert plain._experts_s(64) == pytest.approx(_moe_row("moe", 2, 64) / 1e3, rel=1e-12)
+    assert model._experts_s(64) > 1.1 * plain._experts_s(64)  # Triton is slower at decode sizes
+    assert model._experts_s(128) == plain._experts_s(128) == pytest.approx(_moe_row("moe", 2, 128) / 1e3, rel=1e-12)
+    gap_s = model.decode_time_s(64, 64 * 1024) - plain.decode_time_s(64, 64 * 1024)
+    assert gap_s == pytest.approx(62 * (model._experts_s(64) - plain._experts_s(64)), rel=1e-9)  # 62 MoE layers
+    bf16 = dataclasses.replace(shape, moe_quant="bf16")
+    assert (build_latency_model(fallback, bf16, hw, 2)._experts_s(64)
+            == build_latency_model(own, bf16, hw, 2)._experts_s(64))
+
+
+def test_moe_fallback_table_refuses_a_missing_table_or_a_count_without_one():
+    shape = catalog.load_model("minimax_m25")
+    hw = catalog.load_hardware("b200")
+    own = PerfConfig(kind="measured", engine="vllm", overhead_s=0.0)
+    with pytest.raises(ValueError, match="field 'moe_fallback_table' has unknown value 'moe_cutlass'"):
+        build_latency_model(dataclasses.replace(own, moe_fallback_table="moe_cutlass",
+                                                moe_fallback_below_tokens=128), shape, hw, 2)
+    with pytest.raises(ValueError, match="field 'moe_fallback_table' has unknown value 'gemm'"):
+        build_latency_model(dataclasses.replace(own, moe_fallback_table="gemm", moe_fallback_below_tokens=128),
+                            shape, hw, 2)
+    for table, below in (("", 128), ("moe_triton", 0), ("moe_triton", -1)):
+        with pytest.raises(ValueError, match=f"field 'moe_fallback_below_tokens' must be > 0 .* got {below}"):
+            build_latency_model(dataclasses.replace(own, moe_fallback_table=table, moe_fallback_below_tokens=below),
+                                shape, hw, 2)

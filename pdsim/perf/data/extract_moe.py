@@ -13,6 +13,9 @@ version), adds to aic/<system>_<engine>_<version>/:
   powers of two 1..16384. Where one point was measured with several kernels (TRT-LLM: nvfp4's
   cutlass and min-latency kernels), the median of each kernel's repeats, then the fastest kernel.
   `heldout_moe.csv.gz`: a seeded sample per dtype of the points off that token grid.
+- `moe_triton.csv.gz` (B200 vLLM set only; `FALLBACK_MOE`): vLLM 0.19.0's Triton fused MoE for
+  block fp8, the same axes as `moe.csv.gz`: the kernel vLLM releases before 0.24 run for fewer
+  than 128 tokens (perf.moe_fallback_table).
 - `mla_context[_fp8].csv.gz`, `mla_generation[_fp8].csv.gz` (batch_size, isl | step, num_heads):
   the MLA attention kernel alone (bf16 / fp8 KV cache), num_heads per rank, as the older sets'
   `mla_*.csv` (SGLang and TRT-LLM); `heldout_mla_context[_fp8]`: the prompt lengths off the
@@ -49,6 +52,10 @@ MOE_KEYS = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "mo
             "moe_ep_size", "distribution", "num_tokens"]
 HELD_PER_DTYPE = 60
 KV_SUFFIX = {"bfloat16": "", "fp8": "_fp8"}
+# (engine, release, kernel_source, dtypes, system): vLLM 0.19.0's B200 collection measured its
+# Triton fused MoE for block fp8, the kernel its releases before 0.24 run below DeepGEMM's
+# 128-token alignment (TritonOrDeepGemmExperts); the set's own 0.24.0 rows are FlashInfer's
+FALLBACK_MOE = ("vllm", "0.19.0", "vllm_fused_moe", ("fp8_block",), "b200_sxm")
 
 
 def moe_shapes(configs: Path) -> set[tuple[int, int, int, int]]:
@@ -65,7 +72,10 @@ def moe_shapes(configs: Path) -> set[tuple[int, int, int, int]]:
 
 def moe(path: Path, shapes: set[tuple[int, int, int, int]]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The grid rows and the held-back rows (see the module docstring)."""
-    df = pd.read_parquet(path)
+    return moe_rows(pd.read_parquet(path), shapes)
+
+
+def moe_rows(df: pd.DataFrame, shapes: set[tuple[int, int, int, int]]) -> tuple[pd.DataFrame, pd.DataFrame]:
     df = df[df.distribution.isin(DISTRIBUTIONS)]
     shape = pd.Series(list(zip(df.hidden_size, df.inter_size, df.topk, df.num_experts, strict=True)),
                       index=df.index)
@@ -146,8 +156,24 @@ def extract_set(base: Path, engine: str, version: str, out: Path, shapes: set) -
     add("nccl", nccl(base))
 
 
+def fallback_moe(base: Path, out: Path, shapes: set) -> None:
+    """`moe_triton.csv.gz` (FALLBACK_MOE): one older release's Triton fused-MoE rows of the dtypes
+    that release ran through Triton below DeepGEMM's alignment, beside a set whose own rows
+    measured a newer kernel."""
+    engine, version, kernel, dtypes, system = FALLBACK_MOE
+    path = base / system / "moe" / engine / version / "moe_perf.parquet"
+    df = pd.read_parquet(path)
+    rows, _ = moe_rows(df[(df.kernel_source == kernel) & df.moe_dtype.isin(dtypes)], shapes)
+    _ms(rows).to_csv(out / "moe_triton.csv.gz", index=False)
+
+
 def main(aic: Path) -> None:
     shapes = moe_shapes(aic.parent.parent / "model_configs")
+    engine, version, _, _, system = FALLBACK_MOE
+    fallback_out = HERE / "aic" / f"{system}_{engine}_{pick_version(aic / system, engine)}"
+    if fallback_out.is_dir():
+        print(system, engine, version, "Triton fallback")
+        fallback_moe(aic, fallback_out, shapes)
     for system in SYSTEMS:
         for engine in ENGINES:
             version = pick_version(aic / system, engine)
