@@ -203,6 +203,10 @@ class Deployment:
     expert_parallel: bool = True
     # vLLM --max-cudagraph-capture-size (perf.prefill_graph_max_tokens; 0: the engine's default)
     graph_max_tokens: int = 0
+    # the engine's small-batch MoE kernel up to this many tokens (perf.moe_fallback_below_tokens;
+    # 0: the engine's rule, silicon_rows.MOE_FALLBACK): MOE_FALLBACK_EVERY_SIZE where the script
+    # turned DeepGEMM off, so vLLM ran its Triton fallback at every batch size
+    moe_fallback_below_tokens: int = 0
 
     def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
         return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
@@ -231,6 +235,8 @@ class Deployment:
             out.append(f"cluster.tokenize_threads={self.tokenizer_threads}")
         if self.graph_max_tokens:
             out.append(f"perf.prefill_graph_max_tokens={self.graph_max_tokens}")
+        if self.moe_fallback_below_tokens:
+            out.append(f"perf.moe_fallback_below_tokens={self.moe_fallback_below_tokens}")
         if self.recv_interval != (1, 1):
             out.append(f"cluster.recv_interval_steps={self.recv_interval[concurrency >= RECV_INTERVAL_FROM_CLIENTS]}")
         if ((isl_tokens, osl_tokens) in self.batch_wait_shapes and tp < self.batch_wait_below_tp
@@ -252,6 +258,10 @@ VLLM_DEFAULT_TOKENS = 8192  # vLLM's API-server max-num-batched-tokens on GPUs o
 # kimik2.5_fp4_b200 from 2026-04-20 (#1047); no other vLLM script of the rows' window sets it (gpt-oss's
 # dev rows are of 2025-11-02 and 2026-02-25, so its 2025-12-05 boundary below splits them the same way)
 VLLM_CAPTURE_2048 = 2048
+# minimaxm2.5_fp8_b200.sh exported VLLM_MOE_USE_DEEP_GEMM=0 (with VLLM_USE_FLASHINFER_MOE_FP8=0) from
+# 2026-03-04 and VLLM_USE_DEEP_GEMM=0 from 2026-03-27 until 2026-04-01: without DeepGEMM (and with
+# FlashInfer's FP8 MoE opt-in) vLLM ran the block-fp8 experts in Triton at every batch size
+MOE_FALLBACK_EVERY_SIZE = 1 << 30
 
 # (backend, model_path) -> the versions of its launch scripts (benchmarks/single_node/ in
 # SemiAnalysisAI/InferenceX, read at each date's commit); a row takes the newest version whose
@@ -308,6 +318,9 @@ INFERENCEX_DEPLOYMENTS: dict[tuple[str, str], tuple[Deployment, ...]] = {
     ("vllm", "MiniMaxAI/MiniMax-M2.5"): (
         Deployment("minimaxm2.5_fp8_b200.sh (before 2026-04-03), minimaxm2.5_fp8_h100.sh", VLLM_DEFAULT_TOKENS, True,
                    precisions=("fp8",)),
+        Deployment("minimaxm2.5_fp8_b200.sh (2026-03-04 to 2026-04-01: DeepGEMM off)", VLLM_DEFAULT_TOKENS, True,
+                   since="2026-03-04", precisions=("fp8",), systems=("b200_sxm",),
+                   moe_fallback_below_tokens=MOE_FALLBACK_EVERY_SIZE),
         Deployment("minimaxm2.5_fp8_b200.sh, minimaxm2.5_fp8_b300.sh (from 2026-04-03)", kv_dtype="fp8",
                    since="2026-04-03", precisions=("fp8",), systems=("b200_sxm", "b300_sxm"), isl_multiple=2,
                    graph_max_tokens=VLLM_CAPTURE_2048),

@@ -483,11 +483,13 @@ def test_vllm_prompt_steps_replay_graphs_up_to_the_scripts_capture_size() -> Non
     assert {"cluster.max_prefill_tokens=8192", "model.kv_dtype=fp8"} <= nightly
 
 
-def _vllm_minimax(version: str, system: str = "b200_sxm", precision: str = "fp8") -> set[str]:
+def _vllm_minimax(version: str, system: str = "b200_sxm", precision: str = "fp8", date: str = "") -> set[str]:
     quant = {"fp8": "fp8_block", "fp4": "nvfp4"}[precision]
     fields = dict(backend="vllm", backend_version=version, model_path="MiniMaxAI/MiniMax-M2.5", system=system,
                   precision=precision, gemm_quant_mode=quant, moe_quant_mode=quant, tp_size="2.0",
                   moe_tp_size="2.0", moe_ep_size="1.0")
+    if date:
+        fields["silicon_data_source"] = f"db-dump/x; silicon_concurrency=64; measured={date}T00:00:00.000Z"
     return set(plan_row(parse_row(row("r", **fields)), load_catalog()).overrides)
 
 
@@ -503,3 +505,16 @@ def test_vllm_releases_before_024_price_small_moe_layers_with_triton() -> None:
                  _vllm_minimax("0.19.0", system="b300_sxm"),
                  _script("sglang", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05")):
         assert not any(o.startswith("perf.moe_fallback") for o in plan)
+
+
+def test_minimax_fp8_b200_runs_triton_at_every_size_while_its_script_turned_deepgemm_off() -> None:
+    """minimaxm2.5_fp8_b200.sh exported VLLM_MOE_USE_DEEP_GEMM=0 from 2026-03-04 (VLLM_USE_DEEP_GEMM=0
+    from 2026-03-27) until 2026-04-01: its rows of 2026-03-11 and 2026-03-28 read the Triton table
+    at every size; the rows from 2026-04-03 fall back below 128 tokens only, as does a row before
+    2026-03-04."""
+    def below(date: str) -> set[str]:
+        return {o for o in _vllm_minimax("0.17.0", date=date) if o.startswith("perf.moe_fallback_below_tokens")}
+    every = {f"perf.moe_fallback_below_tokens={1 << 30}"}
+    assert below("2026-03-11") == below("2026-03-28") == every
+    assert below("2026-04-03") == below("2026-02-25") == {"perf.moe_fallback_below_tokens=128"}
+    assert "perf.moe_fallback_table=moe_triton" in _vllm_minimax("0.17.0", date="2026-03-11")
