@@ -112,7 +112,8 @@ PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER = {"vllm": 0.25}
 # perf.moe_fallback_below_tokens), by engine: (table stem, tokens, the first release without it).
 # vLLM releases before 0.24 run block-fp8 experts through TritonOrDeepGemmExperts: DeepGEMM
 # from its 128-token M alignment, Triton below; the B200 set's own rows (0.24.0) measured
-# FlashInfer's TRT-LLM kernel, and its `moe_triton` table is 0.19.0's Triton (docs/MOE.md).
+# FlashInfer's TRT-LLM kernel, and its `moe_triton` table is 0.19.0's Triton (docs/MOE.md; the
+# B300 set holds B200's rows, the same FP8 throughput and HBM bandwidth).
 MOE_FALLBACK = {"vllm": ("moe_triton", 128, "0.24.0")}
 # The routing the MoE tables are read at (perf.moe_distribution): the tables' skewed routing
 # (AIConfigurator's power_law_1.01) where the row's table set measured it, else balanced (the older

@@ -13,9 +13,10 @@ version), adds to aic/<system>_<engine>_<version>/:
   powers of two 1..16384. Where one point was measured with several kernels (TRT-LLM: nvfp4's
   cutlass and min-latency kernels), the median of each kernel's repeats, then the fastest kernel.
   `heldout_moe.csv.gz`: a seeded sample per dtype of the points off that token grid.
-- `moe_triton.csv.gz` (B200 vLLM set only; `FALLBACK_MOE`): vLLM 0.19.0's Triton fused MoE for
-  block fp8, the same axes as `moe.csv.gz`: the kernel vLLM releases before 0.24 run for fewer
-  than 128 tokens (perf.moe_fallback_table).
+- `moe_triton.csv.gz` (B200 and B300 vLLM sets; `FALLBACK_MOE`): vLLM 0.19.0's B200 Triton fused
+  MoE for block fp8, the same axes as `moe.csv.gz`: the kernel vLLM releases before 0.24 run for
+  fewer than 128 tokens (perf.moe_fallback_table); B300's copy stands in for a collection
+  AIConfigurator did not keep (same FP8 throughput and HBM bandwidth as B200).
 - `mla_context[_fp8].csv.gz`, `mla_generation[_fp8].csv.gz` (batch_size, isl | step, num_heads):
   the MLA attention kernel alone (bf16 / fp8 KV cache), num_heads per rank, as the older sets'
   `mla_*.csv` (SGLang and TRT-LLM); `heldout_mla_context[_fp8]`: the prompt lengths off the
@@ -54,8 +55,12 @@ HELD_PER_DTYPE = 60
 KV_SUFFIX = {"bfloat16": "", "fp8": "_fp8"}
 # (engine, release, kernel_source, dtypes, system): vLLM 0.19.0's B200 collection measured its
 # Triton fused MoE for block fp8, the kernel its releases before 0.24 run below DeepGEMM's
-# 128-token alignment (TritonOrDeepGemmExperts); the set's own 0.24.0 rows are FlashInfer's
+# 128-token alignment (TritonOrDeepGemmExperts); the set's own 0.24.0 rows are FlashInfer's.
+# Written to the B200 set and, as a stand-in, to the B300 set: AIConfigurator kept no 0.19
+# collection for B300, whose FP8 tensor throughput and HBM bandwidth are B200's
+# (scenarios/hardware/b{200,300}.yaml) and which a Triton kernel is bound by
 FALLBACK_MOE = ("vllm", "0.19.0", "vllm_fused_moe", ("fp8_block",), "b200_sxm")
+FALLBACK_MOE_SYSTEMS = ("b200_sxm", "b300_sxm")
 
 
 def moe_shapes(configs: Path) -> set[tuple[int, int, int, int]]:
@@ -169,11 +174,12 @@ def fallback_moe(base: Path, out: Path, shapes: set) -> None:
 
 def main(aic: Path) -> None:
     shapes = moe_shapes(aic.parent.parent / "model_configs")
-    engine, version, _, _, system = FALLBACK_MOE
-    fallback_out = HERE / "aic" / f"{system}_{engine}_{pick_version(aic / system, engine)}"
-    if fallback_out.is_dir():
-        print(system, engine, version, "Triton fallback")
-        fallback_moe(aic, fallback_out, shapes)
+    engine, version = FALLBACK_MOE[:2]
+    for system in FALLBACK_MOE_SYSTEMS:
+        fallback_out = HERE / "aic" / f"{system}_{engine}_{pick_version(aic / system, engine)}"
+        if fallback_out.is_dir():
+            print(system, engine, version, "Triton fallback (B200's rows)")
+            fallback_moe(aic, fallback_out, shapes)
     for system in SYSTEMS:
         for engine in ENGINES:
             version = pick_version(aic / system, engine)
