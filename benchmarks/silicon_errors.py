@@ -12,6 +12,12 @@ higher concurrency that was measured - more
 load cannot make a closed loop faster, so such a row (e.g. a TPOT of hundreds of ms beside
 10-30 ms) is more likely a broken run than a property of the engine. Tables are given over all
 rows; the overall line is repeated without the suspect rows.
+
+Some measurements appear more than once (the database dump lists one run under several config
+ids or version labels, some with the metrics rounded): a row `repeats` an earlier one when its
+engine, model, system, precision, mode, lengths, concurrency and layout are the same and its TTFT
+and TPOT agree to three significant digits. The overall and per-mode lines are repeated over each
+measurement once.
 """
 
 from __future__ import annotations
@@ -53,6 +59,25 @@ def suspect_rows(rows: pd.DataFrame) -> pd.Series:
     return out.str.rstrip("; ")
 
 
+REPEAT_KEYS = ("model_path", "system", "backend", "mode", "precision", "isl", "osl", "concurrency", "tp_size",
+               "attention_dp_size", "moe_ep_size", "prefill_tp_size", "prefill_num_workers",
+               "prefill_attention_dp_size", "decode_tp_size", "decode_num_workers", "decode_attention_dp_size")
+
+
+def _three_digits(values: pd.Series) -> pd.Series:
+    return values.map(lambda v: float(f"{v:.3g}") if pd.notna(v) else v)
+
+
+def repeated_rows(rows: pd.DataFrame) -> pd.Series:
+    """Per row: True when it repeats an earlier row's measurement (see the module docstring)."""
+    if not {"model_path", "concurrency"} <= set(rows.columns):  # no run identity: none repeats
+        return pd.Series(False, index=rows.index)
+    keys = [k for k in REPEAT_KEYS if k in rows.columns]
+    frame = rows[keys].astype(str).assign(_ttft=_three_digits(rows["silicon_ttft_ms"]),
+                                          _tpot=_three_digits(rows["silicon_tpot_ms"]))
+    return frame.duplicated(keep="first")
+
+
 def ape(predicted: pd.Series, measured: pd.Series) -> pd.Series:
     return (predicted - measured).abs() / measured
 
@@ -80,13 +105,19 @@ HEADER = ["group", "rows", "predictor", "covered", "TTFT medAPE%", "TTFT meanAPE
 def error_table(rows: pd.DataFrame, predictors: dict[str, str], by_group: bool = True) -> list[list[str]]:
     """Table rows for `rows` (one line per predictor per group); predictors: label -> column prefix.
     Groups: all, all without the suspect rows, each mode (`mode agg`, `mode disagg`: issue 40's bar
-    holds in each) where there are two, then (with by_group) every (system, mode, backend, model)."""
+    holds in each) where there are two, the same over each measurement once where some repeat, then
+    (with by_group) every (system, mode, backend, model)."""
     groups: list[tuple[str, pd.DataFrame]] = [("all", rows)]
     clean = rows[rows["suspect"] == ""]
     if len(clean) < len(rows):
         groups.append((f"all without {len(rows) - len(clean)} suspect", clean))
     if rows["mode"].nunique() > 1:
         groups += [(f"mode {mode}", part) for mode, part in rows.groupby("mode", sort=True)]
+    once = rows[~repeated_rows(rows)]
+    if len(once) < len(rows):
+        groups.append((f"each measurement once ({len(once)})", once))
+        if once["mode"].nunique() > 1:
+            groups += [(f"mode {mode}, each measurement once", part) for mode, part in once.groupby("mode", sort=True)]
     if by_group:
         groups += [(" / ".join(str(k) for k in key), part)
                    for key, part in rows.groupby(list(GROUP_KEYS), sort=True)]

@@ -519,3 +519,24 @@ def test_minimax_fp8_b200_runs_triton_at_every_size_while_its_script_turned_deep
     assert below("2026-03-11") == below("2026-03-28") == every
     assert below("2026-04-03") == below("2026-02-25") == {"perf.moe_fallback_below_tokens=128"}
     assert "perf.moe_fallback_table=moe_triton" in _vllm_minimax("0.17.0", date="2026-03-11")
+
+
+def test_a_measurement_listed_twice_counts_once_in_its_own_lines() -> None:
+    """The dump lists some runs twice (another config id or version label, metrics rounded): the
+    second copy of a run repeats it when layout, concurrency and both metrics (3 significant
+    digits) agree; another concurrency or a different TPOT is another measurement. Hand-computed
+    medians: all rows 10% (APEs 0, 10, 10, 30), each measurement once 10% (0, 10, 30)."""
+    base = {"model_path": "m", "system": "b200_sxm", "backend": "sglang", "mode": "agg", "precision": "fp8",
+            "isl": 1024, "osl": 1024, "tp_size": "8.0", "suspect": "", "pdsim_ok": True, "concurrency": 4}
+    df = pd.DataFrame([
+        {**base, "silicon_ttft_ms": 231.847882, "silicon_tpot_ms": 8.065206, "pdsim_ttft_ms": 231.847882, "pdsim_tpot_ms": 8.87},
+        {**base, "silicon_ttft_ms": 231.85, "silicon_tpot_ms": 8.07, "pdsim_ttft_ms": 231.85, "pdsim_tpot_ms": 8.877},
+        {**base, "concurrency": 8, "silicon_ttft_ms": 231.85, "silicon_tpot_ms": 8.07, "pdsim_ttft_ms": 231.85,
+         "pdsim_tpot_ms": 8.07},
+        {**base, "silicon_ttft_ms": 231.85, "silicon_tpot_ms": 9.5, "pdsim_ttft_ms": 231.85, "pdsim_tpot_ms": 12.35},
+    ])
+    assert silicon_errors.repeated_rows(df).tolist() == [False, True, False, False]
+    table = {line[0]: line for line in silicon_errors.error_table(df, {"pdsim": "pdsim"}, by_group=False)}
+    assert list(table) == ["all", "each measurement once (3)"]
+    assert table["all"][8] == "10.0" and table["each measurement once (3)"][8] == "10.0"
+    assert table["each measurement once (3)"][1] == "3"
