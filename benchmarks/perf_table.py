@@ -47,6 +47,7 @@ from pdsim.perf.optables import (
     load_mla,
     load_quant_gemm,
     load_tables,
+    moe_fallback_of,
     table_file,
     table_sets,
 )
@@ -112,18 +113,23 @@ def section_ops() -> None:
 
 
 def _held_moe(name: str) -> list[pd.DataFrame]:
-    """Fused MoE at num_tokens off the power-of-two grid, by dtype (extract_moe.py's sets)."""
-    path = table_file(AIC_DIR / name, "heldout_moe")
-    if path is None:
-        return []
-    held, tables = pd.read_csv(path), load_tables(name)
-    pred = []
-    for r in held.itertuples():
-        grid = tables.moe_grid(r.moe_dtype, (r.hidden_size, r.inter_size, r.topk, r.num_experts),
-                               r.moe_tp_size, r.moe_ep_size, r.distribution)
-        pred.append(grid(r.num_tokens) if grid is not None else np.nan)
-    return [held.assign(set=name, op="moe_" + held.moe_dtype, err=np.array(pred) / held.latency_ms - 1,
-                        shape=_bucket(held.num_tokens, (64, 1024), "tokens"))]
+    """Fused MoE at num_tokens off the power-of-two grid, by dtype (extract_moe.py's sets): the
+    set's own table and its small-batch fallback table (`moe_triton`) where it has one."""
+    out = []
+    for stem in ("moe", "moe_triton"):
+        path = table_file(AIC_DIR / name, f"heldout_{stem}")
+        if path is None:
+            continue
+        held, tables = pd.read_csv(path), load_tables(name)
+        tables = tables if stem == "moe" else moe_fallback_of(tables, stem)
+        pred = []
+        for r in held.itertuples():
+            grid = tables.moe_grid(r.moe_dtype, (r.hidden_size, r.inter_size, r.topk, r.num_experts),
+                                   r.moe_tp_size, r.moe_ep_size, r.distribution)
+            pred.append(grid(r.num_tokens) if grid is not None else np.nan)
+        out.append(held.assign(set=name, op=f"{stem}_" + held.moe_dtype, err=np.array(pred) / held.latency_ms - 1,
+                               shape=_bucket(held.num_tokens, (64, 1024), "tokens")))
+    return out
 
 
 def _held_mla_context(name: str) -> list[pd.DataFrame]:

@@ -17,6 +17,7 @@ version), adds to aic/<system>_<engine>_<version>/:
   MoE for block fp8, the same axes as `moe.csv.gz`: the kernel vLLM releases before 0.24 run for
   fewer than 128 tokens (perf.moe_fallback_table); B300's copy stands in for a collection
   AIConfigurator did not keep (same FP8 throughput and HBM bandwidth as B200).
+  `heldout_moe_triton.csv.gz`: its rows off the token grid, as `heldout_moe.csv.gz`.
 - `mla_context[_fp8].csv.gz`, `mla_generation[_fp8].csv.gz` (batch_size, isl | step, num_heads):
   the MLA attention kernel alone (bf16 / fp8 KV cache), num_heads per rank, as the older sets'
   `mla_*.csv` (SGLang and TRT-LLM); `heldout_mla_context[_fp8]`: the prompt lengths off the
@@ -168,8 +169,9 @@ def fallback_moe(base: Path, out: Path, shapes: set) -> None:
     engine, version, kernel, dtypes, system = FALLBACK_MOE
     path = base / system / "moe" / engine / version / "moe_perf.parquet"
     df = pd.read_parquet(path)
-    rows, _ = moe_rows(df[(df.kernel_source == kernel) & df.moe_dtype.isin(dtypes)], shapes)
+    rows, held = moe_rows(df[(df.kernel_source == kernel) & df.moe_dtype.isin(dtypes)], shapes)
     _ms(rows).to_csv(out / "moe_triton.csv.gz", index=False)
+    _ms(held).to_csv(out / "heldout_moe_triton.csv.gz", index=False)
 
 
 def main(aic: Path) -> None:
