@@ -109,12 +109,13 @@ PREFILL_HOST_MODE = {"sglang": "serial", "trtllm": "serial", "vllm": "serial"}
 PREFILL_GRAPH_MAX_TOKENS = {"vllm": 512}
 PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER = {"vllm": 0.25}
 # The MoE kernel an engine falls back to for small batches (perf.moe_fallback_table and
-# perf.moe_fallback_below_tokens), by engine: (table stem, tokens, the first release without it).
+# perf.moe_fallback_below_tokens), by engine: (table stem, tokens, the first release without it,
+# that release's date: a nightly measured before it predates it; vLLM 0.24.0: 2026-07-01).
 # vLLM releases before 0.24 run block-fp8 experts through TritonOrDeepGemmExperts: DeepGEMM
 # from its 128-token M alignment, Triton below; the B200 set's own rows (0.24.0) measured
 # FlashInfer's TRT-LLM kernel, and its `moe_triton` table is 0.19.0's Triton (docs/MOE.md; the
 # B300 set holds B200's rows, the same FP8 throughput and HBM bandwidth).
-MOE_FALLBACK = {"vllm": ("moe_triton", 128, "0.24.0")}
+MOE_FALLBACK = {"vllm": ("moe_triton", 128, "0.24.0", "2026-07-01")}
 # The routing the MoE tables are read at (perf.moe_distribution): the tables' skewed routing
 # (AIConfigurator's power_law_1.01) where the row's table set measured it, else balanced (the older
 # sets have nothing else). Chosen over balanced on the two 400-row MoE samples (TPOT 19.4% -> 14.9%)
@@ -558,11 +559,15 @@ def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str) ->
 
 def moe_fallback_overrides(row: SiliconRow, table_set: str) -> list[str]:
     """The small-batch MoE kernel of the row's engine release (MOE_FALLBACK) where its table set
-    has that kernel's table; [] for a release from the cut-off on, a nightly, or no table."""
+    has that kernel's table; [] for a release from the cut-off on, a nightly not measured before
+    the cut-off's release date, or no table."""
     from pdsim.perf.optables import AIC_DIR, release_before, table_file
 
     fallback = MOE_FALLBACK.get(row.backend)
-    if fallback is None or not release_before(row.backend_version, fallback[2]):
+    if fallback is None:
+        return []
+    nightly_before = row.backend_version.startswith("nightly") and "" < row.measured < fallback[3]
+    if not (release_before(row.backend_version, fallback[2]) or nightly_before):
         return []
     if table_file(AIC_DIR / table_set, fallback[0]) is None:
         return []

@@ -495,14 +495,17 @@ def _vllm_minimax(version: str, system: str = "b200_sxm", precision: str = "fp8"
 
 def test_vllm_releases_before_024_price_small_moe_layers_with_triton() -> None:
     """vLLM before 0.24 runs block-fp8 experts in Triton below DeepGEMM's 128-token alignment: its
-    B200 and B300 rows (0.17, 0.19; fp8 and fp4 alike, the table holds block fp8 only) read the
-    set's moe_triton table below 128 tokens. 0.24 and a nightly (no release to compare) do not;
-    nor do H100 rows (no Triton table there) or other engines."""
+    B200 and B300 rows (0.17, 0.19, a nightly measured before 0.24.0's release on 2026-07-01; fp8
+    and fp4 alike, the table holds block fp8 only) read the set's moe_triton table below 128
+    tokens. 0.24, a nightly of unknown date or measured from that date on, H100 rows (no Triton
+    table there) and other engines do not."""
     fallback = {"perf.moe_fallback_table=moe_triton", "perf.moe_fallback_below_tokens=128"}
     for version, precision, system in (("0.17.0", "fp8", "b200_sxm"), ("0.19.0", "fp8", "b200_sxm"),
                                        ("0.19.0", "fp4", "b200_sxm"), ("0.19.0", "fp8", "b300_sxm")):
         assert fallback <= _vllm_minimax(version, precision=precision, system=system)
+    assert fallback <= _vllm_minimax("nightly-5b8c30d62b754b57", system="b300_sxm", date="2026-04-21")
     for plan in (_vllm_minimax("0.24.0"), _vllm_minimax("nightly-5b8c30d62b754b57"),
+                 _vllm_minimax("nightly-5b8c30d62b754b57", date="2026-07-01"),
                  _vllm_minimax("0.18.0", system="h100_sxm"),
                  _script("sglang", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05")):
         assert not any(o.startswith("perf.moe_fallback") for o in plan)
