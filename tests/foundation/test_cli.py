@@ -110,3 +110,17 @@ def test_a_config_asking_for_a_multirun_still_sweeps(tmp_path):
                   f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert read_trace(sweep / "0" / "trace.parquet")["status"].eq("finished").sum() == 10
+
+
+def test_unknown_moe_fallback_table_one_error_line_nothing_written(tmp_path):
+    """A perf field naming a table the set lacks: exit 1, one error line naming field and value
+    (after the run's log line), no outputs."""
+    out = tmp_path / "run"
+    proc = _pdsim("run", "scenario=rag", "perf=measured_vllm", "hardware=b200", "model=minimax_m25",
+                  "perf.moe_fallback_table=moe_nope", "perf.moe_fallback_below_tokens=128", "progress=false",
+                  f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 1
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("pdsim: error")]
+    assert errors == ["pdsim: error: perf: field 'moe_fallback_table' has unknown value 'moe_nope': table set "
+                      "b200_sxm_vllm_0.24.0 has no fused-MoE table of that name"]
+    assert not (out / "trace.parquet").exists() and not (out / "result.json").exists()
