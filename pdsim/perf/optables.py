@@ -32,7 +32,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -41,6 +40,7 @@ from typing import TypeVar
 
 import numpy as np
 import pandas as pd
+from packaging.version import InvalidVersion, Version
 
 from pdsim.perf.table import complete_log_additive_stack
 
@@ -360,15 +360,13 @@ def _version_key(version: str) -> list:
 
 
 def release_before(version: str, cutoff: str) -> bool:
-    """`version` is a numbered release (0.19.0, 1.3.0rc20) older than `cutoff`; a nightly or an
-    unstated version is not."""
-    def numbers(text: str) -> tuple[int, ...] | None:
-        found = re.match(r"\d+(\.\d+)*", text)
-        return tuple(int(x) for x in found.group(0).split(".")) if found else None
-    release, limit = numbers(version), numbers(cutoff)
-    if limit is None:
-        raise ValueError(f"release_before: cutoff {cutoff!r} is not a version number")
-    return release is not None and release < limit
+    """`version` is a numbered release (0.19.0, 1.3.0rc20, PEP 440) older than `cutoff`; a nightly
+    or an unstated version is not."""
+    limit = Version(cutoff)  # a malformed cut-off raises InvalidVersion, naming it
+    try:
+        return Version(version) < limit
+    except InvalidVersion:
+        return False
 
 
 def table_file(folder: Path, stem: str) -> Path | None:
