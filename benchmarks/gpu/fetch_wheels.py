@@ -43,8 +43,9 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # pdsim's core dependencies (pyproject.toml) that the GPU image has at a version pyproject accepts;
 # every other one travels in CORE (tests/benchmarks/test_gpu_wheels.py holds the two together).
-# Its mypy-extensions is older than the 1.2.0 librt needs, so that one travels.
-GPU_IMAGE_HAS = ("numpy", "pandas", "pyarrow", "matplotlib", "tqdm")
+# Its mypy-extensions is older than the 1.2.0 librt needs, so that one travels. packaging: listed in
+# the H200 image (.library/device/KINDS.md, read 2026-11-17), and matplotlib requires it anyway.
+GPU_IMAGE_HAS = ("numpy", "pandas", "pyarrow", "matplotlib", "tqdm", "packaging")
 CORE = ("simpy==4.1.2", "hydra-core==1.3.8", "omegaconf==2.3.1", "librt==0.17.0", "pyzmq==27.3.0",
         "mypy-extensions==1.2.0")
 SDIST_ONLY = ("antlr4-python3-runtime==4.9.3",)
