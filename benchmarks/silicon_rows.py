@@ -33,6 +33,8 @@ from silicon_harness import (
 )
 from silicon_recipes import moe_a2a, prefill_overrides, trtllm_generation_batch
 
+from pdsim.policy.dp_dispatch import BOOTSTRAP_ROOM
+
 # model_path -> catalog model. Instruct / quantized checkpoints share their base model's
 # architecture (config.json); their quantization comes from the row's quant modes.
 MODELS: dict[str, str] = {
@@ -503,6 +505,8 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
         running = f"cluster.max_running_requests={batch}"
     overrides = ["cluster.mode=disaggregated", f"cluster.prefill={p.workers}", f"cluster.decode={d.workers}",
                  *_layout(row, p, "prefill"), *_layout(row, d, "decode"), running, *_disagg_budget(row, p, d)]
+    if row.backend == "sglang" and p.attention_dp > 1:  # SGLang's prefill DP follows the bootstrap room
+        overrides.append(f"cluster.prefill_dp_dispatch={BOOTSTRAP_ROOM}")
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 

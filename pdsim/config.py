@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pdsim.parallel import Parallel
+from pdsim.policy.dp_dispatch import check_dispatch
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -238,6 +239,10 @@ class ClusterConfig:
     adp_balance: bool = False
     adp_timeout_iters: int = 50
     adp_batching_wait_iters: int = 10
+    # how a prefill instance's attention-DP ranks get their prompts (pdsim.policy.dp_dispatch):
+    # balanced (one batch spread over the ranks, largest chunk first) | bootstrap_room (SGLang's
+    # prefill server under PD: rank = bootstrap_room % dp, each rank its own queue and budget)
+    prefill_dp_dispatch: str = "balanced"
     # SGLang's --scheduler-recv-interval on a colocated engine: during decodes new requests are
     # taken in every this many decode steps (pdsim.policy.receive; 1 = every iteration)
     recv_interval_steps: int = 1
@@ -593,6 +598,7 @@ def validate_values(cfg: Config) -> None:
         c.parallel(side).validate(cfg.model.num_heads, cfg.model.num_experts, cfg.model.name, f"{side}_")
     if c.prefix_cache_tokens < 0:
         raise ValueError(f"cluster: field 'prefix_cache_tokens' must be >= 0, got {c.prefix_cache_tokens}")
+    check_dispatch(c.prefill_dp_dispatch)
     _validate_precision(cfg.model)
     _validate_layer_kinds(cfg.model)
     if cfg.search.max_probes < 2:

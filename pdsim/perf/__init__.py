@@ -12,7 +12,7 @@ from __future__ import annotations
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.parallel import MOE_A2A, Parallel
 from pdsim.paths import resolve_data_path
-from pdsim.perf.base import LatencyModel, PrefillItem
+from pdsim.perf.base import LatencyModel, PrefillItem, prefill_ranks_time_s
 from pdsim.perf.capacity import instance_kv_capacity_tokens
 from pdsim.perf.deepep import DeepEpMoe, load_deepep
 from pdsim.perf.dp_attention import DataParallelModel
@@ -150,5 +150,6 @@ __all__ = [
     "kv_bytes_per_token_per_rank",
     "kv_capacity_tokens",
     "param_count",
+    "prefill_ranks_time_s",
     "weight_bytes",
 ]

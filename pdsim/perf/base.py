@@ -50,3 +50,13 @@ class LatencyModel(Protocol):
     def decode_step(self, num_seqs: int) -> DecodeStep: ...
 
     def prefill_timer(self) -> PrefillTimer: ...
+
+
+def prefill_ranks_time_s(model: LatencyModel, ranks: Sequence[Sequence[PrefillItem]]) -> float:
+    """A prefill forward whose chunks the scheduler placed on attention-DP ranks (one item list
+    per rank): the model's own pricing where it has one (dp_attention.DataParallelModel and the
+    wrappers over it), else the forward of all the chunks together."""
+    priced = getattr(model, "prefill_ranks_time_s", None)
+    if priced is not None:
+        return priced(ranks)  # type: ignore[no-any-return]
+    return model.prefill_time_s([item for rank in ranks for item in rank])

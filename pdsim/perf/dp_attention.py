@@ -19,7 +19,9 @@ How a step's work spreads over the ranks (the assumption, stated): the scheduler
 simulator keeps one batch per instance, and this model spreads it the way SGLang's round-robin
 DP dispatch does on average: decodes evenly (ranks differ by at most one), prompt chunks largest
 first onto the least-loaded rank (ties: the lowest rank), context in proportion to the decodes.
-Per-rank queues, per-rank KV pools and a per-rank router are not modelled (docs/MOE.md).
+A prefill instance under cluster.prefill_dp_dispatch=bootstrap_room places its chunks itself
+(each rank its own queue, pdsim.policy.dp_dispatch) and prices them with `prefill_ranks_time_s`.
+Per-rank KV pools are not modelled (docs/MOE.md).
 
 Collectives come from the set's NCCL tables (optables.OpTables.collective) by GPU count; past
 the largest measured count, measured.beyond_table_s adds the extra latency steps (none inside
@@ -112,12 +114,29 @@ class DataParallelModel:
         tokens = sum(n for n, _ in items) + num_seqs
         if tokens <= 0:
             return 0.0
-        shares = spread(items, num_seqs, context_tokens, self.dp)
+        return self._shares_s(spread(items, num_seqs, context_tokens, self.dp), tokens, bool(items))
+
+    def _shares_s(self, shares: Sequence[RankShare], tokens: int, prompt: bool) -> float:
+        """A step whose work lies on the ranks as `shares` (`tokens` in all)."""
         busiest = max(self.rank.rank_s(*share) for share in shares)
         seqs = max(len(share[0]) + share[1] for share in shares)
         rank_tokens = max(sum(n for n, _ in chunks) + decodes for chunks, decodes, _ in shares)
-        moe = self.moe_s(tokens, rank_tokens, bool(items))
+        moe = self.moe_s(tokens, rank_tokens, prompt)
         return busiest + moe + self.rank.overhead_s + self.rank.overhead_per_seq_s * seqs
+
+    def prefill_ranks_time_s(self, ranks: Sequence[Sequence[PrefillItem]]) -> float:
+        """A prefill forward whose chunks the scheduler placed on the ranks itself (one item list
+        per rank, pdsim.policy.dp_dispatch), not spread by this model."""
+        if len(ranks) != self.dp:
+            raise ValueError(f"perf: a forward over {len(ranks)} ranks on an instance of dp={self.dp}")
+        tokens = sum(n for items in ranks for n, _ in items)
+        if tokens <= 0:
+            return 0.0
+        key = ("ranks", tuple(tuple(items) for items in ranks))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._remember(key, self._shares_s([(tuple(items), 0, 0) for items in ranks], tokens, True))
+        return hit  # type: ignore[no-any-return]
 
     def moe_s(self, tokens: int, rank_tokens: int, prompt: bool) -> float:
         """Every MoE layer of one step: `tokens` over the instance, `rank_tokens` on its busiest

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdsim.perf.base import LatencyModel, PrefillItem, PrefillTimer
+from pdsim.perf.base import LatencyModel, PrefillItem, PrefillTimer, prefill_ranks_time_s
 from pdsim.perf.steps.decode import OverheadStep
 
 PREFILL_HOST_MODES = ("floor", "serial")
@@ -81,6 +81,15 @@ class StepOverheadModel:
         if not items:
             return 0.0
         forward_s = self._with_host(self.prefill_scale * self.inner.prefill_time_s(items), _new_tokens(items))
+        return forward_s + self.prefill_overhead_s + self.per_context_token_s * _prompt_tokens(items)
+
+    def prefill_ranks_time_s(self, ranks: Sequence[Sequence[PrefillItem]]) -> float:
+        """prefill_time_s of a forward whose chunks lie on attention-DP ranks as given."""
+        items = [item for rank in ranks for item in rank]
+        if not items:
+            return 0.0
+        inner_s = prefill_ranks_time_s(self.inner, ranks)
+        forward_s = self._with_host(self.prefill_scale * inner_s, _new_tokens(items))
         return forward_s + self.prefill_overhead_s + self.per_context_token_s * _prompt_tokens(items)
 
     def decode_time_s(self, num_seqs: int, context_tokens: int) -> float:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdsim.config import PerfConfig
-from pdsim.perf.base import LatencyModel, PrefillItem, PrefillTimer
+from pdsim.perf.base import LatencyModel, PrefillItem, PrefillTimer, prefill_ranks_time_s
 from pdsim.perf.steps.decode import CallStep, DecodeStep
 
 SECOND_TOKEN_ACCEPTANCE = 0.85  # DeepSeek-V3 Technical Report sec. 5.4.3: 85-90%
@@ -102,3 +102,6 @@ class SpeculativeModel:
 
     def prefill_timer(self) -> PrefillTimer:
         return self.inner.prefill_timer()
+
+    def prefill_ranks_time_s(self, ranks: Sequence[Sequence[PrefillItem]]) -> float:
+        return prefill_ranks_time_s(self.inner, ranks)

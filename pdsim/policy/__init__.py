@@ -11,6 +11,8 @@ deterministic given a seeded numpy Generator argument. Modules:
 - admission.py: accept_all, threshold, token_bucket, early_reject (predicted TTFT/TBT vs SLO).
 - scaling.py: P:D rebalancer proposing role moves (hysteresis, warm-up delay).
 - receive.py: when a colocated scheduler takes in arrivals (SGLang's scheduler receive interval).
+- dp_dispatch.py: which attention-DP rank of a prefill instance takes a prompt (balanced, or
+  SGLang's bootstrap_room % dp with a queue and budget per rank).
 
 The step planners (what pdsim's simulated instances and pdreal's engines both call, then only
 execute), each reading its executor through one protocol of executors.py: limits.py (StepLimits, the colocated schedule names), router_policy.py (RouterPolicy:
@@ -43,10 +45,19 @@ from pdsim.policy.decode_step import (
     plan_decode_step,
     prealloc_free_slots,
 )
+from pdsim.policy.dp_dispatch import (
+    BALANCED,
+    BOOTSTRAP_ROOM,
+    DISPATCHES,
+    check_dispatch,
+    form_ranked_prefill_batch,
+    prefill_dp_rank,
+)
 from pdsim.policy.executors import (
     ColocatedExecutor,
     DecodeExecutor,
     PrefillExecutor,
+    RankedPrefillExecutor,
     RunningBatch,
 )
 from pdsim.policy.limits import MIXED, PREFILL_PRIORITY, SCHEDULES, StepLimits, check_schedule
@@ -67,6 +78,7 @@ from pdsim.policy.prefill_step import (
     plan_colocated_decodes,
     plan_colocated_step,
     plan_prefill_step,
+    plan_ranked_prefill_step,
     prefill_budget,
 )
 from pdsim.policy.route_choice import RouteDecision, route, routing_policy_names
@@ -102,6 +114,10 @@ __all__ = [
     "DecodeExecutor",
     "DecodeStepPlan",
     "PrefillExecutor",
+    "RankedPrefillExecutor",
+    "BALANCED",
+    "BOOTSTRAP_ROOM",
+    "DISPATCHES",
     "RunningBatch",
     "GrowthPlan",
     "RouterDecision",
@@ -114,6 +130,10 @@ __all__ = [
     "plan_decode_step",
     "plan_page_growth",
     "plan_prefill_step",
+    "plan_ranked_prefill_step",
+    "check_dispatch",
+    "form_ranked_prefill_batch",
+    "prefill_dp_rank",
     "prealloc_free_slots",
     "prefill_budget",
     "ADMISSION_POLICIES",

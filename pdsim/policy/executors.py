@@ -36,6 +36,14 @@ class PrefillExecutor(Protocol):
         """KV tokens a prefill chunk may take now."""
 
 
+class RankedPrefillExecutor(PrefillExecutor, Protocol):
+    """A prefill executor whose attention-DP ranks each take the requests their bootstrap room
+    sends them (limits.dp_dispatch = bootstrap_room; pdsim.policy.dp_dispatch)."""
+
+    def bootstrap_room(self, request_id: int) -> int:
+        """The bootstrap room of a candidate request."""
+
+
 class RunningBatch(Protocol[T]):
     """A running batch whose requests each need a page when their KV length is a page multiple."""
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from pdsim.policy.batching import prefill_token_budget
+from pdsim.policy.dp_dispatch import BALANCED, check_dispatch
 
 MIXED: Final = "mixed"  # Sarathi-Serve / vLLM v1 / SGLang: prefill chunks and decodes share one budget
 PREFILL_PRIORITY: Final = "prefill_priority"  # vLLM v0 (DistServe/Splitwise baseline): never mixed
@@ -39,6 +40,7 @@ class ClusterLike(Protocol):
     adp_balance: bool
     adp_timeout_iters: int
     adp_batching_wait_iters: int
+    prefill_dp_dispatch: str
 
 
 class PolicyLike(Protocol):
@@ -61,7 +63,9 @@ class StepLimits:
     prefill_step.batch_waits); recv_interval_steps: SGLang's scheduler receive interval
     (pdsim.policy.receive; 1 = every iteration); dp_ranks: the instance's attention-DP ranks;
     adp_timeout_iters / adp_batching_wait_iters: TensorRT-LLM's attention-DP balance
-    (pdsim.policy.adp_balance; timeout 0 = off, as it is at one rank).
+    (pdsim.policy.adp_balance; timeout 0 = off, as it is at one rank); prefill_dp_dispatch: how a
+    prefill instance's attention-DP ranks get their prompts (pdsim.policy.dp_dispatch: balanced, or
+    bootstrap_room as SGLang's prefill under PD; read by the prefill planner only).
     """
 
     page_size_tokens: int = 16
@@ -78,6 +82,7 @@ class StepLimits:
     dp_ranks: int = 1
     adp_timeout_iters: int = 0
     adp_batching_wait_iters: int = 0
+    prefill_dp_dispatch: str = BALANCED
 
     def __post_init__(self) -> None:
         for name in ("page_size_tokens", "max_running_requests", "max_prefill_tokens", "prealloc_slots",
@@ -93,6 +98,7 @@ class StepLimits:
         if not 0.0 <= self.batch_wait_tokens_ratio <= 1.0:
             raise ValueError(f"limits: field 'batch_wait_tokens_ratio' must be in [0, 1], got {self.batch_wait_tokens_ratio}")
         check_schedule(self.schedule)
+        check_dispatch(self.prefill_dp_dispatch)
 
     @property
     def prefill_token_budget(self) -> int:
@@ -129,6 +135,7 @@ class StepLimits:
             adp_timeout_iters=steps_as_iterations(cluster.adp_timeout_iters, iterations_per_step) if balance else 0,
             adp_batching_wait_iters=(steps_as_iterations(cluster.adp_batching_wait_iters, iterations_per_step)
                                      if balance else 0),
+            prefill_dp_dispatch=cluster.prefill_dp_dispatch,
         )
 
 

@@ -3,7 +3,9 @@
 - `prefill_budget`: the one budget formula (token budget left after the running decodes, KV free
   minus the decodes' reservation, requests left under max_running_requests).
 - `plan_prefill_step`: a prefill instance's forward (the chunked request first, then the
-  waiting queue; prefix-cache hits arrive in the candidates' `prefilled_tokens`).
+  waiting queue; prefix-cache hits arrive in the candidates' `prefilled_tokens`);
+  `plan_ranked_prefill_step` the same when each attention-DP rank takes the requests its
+  bootstrap room sends it (SGLang's prefill under PD; pdsim.policy.dp_dispatch).
 - `plan_colocated_step`: one colocated iteration under either schedule -
   mixed (Sarathi-Serve / vLLM v1 / SGLang): first the running decodes get their next pages
   (retracting when short), then the PrefillAdder fills the budget left after one token per
@@ -37,7 +39,8 @@ from pdsim.policy.batching import (
     decode_reservation_tokens,
     form_prefill_batch,
 )
-from pdsim.policy.executors import ColocatedExecutor, PrefillExecutor
+from pdsim.policy.dp_dispatch import form_ranked_prefill_batch, prefill_dp_rank
+from pdsim.policy.executors import ColocatedExecutor, PrefillExecutor, RankedPrefillExecutor
 from pdsim.policy.limits import MIXED, StepLimits
 from pdsim.policy.memory import plan_page_growth
 from pdsim.policy.record import Record
@@ -70,6 +73,18 @@ def plan_prefill_step(limits: StepLimits, ex: PrefillExecutor) -> PrefillBatch:
     """A prefill instance's next forward over its candidates (chunked request first, then FIFO)."""
     budget = prefill_budget(limits, ex.free_kv_tokens())
     return form_prefill_batch(ex.prefill_candidates(), budget) if budget is not None else EMPTY
+
+
+def plan_ranked_prefill_step(limits: StepLimits, ex: RankedPrefillExecutor) -> tuple[PrefillBatch, tuple[int, ...]]:
+    """Under limits.dp_dispatch = bootstrap_room: the next forward with each rank filling its own
+    budget from the requests its bootstrap room sends it (every chunked request first, then
+    FIFO), and each chunk's rank (pdsim.policy.dp_dispatch)."""
+    budget = prefill_budget(limits, ex.free_kv_tokens())
+    if budget is None:
+        return EMPTY, ()
+    dp = limits.dp_ranks
+    ranked = ((prefill_dp_rank(ex.bootstrap_room(v.request_id), dp), v) for v in ex.prefill_candidates())
+    return form_ranked_prefill_batch(ranked, budget, dp)
 
 
 class ColocatedStepPlan(Record, Generic[T]):

@@ -23,30 +23,31 @@ class ChunkOwner:
     """What `start_chunks` uses of a prefill or colocated instance (a trait: compiled, its
     attributes are read directly, not looked up by name as through a Protocol)."""
 
-    chunked: SimRequest | None
     waiting: dict[int, SimRequest]
     kv: PromptKV
 
 
 def start_chunks(inst: ChunkOwner, chunks: tuple[PrefillChunk, ...], matches: dict[int, list[BlockNode]],
-                 now: float) -> Planned:
+                 now: float, carried: tuple[SimRequest, ...]) -> Planned:
     """Lock new requests' prefixes, allocate every chunk's pages; drop what does not fit.
 
-    Shared by prefill and colocated instances. New requests leave the waiting queue here, now.
+    Shared by prefill and colocated instances. New requests leave the waiting queue here, now;
+    `carried`: the instance's part-prefilled (chunked) requests, which keep what they hold.
     """
-    by_id = {sr.rid: sr for sr in ([inst.chunked] if inst.chunked else [])}
+    by_id = {sr.rid: sr for sr in carried}
     for chunk in chunks:
         if chunk.request_id not in by_id:
             sr = inst.waiting[chunk.request_id]
             inst.kv.begin(sr, matches.get(sr.rid, []), now)
             by_id[sr.rid] = sr
+    carried_ids = {sr.rid for sr in carried}
     planned: Planned = []
     for i, chunk in enumerate(chunks):
         sr = by_id[chunk.request_id]
         if not inst.kv.allocate(sr, chunk.new_pages + sr.load.pages):
             for later in chunks[i:]:
                 other = by_id[later.request_id]
-                if other is not inst.chunked:
+                if other.rid not in carried_ids:
                     inst.kv.release(other, now)
             break
         if sr.rid in inst.waiting:

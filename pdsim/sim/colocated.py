@@ -110,7 +110,9 @@ class ColocatedInstance(InstanceBase, BatchOwner, ChunkOwner):
             plan = plan_colocated_step(self.limits, self, self.batch_waited, self.adp, self)  # the shared step plan (pdsim.policy)
             self.batch_waited = plan.waited_after(self.batch_waited)
             self.adp = plan.adp
-            planned = start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.events)) if plan.prefill.chunks else []
+            carried = (self.chunked,) if self.chunked is not None else ()
+            planned = (start_chunks(self, plan.prefill.chunks, self._matches, now_s(self.events), carried)
+                       if plan.prefill.chunks else [])
             decodes = list(plan.decodes)
             if plan.prefill.chunks and not planned and not decodes:  # its KV loads did not fit after all
                 decodes = list(plan_colocated_decodes(self.limits, self))

@@ -5,7 +5,10 @@
   still here after faults.bootstrap_timeout_s fails (one deadline queue for all instances:
   deadlines.py).
 - waiting: the PrefillAdder (pdsim.policy) forms each forward's batch from an in-progress chunked
-  request and the waiting queue, skipping prefix-cached tokens; max_new_tokens is 1.
+  request and the waiting queue, skipping prefix-cached tokens; max_new_tokens is 1. Under
+  cluster.prefill_dp_dispatch=bootstrap_room each attention-DP rank fills its own budget from the
+  requests its bootstrap room sends it (one chunked request per rank), and the forward is priced
+  with the chunks where they lie (pdsim.policy.dp_dispatch, perf.prefill_ranks_time_s).
 - inflight: after each chunk's forward its KV pages go on the wire (transfer.py); when the last
   chunk's transfer succeeds the KV is released (full blocks stay in the prefix cache).
 """
@@ -17,8 +20,15 @@ from typing import Any
 
 import simpy
 
-from pdsim.perf import LatencyModel
-from pdsim.policy import RequestView, plan_prefill_step
+from pdsim.perf import LatencyModel, prefill_ranks_time_s
+from pdsim.policy import (
+    BOOTSTRAP_ROOM,
+    PrefillBatch,
+    RequestView,
+    plan_prefill_step,
+    plan_ranked_prefill_step,
+    prefill_dp_rank,
+)
 from pdsim.policy.kvpoll import KVPoll, advance_poll
 from pdsim.policy.prefix_cache import BlockNode
 from pdsim.policy.views import ROLE_PREFILL, InstanceView
@@ -48,7 +58,8 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         self.bootstrap: dict[int, SimRequest] = {}
         self.ready: list[SimRequest] = []
         self.waiting: dict[int, SimRequest] = {}
-        self.chunked: SimRequest | None = None
+        self.chunked: dict[int, SimRequest] = {}  # DP rank -> its part-prefilled request (rank 0 unless ranked)
+        self.ranked = self.limits.prefill_dp_dispatch == BOOTSTRAP_ROOM and self.limits.dp_ranks > 1
         self.inflight: dict[int, SimRequest] = {}
         self._matches: dict[int, list[BlockNode]] = {}  # the planned candidates' cached blocks
         self.timeouts = ctx.bootstrap_timeouts
@@ -102,8 +113,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         self.bootstrap.pop(rid, None)
         self.waiting.pop(rid, None)
         self.inflight.pop(rid, None)
-        if self.chunked is sr:
-            self.chunked = None
+        self._drop_chunked(sr)
         if not sr.has_time(PREFILL_END_S):
             self.queued_requests -= 1
             self.queued_tokens -= sr.prompt.tokens
@@ -118,7 +128,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
             if not planned:
                 yield self.idle()
                 continue
-            step_s = self.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
+            step_s = self._step_s(planned)
             store_read = None
             tiers = self.kv.tiers
             if tiers is not None:
@@ -173,8 +183,8 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         return self.kv.available_tokens
 
     def _candidates(self, matches: dict[int, list[BlockNode]]) -> Iterator[RequestView]:
-        chunked = self.chunked
-        if chunked is not None:
+        for rank in sorted(self.chunked):
+            chunked = self.chunked[rank]
             yield RequestView(chunked.rid, chunked.prompt.tokens, 1, prefilled_tokens=chunked.prompt.prefilled,
                               cached_tokens=chunked.prompt.cached_tokens)
         for sr in self.waiting.values():
@@ -183,14 +193,46 @@ class PrefillInstance(InstanceBase, ChunkOwner):
             cached = self.kv.plan_hit(sr, path)
             yield RequestView(sr.rid, sr.prompt.tokens, 1, prefilled_tokens=cached, cached_tokens=cached)
 
+    def bootstrap_room(self, request_id: int) -> int:
+        """pdsim.policy.RankedPrefillExecutor: a candidate's bootstrap room."""
+        sr = self.waiting.get(request_id)
+        if sr is None:
+            sr = next(c for c in self.chunked.values() if c.rid == request_id)
+        return sr.bootstrap_room
+
+    def _plan(self) -> PrefillBatch:
+        """The shared decision (pdsim.policy.prefill_step)."""
+        if not self.ranked:
+            return plan_prefill_step(self.limits, self)
+        return plan_ranked_prefill_step(self.limits, self)[0]
+
     def _schedule(self) -> Planned:
-        if self.chunked is None and not self.waiting:
+        if not self.chunked and not self.waiting:
             return []
-        batch = plan_prefill_step(self.limits, self)  # the shared decision (pdsim.policy.prefill_step)
-        planned = start_chunks(self, batch.chunks, self._matches, now_s(self.events)) if batch.chunks else []
+        batch = self._plan()
+        carried = tuple(self.chunked[rank] for rank in sorted(self.chunked))
+        planned = start_chunks(self, batch.chunks, self._matches, now_s(self.events), carried) if batch.chunks else []
         if self.decisions is not None and planned:
             self.decisions.prefill(now_s(self.events), self.name, [c for _, _, c in planned])
         return planned
+
+    def _rank_of(self, sr: SimRequest) -> int:
+        return prefill_dp_rank(sr.bootstrap_room, self.limits.dp_ranks) if self.ranked else 0
+
+    def _drop_chunked(self, sr: SimRequest) -> None:
+        rank = self._rank_of(sr)
+        if self.chunked.get(rank) is sr:
+            del self.chunked[rank]
+
+    def _step_s(self, planned: Planned) -> float:
+        """The forward's time: its chunks where the ranks placed them when ranked (a chunk that
+        did not start is not in `planned`), else as the model spreads them."""
+        if not self.ranked:
+            return self.prefill_time_s([(c.new_tokens, c.context_tokens) for _, _, c in planned])
+        ranks: list[list[tuple[int, int]]] = [[] for _ in range(self.limits.dp_ranks)]
+        for sr, _, c in planned:
+            ranks[self._rank_of(sr)].append((c.new_tokens, c.context_tokens))
+        return prefill_ranks_time_s(self.latency, ranks)
 
     def _send_chunks(self, planned: Planned) -> None:
         """Layer-wise overlap: each chunk's pages go on the wire as its forward starts (the
@@ -215,10 +257,9 @@ class PrefillInstance(InstanceBase, ChunkOwner):
                 self.queued_requests -= 1
                 self.queued_tokens -= sr.prompt.tokens
                 self.inflight[sr.rid] = sr
-                if self.chunked is sr:
-                    self.chunked = None
+                self._drop_chunked(sr)
             else:
-                self.chunked = sr
+                self.chunked[self._rank_of(sr)] = sr
             if send:
                 self.hooks.send_kv(sr, pages, chunk.is_last)
             elif chunk.is_last:
@@ -241,5 +282,5 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         return self.instance_view(self.batch_size, len(self.inflight), self.kv.used_tokens, self.kv.pool.capacity_tokens)
 
     def queue_counts(self) -> tuple[int, int, int, int, int, int, int]:
-        return (len(self.bootstrap), 0, 0, len(self.waiting) + (self.chunked is not None), self.batch_size,
+        return (len(self.bootstrap), 0, 0, len(self.waiting) + len(self.chunked), self.batch_size,
                 len(self.inflight), 0)

@@ -409,6 +409,21 @@ def test_disaggregated_rows_take_their_recipes_prefill_budget(system: str, preci
     assert {f"cluster.max_prefill_tokens={budget}", f"cluster.chunk_size_tokens={chunk}"} <= set(plan.overrides)
 
 
+@pytest.mark.parametrize(("backend", "prefill_dp", "dispatch"), [
+    ("sglang", "4", "bootstrap_room"), ("sglang", "1", None), ("trtllm", "4", None)])
+def test_sglang_prefill_dp_ranks_follow_the_bootstrap_room(backend: str, prefill_dp: str, dispatch: str | None) -> None:
+    """SGLang's prefill DP controller sends a request to rank bootstrap_room % dp; TRT-LLM's
+    context servers and a TP prefill keep the balanced spread (the default)."""
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
+    raw = {**wide, "backend": backend, "prefill_tp_size": "1" if prefill_dp != "1" else "4",
+           "prefill_attention_dp_size": prefill_dp, "prefill_moe_ep_size": "4",
+           "backend_version": "1.0.0rc3" if backend == "trtllm" else wide["backend_version"]}
+    plan = plan_row(parse_row(raw), load_catalog())
+    assert plan.supported, plan.missing
+    got = [o.split("=", 1)[1] for o in plan.overrides if o.startswith("cluster.prefill_dp_dispatch=")]
+    assert got == ([dispatch] if dispatch else [])
+
+
 def test_a_system_without_recipes_keeps_the_rules_budget() -> None:
     from silicon_recipes import prefill_overrides
     from silicon_rows import Side

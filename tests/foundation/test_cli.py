@@ -124,3 +124,14 @@ def test_unknown_moe_fallback_table_one_error_line_nothing_written(tmp_path):
     assert errors == ["pdsim: error: perf: field 'moe_fallback_table' has unknown value 'moe_nope': table set "
                       "b200_sxm_vllm_0.24.0 has no fused-MoE table of that name"]
     assert not (out / "trace.parquet").exists() and not (out / "result.json").exists()
+
+
+def test_unknown_prefill_dp_dispatch_one_error_line_nothing_written(tmp_path):
+    out = tmp_path / "run"
+    proc = _pdsim("run", "scenario=rag", "cluster.prefill_dp_dispatch=roomy", "progress=false",
+                  f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 2  # a config value check, before the run starts
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == ["pdsim: error: cluster: field 'prefill_dp_dispatch' has unknown value 'roomy' "
+                     "(choose from ('balanced', 'bootstrap_room'))"]
+    assert not out.exists()

@@ -17,7 +17,7 @@ import pytest
 from pdsim.cli import check_overrides, compose_config
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.parallel import Parallel
-from pdsim.perf import build_latency_model, catalog, cost, spec
+from pdsim.perf import build_latency_model, catalog, cost, prefill_ranks_time_s, spec
 from pdsim.perf.capacity import instance_kv_capacity_tokens, weight_bytes_per_gpu
 from pdsim.perf.dp_attention import DataParallelModel, spread
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
@@ -155,6 +155,35 @@ def test_dp8_prefill_of_eight_prompts(dp8: DataParallelModel) -> None:
                 + rank.overhead_s + rank.overhead_per_seq_s)
     assert dp8.prefill_time_s([prompt] * 8) == pytest.approx(expected, rel=1e-9)
     assert dp8.prefill_time_s([prompt]) < dp8.prefill_time_s([prompt] * 8) < 8 * dp8.prefill_time_s([prompt])
+
+
+def test_dp8_prefill_placed_by_the_scheduler(dp8: DataParallelModel) -> None:
+    """cluster.prefill_dp_dispatch=bootstrap_room: the chunks stay where the ranks took them."""
+    rank, prompt = dp8.rank, (512, 0)
+    spread_ranks = [[prompt]] * 8  # where the balanced spread puts 8 prompts: the same forward
+    assert dp8.prefill_ranks_time_s(spread_ranks) == pytest.approx(dp8.prefill_time_s([prompt] * 8), rel=1e-12)
+    # all 8 on rank 0: that rank's part of 8 prompts, the experts still over all 4096 tokens,
+    # and the per-sequence overhead of the 8 sequences on that rank
+    piled = [[prompt] * 8] + [[]] * 7
+    expected = (rank.rank_s((prompt,) * 8, 0, 0) + DSV3_MOE_LAYERS * (2.025e-3 + _exchange_s(8 * 512))
+                + rank.overhead_s + 8 * rank.overhead_per_seq_s)
+    assert dp8.prefill_ranks_time_s(piled) == pytest.approx(expected, rel=1e-9)
+    assert dp8.prefill_ranks_time_s(piled) > dp8.prefill_time_s([prompt] * 8)
+    assert dp8.prefill_ranks_time_s([[]] * 8) == 0.0
+    with pytest.raises(ValueError, match="a forward over 2 ranks on an instance of dp=8"):
+        dp8.prefill_ranks_time_s([[prompt], []])
+
+
+def test_placed_prefill_through_the_wrappers(sglang: PerfConfig, dsv3: ModelConfig, b200: HardwareConfig) -> None:
+    """The step-overhead wrapper prices a placed forward as it prices a spread one; a model
+    without ranks takes the chunks together."""
+    perf = dataclasses.replace(sglang, prefill_step_overhead_s=0.002)
+    model = build_latency_model(perf, dsv3, b200, Parallel(1, 8, 8))
+    prompt = (512, 0)
+    assert prefill_ranks_time_s(model, [[prompt]] * 8) == pytest.approx(model.prefill_time_s([prompt] * 8), rel=1e-12)
+    plain = build_latency_model(perf, dsv3, b200, Parallel(8, 1, 8))
+    assert prefill_ranks_time_s(plain, [[prompt], [prompt, prompt]]) == pytest.approx(
+        plain.prefill_time_s([prompt] * 3), rel=1e-12)
 
 
 # -- expert parallelism from the fused-MoE tables ----------------------------------------------
