@@ -38,7 +38,7 @@ class PrefillExecutor(Protocol):
 
 class RankedPrefillExecutor(PrefillExecutor, Protocol):
     """A prefill executor whose attention-DP ranks each take the requests their bootstrap room
-    sends them (limits.dp_dispatch = bootstrap_room; pdsim.policy.dp_dispatch)."""
+    sends them (limits.prefill_dp_dispatch = bootstrap_room; pdsim.policy.dp_dispatch)."""
 
     def bootstrap_room(self, request_id: int) -> int:
         """The bootstrap room of a candidate request."""

@@ -76,7 +76,7 @@ def plan_prefill_step(limits: StepLimits, ex: PrefillExecutor) -> PrefillBatch:
 
 
 def plan_ranked_prefill_step(limits: StepLimits, ex: RankedPrefillExecutor) -> tuple[PrefillBatch, tuple[int, ...]]:
-    """Under limits.dp_dispatch = bootstrap_room: the next forward with each rank filling its own
+    """Under limits.prefill_dp_dispatch = bootstrap_room: the next forward with each rank filling its own
     budget from the requests its bootstrap room sends it (every chunked request first, then
     FIFO), and each chunk's rank (pdsim.policy.dp_dispatch)."""
     budget = prefill_budget(limits, ex.free_kv_tokens())
