@@ -52,11 +52,17 @@ class LatencyModel(Protocol):
     def prefill_timer(self) -> PrefillTimer: ...
 
 
+@runtime_checkable
+class PlacedPrefill(Protocol):
+    """A latency model that prices a prefill forward whose chunks the scheduler placed on its
+    attention-DP ranks itself (dp_attention.DataParallelModel and the wrappers over it)."""
+
+    def prefill_ranks_time_s(self, ranks: Sequence[Sequence[PrefillItem]]) -> float: ...
+
+
 def prefill_ranks_time_s(model: LatencyModel, ranks: Sequence[Sequence[PrefillItem]]) -> float:
-    """A prefill forward whose chunks the scheduler placed on attention-DP ranks (one item list
-    per rank): the model's own pricing where it has one (dp_attention.DataParallelModel and the
-    wrappers over it), else the forward of all the chunks together."""
-    priced = getattr(model, "prefill_ranks_time_s", None)
-    if priced is not None:
-        return priced(ranks)  # type: ignore[no-any-return]
+    """A prefill forward with one item list per attention-DP rank: the model's own pricing where it
+    has one (PlacedPrefill), else the forward of all the chunks together."""
+    if isinstance(model, PlacedPrefill):
+        return model.prefill_ranks_time_s(ranks)
     return model.prefill_time_s([item for rank in ranks for item in rank])
