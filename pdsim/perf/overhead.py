@@ -80,15 +80,18 @@ class StepOverheadModel:
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float:
         if not items:
             return 0.0
-        forward_s = self._with_host(self.prefill_scale * self.inner.prefill_time_s(items), _new_tokens(items))
-        return forward_s + self.prefill_overhead_s + self.per_context_token_s * _prompt_tokens(items)
+        return self._prefill_s(self.inner.prefill_time_s(items), items)
 
     def prefill_ranks_time_s(self, ranks: Sequence[Sequence[PrefillItem]]) -> float:
         """prefill_time_s of a forward whose chunks lie on attention-DP ranks as given."""
         items = [item for rank in ranks for item in rank]
         if not items:
             return 0.0
-        inner_s = prefill_ranks_time_s(self.inner, ranks)
+        return self._prefill_s(prefill_ranks_time_s(self.inner, ranks), items)
+
+    def _prefill_s(self, inner_s: float, items: Sequence[PrefillItem]) -> float:
+        """A prefill forward of `items` whose inner model takes `inner_s`: scaled, with the host
+        time, the step overhead and the per-context-token cost."""
         forward_s = self._with_host(self.prefill_scale * inner_s, _new_tokens(items))
         return forward_s + self.prefill_overhead_s + self.per_context_token_s * _prompt_tokens(items)
 
