@@ -75,16 +75,16 @@ def plan_prefill_step(limits: StepLimits, ex: PrefillExecutor) -> PrefillBatch:
     return form_prefill_batch(ex.prefill_candidates(), budget) if budget is not None else EMPTY
 
 
-def plan_ranked_prefill_step(limits: StepLimits, ex: RankedPrefillExecutor) -> tuple[PrefillBatch, tuple[int, ...]]:
+def plan_ranked_prefill_step(limits: StepLimits, ex: RankedPrefillExecutor) -> PrefillBatch:
     """Under limits.prefill_dp_dispatch = bootstrap_room: the next forward with each rank filling its own
     budget from the requests its bootstrap room sends it (every chunked request first, then
-    FIFO), and each chunk's rank (pdsim.policy.dp_dispatch)."""
+    FIFO; pdsim.policy.dp_dispatch). A chunk's rank is prefill_dp_rank of its request's room."""
     budget = prefill_budget(limits, ex.free_kv_tokens())
     if budget is None:
-        return EMPTY, ()
+        return EMPTY
     dp = limits.dp_ranks
     ranked = ((prefill_dp_rank(ex.bootstrap_room(v.request_id), dp), v) for v in ex.prefill_candidates())
-    return form_ranked_prefill_batch(ranked, budget, dp)
+    return form_ranked_prefill_batch(ranked, budget, dp)[0]
 
 
 class ColocatedStepPlan(Record, Generic[T]):

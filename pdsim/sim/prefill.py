@@ -204,7 +204,7 @@ class PrefillInstance(InstanceBase, ChunkOwner):
         """The shared decision (pdsim.policy.prefill_step)."""
         if not self.ranked:
             return plan_prefill_step(self.limits, self)
-        return plan_ranked_prefill_step(self.limits, self)[0]
+        return plan_ranked_prefill_step(self.limits, self)
 
     def _schedule(self) -> Planned:
         if not self.chunked and not self.waiting:

@@ -110,9 +110,10 @@ def test_planner_reads_rooms_and_per_rank_limits() -> None:
     limits = StepLimits.from_config(cluster, PolicyConfig(), ranks=4)
     assert (limits.prefill_token_budget, limits.prefill_dp_dispatch) == (4096, BOOTSTRAP_ROOM)
     # rooms 8, 13, 4, 6, 3 -> ranks 0, 1, 0, 2, 3: rank 0 holds two 600-token prompts, one chunked
-    batch, ranks = plan_ranked_prefill_step(limits, _Executor({10: 8, 11: 13, 12: 4, 13: 6, 14: 3}, 600))
+    rooms = {10: 8, 11: 13, 12: 4, 13: 6, 14: 3}
+    batch = plan_ranked_prefill_step(limits, _Executor(rooms, 600))
     assert [(c.request_id, c.new_tokens) for c in batch.chunks] == [(10, 600), (11, 600), (12, 416), (13, 600), (14, 600)]
-    assert ranks == (0, 1, 0, 2, 3)
+    assert [prefill_dp_rank(rooms[c.request_id], 4) for c in batch.chunks] == [0, 1, 0, 2, 3]
 
 
 def test_unknown_dispatch_names_field_and_value() -> None:
