@@ -38,7 +38,6 @@ from pdsim.paths import resolve_data_path
 from pdsim.perf import build_latency_model, catalog
 from pdsim.perf.engine_fit import fit_engine, predict_s
 from pdsim.perf.fitted import load_fitted
-from pdsim.perf.measured import TABLE_QUANTS
 from pdsim.perf.optables import (
     AIC_DIR,
     DATA_DIR,
@@ -53,6 +52,7 @@ from pdsim.perf.optables import (
 )
 from pdsim.perf.profile import ProfilePoint, read_splitwise_csv
 from pdsim.perf.roofline import RooflineModel
+from pdsim.perf.table_keys import TABLE_QUANTS
 
 SPLITWISE = "calibration/splitwise_perf_model.csv"
 DISTSERVE = "calibration/distserve_profiler-a100-80g.distserve.json"

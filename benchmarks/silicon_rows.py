@@ -415,8 +415,8 @@ def _table_set(row: SiliconRow, cat: Catalog, hardware: str) -> str:
 def _resolve(backend: str, model: str, quant: str, kv: str, system: str) -> str:
     import dataclasses
 
-    from pdsim.perf.measured import needed_tables
     from pdsim.perf.optables import resolve_set
+    from pdsim.perf.table_keys import needed_tables
 
     engine = ENGINES[backend]
     spec_model = _catalog_model(model) if model else None
@@ -582,8 +582,8 @@ def moe_kernel_overrides(row: SiliconRow, model: str, table_set: str, dtype: str
     """model.moe_quant=`dtype` (the MoE kernel a script selects) and, where the row's own table
     set never measured it at the row's expert shape and MoE split, perf.moe_table_set: the first
     set of the same GPU that did (the kernel is FlashInfer's in every engine); [] where none did."""
-    from pdsim.perf.measured import moe_shape
     from pdsim.perf.optables import sets_of_system, system_of_set
+    from pdsim.perf.table_keys import moe_shape
 
     shape = moe_shape(_catalog_model(model))
     if not _sides_without_moe(row, table_set, dtype, shape):
@@ -603,7 +603,7 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
     """A fused-MoE table of the row's expert shape, quant mode, MoE TP and EP for each side."""
     import dataclasses
 
-    from pdsim.perf.measured import moe_shape, moe_table_dtype
+    from pdsim.perf.table_keys import moe_shape, moe_table_dtype
 
     m = dataclasses.replace(_catalog_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
     shape, dtype = moe_shape(m), moe_table_dtype(m)
@@ -613,7 +613,7 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
 
 def _sides_without_moe(row: SiliconRow, table_set: str, dtype: str, shape: tuple[int, int, int, int]) -> list[Side]:
     """The row's sides (aggregated, or prefill and decode) whose MoE TP x EP split `table_set` has
-    no `dtype` fused-MoE grid for at expert `shape` (measured.moe_grid_for's fallbacks included)."""
+    no `dtype` fused-MoE grid for at expert `shape` (table_keys.moe_grid_for's fallbacks included)."""
     from pdsim.perf.measured import moe_grid_for
     from pdsim.perf.optables import load_tables
 

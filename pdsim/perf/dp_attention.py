@@ -24,7 +24,7 @@ A prefill instance under cluster.prefill_dp_dispatch=bootstrap_room places its c
 Per-rank KV pools are not modelled (docs/MOE.md).
 
 Collectives come from the set's NCCL tables (optables.OpTables.collective) by GPU count; past
-the largest measured count, measured.beyond_table_s adds the extra latency steps (none inside
+the largest measured count, collectives.beyond_table_s adds the extra latency steps (none inside
 one NVLink domain: NVLS; ring steps past it) and the bytes at the slowest link (a NIC outside
 one NVLink domain).
 """
@@ -38,9 +38,10 @@ from pdsim.config import HardwareConfig
 from pdsim.parallel import split_even
 from pdsim.perf import spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
+from pdsim.perf.collectives import beyond_table_s
 from pdsim.perf.cost import ACTIVATION_BYTES
 from pdsim.perf.deepep import DeepEpMoe
-from pdsim.perf.measured import MeasuredModel, beyond_table_s
+from pdsim.perf.measured import MeasuredModel
 from pdsim.perf.steps.decode import CallStep, DecodeStep, TableStep
 
 RankShare = tuple[tuple[PrefillItem, ...], int, int]  # (prompt chunks, decodes, their context tokens)

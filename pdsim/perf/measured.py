@@ -11,7 +11,8 @@ token per sequence, plus a per-step CPU overhead `overhead_s + overhead_per_seq_
 
 Precision (docs/PRECISION.md): GEMMs use the table of the model's `gemm_quant` (fp8, fp8_block,
 nvfp4; bf16 otherwise; int4 weight-only = the bf16 table times the roofline ratio of its weight
-bytes); the set is the one that has those tables (optables.resolve_set's `needs`).
+bytes); the set is the one that has those tables (optables.resolve_set's `needs`). Which
+tables a model reads is table_keys.py's; collectives past the NCCL tables, collectives.py's.
 
 Ragged batches: prefill chunks enter the context table as B prompts of the equal length that
 has the same causal (query, key) pairs (a chunk of n after c cached tokens has nc + n(n+1)/2);
@@ -32,27 +33,25 @@ and the absorbed BMMs (`mla_bmm` rows) for decode tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.parallel import Parallel
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
+from pdsim.perf.collectives import beyond_table_s
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
 from pdsim.perf.mla import MlaProjections, load_bmm
 from pdsim.perf.optables import (
     AIC_DIR,
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
-    LogGrid,
-    MoeShape,
     OpTables,
     Row,
     elementwise_grid,
     load_kv_generation,
     load_mla,
-    load_quant_gemm,
     load_tables,
     moe_fallback_of,
     resolve_set,
@@ -60,6 +59,15 @@ from pdsim.perf.optables import (
     with_moe_of,
 )
 from pdsim.perf.steps.decode import CallStep, DecodeStep, TableStep
+from pdsim.perf.table_keys import (
+    gemm_table,
+    kv_cache_dtype,
+    moe_grid_for,
+    moe_shape,
+    moe_table_dtype,
+    needed_tables,
+    weight_only_ratio,
+)
 
 COMM_LATENCY_S = 1.0e-5  # fixed all-reduce cost in the roofline ratio (small messages)
 _MEMO_ENTRIES = 1 << 16
@@ -140,8 +148,8 @@ class MeasuredModel:
             raise ValueError(f"perf: model {self.model.name} uses sparse attention (sparse_attention_topk="
                              f"{self.model.sparse_attention_topk}), which the measured perf model does not express")
         object.__setattr__(self, "_mixed_layers", bool(self.model.num_sliding_layers or self.model.num_linear_attention_layers))
-        object.__setattr__(self, "_gemm", _gemm_table(self.tables, self.model))
-        object.__setattr__(self, "_weight_ratio", _weight_only_ratio(self.model, self.scaling.target))
+        object.__setattr__(self, "_gemm", gemm_table(self.tables, self.model))
+        object.__setattr__(self, "_weight_ratio", weight_only_ratio(self.model, self.scaling.target))
         heads, kv = self._heads()
         object.__setattr__(self, "_mla", None)  # MLA's projection kernels (mla.py), MLA models only
         if spec.is_mla(self.model):  # MLA tables where the set has them, else the roofline
@@ -455,125 +463,6 @@ class MeasuredModel:
         if not items:
             return self.decode_time_s(num_seqs, context_tokens)
         return self.step_time_s(items, num_seqs, context_tokens)
-
-
-TABLE_QUANTS = ("fp8", "fp8_block", "nvfp4")  # GEMM quant modes with their own tables
-
-
-RING_HOP_S = 5e-6  # one more step of a ring collective (a NIC or NVLink hop, launch included)
-
-
-def beyond_table_s(hw: HardwareConfig, measured_gpus: int, gpus: int, message_bytes: float, passes: int) -> float:
-    """What a collective over `gpus` GPUs costs beyond the same over the `measured_gpus` a table
-    has (s): the extra latency steps (extra_steps), and the bytes each GPU moves (passes x
-    (g-1)/g x message: all-gather / reduce-scatter 1 pass, all-reduce 2) at the slowest link
-    instead of NVLink. Once the GPUs span more than one NVLink domain (hardware.nvlink_domain_gpus,
-    else a node) that link is a NIC: nic_gbps x nics_per_node shared by the node's GPUs. The
-    measured time keeps its latency; only the difference is added."""
-    if gpus <= measured_gpus:
-        return 0.0
-    domain = nvlink_domain_gpus(hw)
-    nvlink = (hw.nvlink_gbps or hw.pcie_gbps) * 1e9
-    nic = nic_bytes_per_s_per_gpu(hw)
-    link = nvlink if gpus <= domain or nic <= 0 else min(nic, nvlink)
-    moved = passes * message_bytes
-    extra_bytes_s = moved * (gpus - 1) / gpus / link - moved * (measured_gpus - 1) / measured_gpus / nvlink
-    return extra_steps(measured_gpus, gpus, domain, passes) * RING_HOP_S + max(extra_bytes_s, 0.0)
-
-
-def nvlink_domain_gpus(hw: HardwareConfig) -> int:
-    """GPUs one NVLink domain joins (hardware.nvlink_domain_gpus, else a node)."""
-    return hw.nvlink_domain_gpus or hw.gpus_per_node
-
-
-def nic_bytes_per_s_per_gpu(hw: HardwareConfig) -> float:
-    """A GPU's share of its node's NICs (bytes/s): nic_gbps x nics_per_node over the node's GPUs."""
-    return hw.nic_gbps * hw.nics_per_node / hw.gpus_per_node / 8 * 1e9
-
-
-def extra_steps(measured_gpus: int, gpus: int, domain_gpus: int, passes: int) -> int:
-    """Latency steps a collective over `gpus` GPUs takes beyond one over `measured_gpus`.
-    Inside one NVLink domain none: its NVSwitches reduce and multicast in the switch (NCCL's
-    NVLS algorithms), so the latency does not grow with the GPUs (only the bytes term of
-    beyond_table_s does). Across domains a ring (all-gather, reduce-scatter) takes one step per
-    GPU past the domain; an all-reduce runs NCCL's trees between the domains (NCCL 2.4's double
-    binary trees: latency logarithmic in the nodes): up and down ceil(log2(domains)) levels."""
-    if gpus <= domain_gpus:
-        return 0
-    if passes < 2:
-        return gpus - max(measured_gpus, domain_gpus)
-    return 2 * math.ceil(math.log2(-(-gpus // domain_gpus)))
-
-
-def moe_grid_for(tables: OpTables, dtype: str, shape: MoeShape, moe_tp: int, moe_ep: int,
-                 distribution: str = "balanced") -> LogGrid | None:
-    """The fused-MoE grid of this split, else of another split of the same GPUs (all-EP first,
-    then all-TP): balanced routing moves the same expert FLOPs and bytes per GPU either way, and
-    some sets measured only one of them (TRT-LLM's MXFP4 experts: EP only). None if no split of
-    that GPU count was measured."""
-    if not len(tables.moe):
-        return None
-    gpus = moe_tp * moe_ep
-    for tp, ep in ((moe_tp, moe_ep), (1, gpus), (gpus, 1)):
-        grid = tables.moe_grid(dtype, shape, tp, ep, distribution)
-        if grid is not None:
-            return grid
-    return None
-
-
-def moe_shape(model: ModelConfig) -> MoeShape:
-    """The fused-MoE tables' key of a model's routed experts: (hidden, expert width, top-k, experts)."""
-    return (model.hidden_size, model.moe_ffn_size or model.ffn_size, model.num_active_experts, model.num_experts)
-
-
-def moe_table_dtype(model: ModelConfig) -> str:
-    """The fused-MoE table's moe_dtype for the routed experts: model.moe_quant, else gemm_quant,
-    else the checkpoint's (an fp8 checkpoint is block-scaled fp8, DeepSeek-V3's)."""
-    quant = model.moe_quant or model.gemm_quant
-    if quant in ("", "bf16"):
-        return "fp8_block" if model.dtype == "fp8" and not quant else "bfloat16"
-    if quant == "fp8" and model.dtype == "fp8":  # an fp8 checkpoint's own scaling is per block
-        return "fp8_block"
-    return quant
-
-
-def kv_cache_dtype(model: ModelConfig) -> str:
-    return model.kv_dtype or model.dtype
-
-
-def needed_tables(model: ModelConfig) -> tuple[str, ...]:
-    """Table files beyond the bf16 ones a model's precision needs (resolve_set's `needs`)."""
-    needs = [f"gemm_{model.gemm_quant}"] if model.gemm_quant in TABLE_QUANTS else []
-    if kv_cache_dtype(model) == "fp8" and not spec.is_mla(model):
-        needs.append("generation_attention_fp8")
-    return tuple(needs)
-
-
-def _gemm_table(tables: OpTables, model: ModelConfig) -> Callable[[float, float, float], float]:
-    """The GEMM time (ms) of the model's quant mode: its table, never above the same set's bf16
-    table at the same shape. A quantized GEMM reads fewer weight bytes at no fewer FLOP/s, so a
-    table point above bf16 is a kernel the engine does not serve with (vLLM 0.24's fp8_block
-    GEMMs on Blackwell read ~0.18 ms at every m for 4096 x 4096, 15-20x bf16, while its fp8
-    checkpoints serve within 10% of nvfp4's TPOT; docs/MOE.md)."""
-    if model.gemm_quant not in TABLE_QUANTS:
-        return tables.gemm
-    quant, bf16 = load_quant_gemm(tables.source, model.gemm_quant), tables.gemm
-    return lambda m, n, k: min(quant(m, n, k), bf16(m, n, k))
-
-
-def _weight_only_ratio(model: ModelConfig, hw: HardwareConfig):  # noqa: ANN202 - a closure or None
-    """int4 weight-only has no table: the bf16 GEMM scaled by the roofline ratio of reading
-    int4 instead of bf16 weights (same bf16 math)."""
-    if model.gemm_quant != "int4_wo":
-        return None
-    wbytes = spec.QUANT_WEIGHT_BYTES["int4_wo"]
-
-    def ratio(m: float, n: float, k: float) -> float:
-        compute = 2 * m * n * k / (hw.bf16_tflops * 1e12)
-        def t(weight: float) -> float:
-            return max(compute, (2 * (m * k + m * n) + weight * k * n) / (hw.hbm_gbps * 1e9))
-        return t(wbytes) / t(2.0)
-    return ratio
 
 
 def build_measured(

@@ -19,16 +19,12 @@ from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.parallel import Parallel
 from pdsim.perf import build_latency_model, catalog, cost, prefill_ranks_time_s, spec
 from pdsim.perf.capacity import instance_kv_capacity_tokens, weight_bytes_per_gpu
+from pdsim.perf.collectives import RING_HOP_S, beyond_table_s, extra_steps
 from pdsim.perf.dp_attention import DataParallelModel, spread
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
-from pdsim.perf.measured import (
-    RING_HOP_S,
-    beyond_table_s,
-    build_measured,
-    extra_steps,
-    moe_grid_for,
-)
+from pdsim.perf.measured import build_measured
 from pdsim.perf.optables import AIC_DIR, load_tables
+from pdsim.perf.table_keys import moe_grid_for
 
 SGLANG_B200 = "b200_sxm_sglang_0.5.14"
 DSV3_MOE_LAYERS = 61 - 3  # deepseek_v3: 61 layers, the first 3 dense

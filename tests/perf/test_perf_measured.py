@@ -182,7 +182,7 @@ def test_never_faster_than_the_physical_roofline(hw):
     for name, tp in (("llama3_8b", 1), ("llama3_70b", 8), ("qwen3_30b_a3b", 2)):
         m, h = catalog.load_model(name), catalog.load_hardware(hw)
         # GB200's all-reduce was measured within a 4-GPU tray: TP8 is the 4-GPU table scaled
-        # (measured.beyond_table), inside the 72-GPU NVLink domain
+        # (collectives.beyond_table_s), inside the 72-GPU NVLink domain
         measured = build_latency_model(MEASURED, m, h, tp)
         bound = RooflineModel(m, h, tp, mfu=1.0, mbu=1.0, overhead_s=0.0, comm_latency_s=0.0)
         for b, ctx in ((1, 512), (64, 64 * 4096)):

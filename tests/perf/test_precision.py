@@ -9,9 +9,9 @@ import pytest
 
 from pdsim.config import PerfConfig
 from pdsim.perf import build_latency_model, catalog, spec
-from pdsim.perf.measured import needed_tables
 from pdsim.perf.optables import AIC_DIR, resolve_set
 from pdsim.perf.roofline import gemm_tflops
+from pdsim.perf.table_keys import needed_tables
 
 FP8 = PerfConfig(kind="measured", engine="sglang", overhead_s=0.0)
 
