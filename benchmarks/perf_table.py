@@ -38,10 +38,10 @@ from pdsim.paths import resolve_data_path
 from pdsim.perf import build_latency_model, catalog
 from pdsim.perf.engine_fit import fit_engine, predict_s
 from pdsim.perf.fitted import load_fitted
+from pdsim.perf.loggrid import LogGrid
 from pdsim.perf.optables import (
     AIC_DIR,
     DATA_DIR,
-    LogGrid,
     load_kv_generation,
     load_mla,
     load_quant_gemm,

@@ -38,7 +38,8 @@ import pandas as pd
 
 from pdsim.config import HardwareConfig, ModelConfig
 from pdsim.perf.collectives import nic_bytes_per_s_per_gpu, nvlink_domain_gpus
-from pdsim.perf.optables import AIC_DIR, LogGrid, MoeShape, OpTables, table_file
+from pdsim.perf.loggrid import LogGrid
+from pdsim.perf.optables import AIC_DIR, MoeShape, OpTables, table_file
 from pdsim.perf.table_keys import moe_shape, moe_table_dtype
 
 Scale = Callable[[float], float]  # the experts table's factor at a token count

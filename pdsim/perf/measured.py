@@ -42,13 +42,13 @@ from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.collectives import beyond_table_s
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
+from pdsim.perf.loggrid import Row
 from pdsim.perf.mla import MlaProjections, load_bmm
 from pdsim.perf.optables import (
     AIC_DIR,
     VIDUR_HBM_GBPS,
     VIDUR_HIDDEN,
     OpTables,
-    Row,
     elementwise_grid,
     load_kv_generation,
     load_mla,

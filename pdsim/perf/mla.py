@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pdsim.config import ModelConfig
-from pdsim.perf.optables import AIC_DIR, LogGrid, load_mla_bmm, table_file
+from pdsim.perf.loggrid import LogGrid
+from pdsim.perf.optables import AIC_DIR, load_mla_bmm, table_file
 
 Gemm = Callable[[float, float, float], float]  # (m, n, k) -> s
 Ratio = Callable[[float, float], float]  # (flops, bytes) -> target / reference time

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from pdsim.config import HardwareConfig, ModelConfig
 from pdsim.perf import spec
-from pdsim.perf.optables import LogGrid, MoeShape, OpTables, load_quant_gemm
+from pdsim.perf.loggrid import LogGrid
+from pdsim.perf.optables import MoeShape, OpTables, load_quant_gemm
 
 TABLE_QUANTS = ("fp8", "fp8_block", "nvfp4")  # GEMM quant modes with their own tables
 

@@ -11,7 +11,8 @@ import pytest
 
 from pdsim.config import PerfConfig
 from pdsim.perf import MeasuredModel, RooflineModel, build_latency_model, catalog
-from pdsim.perf.optables import AIC_DIR, LogGrid, resolve_set, table_sets
+from pdsim.perf.loggrid import LogGrid
+from pdsim.perf.optables import AIC_DIR, resolve_set, table_sets
 
 MEASURED = PerfConfig(kind="measured", engine="sglang", overhead_s=0.0)  # as the preset
 

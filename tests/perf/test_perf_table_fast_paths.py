@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pdsim.perf.optables import LogGrid, _segment
+from pdsim.perf.loggrid import LogGrid, _segment
 from pdsim.perf.table import _complete_log_additive, complete_log_additive_stack
 
 

@@ -198,7 +198,7 @@ def _power_of_two(x: float) -> bool:
 class TableStep(DecodeStep):
     """MeasuredModel.decode_time_s for one batch size n (its `decode_step`): the context-free
     part plus layers x the generation table at the mean KV length, interpolated in log space
-    along the row kept for n, as pdsim.perf.optables.LogGrid.at_second does it. The segment of
+    along the row kept for n, as pdsim.perf.loggrid.LogGrid.at_second does it. The segment of
     the last lookup is kept (a span's contexts grow: most lookups stay in it)."""
 
     def __init__(
