@@ -31,6 +31,11 @@ the recipes as of the measurements (srt-slurm `recipes/`, versions of 2026-02-04
   rows' TTFT seconds long. `TRTLLM_GENERATION` holds every STP recipe's batch and concurrencies
   by (GPU, precision, isl, osl, context servers, generation servers, their GPUs, attention DP).
 
+- **KV cache**: every SGLang recipe of B200 and GB300 (fp4 and fp8, every isl/osl point) sets
+  `--kv-cache-dtype fp8_e4m3` on both sides, where SGLang's default is the model's dtype (bf16
+  here); the H100 recipes set none. TRT-LLM's recipes set `kv_cache_config.dtype: fp8`, its
+  default for these checkpoints already (silicon_rows.ENGINES).
+
 The values are per DP rank, as SGLang and TRT-LLM apply them and as pdsim's cluster fields read
 them (policy.limits.StepLimits.from_config scales them by the instance's DP ranks).
 """
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+SGLANG_FP8_KV_SYSTEMS = ("b200_sxm", "gb300")  # SGLang recipes with --kv-cache-dtype fp8_e4m3
 DEEPEP_SIDES = {("sglang", "gb300", "fp8"): ("prefill", "decode"), ("sglang", "gb300", "fp4"): ("decode",)}
 SGLANG_DEFAULT_MAX_PREFILL_TOKENS = 16384
 # TRT-LLM context server per rank: (max_batch_size, max_num_tokens) by (system, precision, long prompts)
@@ -143,6 +149,11 @@ class Layout(Protocol):
     tp: int
     attention_dp: int
     workers: int
+
+
+def recipe_kv_dtype(backend: str, system: str) -> str:
+    """The KV-cache dtype a disaggregated row's recipe sets ("" = none: the engine's default)."""
+    return "fp8" if backend == "sglang" and system in SGLANG_FP8_KV_SYSTEMS else ""
 
 
 def moe_a2a(backend: str, system: str, precision: str, side: str) -> str:

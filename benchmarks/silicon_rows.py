@@ -31,7 +31,7 @@ from silicon_harness import (
     mtp_overrides,
     tokenizer_overrides,
 )
-from silicon_recipes import moe_a2a, prefill_overrides, trtllm_generation_batch
+from silicon_recipes import moe_a2a, prefill_overrides, recipe_kv_dtype, trtllm_generation_batch
 
 from pdsim.policy.dp_dispatch import BOOTSTRAP_ROOM
 
@@ -341,12 +341,15 @@ def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[s
 def precision_of(row: SiliconRow) -> tuple[str, str]:
     """(model.gemm_quant, model.kv_dtype) of a row: its GEMM quant mode (an "fp8" row of a
     block-scaled fp8 checkpoint runs its own block scaling), and the KV dtype its engine
-    defaults to for that mode (Engine.quantized_kv_dtype)."""
+    defaults to for that mode (Engine.quantized_kv_dtype), or a disaggregated row's recipe sets
+    (silicon_recipes.recipe_kv_dtype)."""
     quant = row.gemm_quant if row.gemm_quant not in ("", "bf16") else ""
     if quant == "fp8" and _block_fp8_checkpoint(MODELS.get(row.model_path, "")):
         quant = "fp8_block"
     engine = ENGINES.get(row.backend)
     kv = engine.quantized_kv_dtype if quant and engine else "bf16"
+    if row.mode == "disagg":
+        kv = recipe_kv_dtype(row.backend, row.system) or kv
     return quant, kv
 
 

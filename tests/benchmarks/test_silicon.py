@@ -424,6 +424,21 @@ def test_sglang_prefill_dp_ranks_follow_the_bootstrap_room(backend: str, prefill
     assert got == ([dispatch] if dispatch else [])
 
 
+@pytest.mark.parametrize(("backend", "system", "mode", "kv"), [
+    ("sglang", "b200_sxm", "disagg", "fp8"), ("sglang", "gb300", "disagg", "fp8"),
+    ("sglang", "h100_sxm", "disagg", "bf16"), ("trtllm", "b200_sxm", "disagg", "fp8")])
+def test_a_disaggregated_row_takes_its_recipes_kv_cache_dtype(backend: str, system: str, mode: str, kv: str) -> None:
+    """SGLang's B200 and GB300 recipes run an fp8 KV cache on both sides (--kv-cache-dtype
+    fp8_e4m3) where SGLang's own default is bf16; the H100 recipes set none; TRT-LLM's default
+    is fp8 already."""
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]
+    raw = {**wide, "backend": backend, "system": system, "mode": mode,
+           "backend_version": "1.0.0rc3" if backend == "trtllm" else wide["backend_version"]}
+    plan = plan_row(parse_row(raw), load_catalog())
+    assert plan.supported, plan.missing
+    assert [o for o in plan.overrides if o.startswith("model.kv_dtype=")] == [f"model.kv_dtype={kv}"]
+
+
 def test_a_system_without_recipes_keeps_the_rules_budget() -> None:
     from silicon_recipes import prefill_overrides
     from silicon_rows import Side
