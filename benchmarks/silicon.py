@@ -30,6 +30,7 @@ import pandas as pd  # noqa: E402
 import silicon_errors as errors  # noqa: E402
 from silicon_rows import (  # noqa: E402
     PHASES,
+    TRTLLM_MOE_SOURCES,
     RowPlan,
     concurrency_of,
     load_catalog,
@@ -52,14 +53,14 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 
 def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off", phases: str = "harness",
-             extra: tuple[str, ...] = ()) -> list[RowPlan | Prediction]:
+             extra: tuple[str, ...] = (), trtllm_moe: str = "tables") -> list[RowPlan | Prediction]:
     """A plan per row (with `extra` overrides in place of the plan's own for the same keys), or an
     `error` prediction where the row itself cannot be read."""
     catalog = load_catalog()
     out: list[RowPlan | Prediction] = []
     for r in raw:
         try:
-            plan = plan_row(parse_row(r), catalog, prefix_cache, phases)
+            plan = plan_row(parse_row(r), catalog, prefix_cache, phases, trtllm_moe)
             out.append(replace(plan, overrides=with_overrides(plan.overrides, extra)) if plan.supported else plan)
         except ValueError as exc:
             out.append(Prediction(r.get("id", "?"), float("nan"), float("nan"), STATUS_ERROR, str(exc)))
@@ -183,6 +184,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="harness (default): each row's own benchmark client (AIPerf's phases for "
                         "AIConfigurator's collection, InferenceX's bench_serving run for the rest); aiperf: AIPerf's "
                         "phases for every row; steady: one continuous loop, its steady-state window (docs/SILICON.md)")
+    p.add_argument("--trtllm-moe", choices=TRTLLM_MOE_SOURCES, default="tables",
+                   help="tables (default): TRT-LLM's fp8 block-scale experts from its own set (DeepGEMM); recipe: "
+                        "the kernel each side's recipe or launch script chose, trtllm-gen from the SGLang set of "
+                        "the GPU where it chose TRTLLM (docs/SILICON.md)")
     return p.parse_args(argv)
 
 
@@ -193,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.extra:
         if "=" not in item:
             raise SystemExit(f"silicon.py: --set {item!r} is not KEY=VALUE")
-    plans = plan_all(raw, args.prefix_cache, args.phases, tuple(args.extra))
+    plans = plan_all(raw, args.prefix_cache, args.phases, tuple(args.extra), args.trtllm_moe)
     preds = predict_all(plans, args.jobs)
     write_predictions(preds, args.out)
     pdsim_s = time.perf_counter() - start

@@ -203,6 +203,10 @@ class Deployment:
     expert_parallel: bool = True
     # vLLM --max-cudagraph-capture-size (perf.prefill_graph_max_tokens; 0: the engine's default)
     graph_max_tokens: int = 0
+    # TRT-LLM moe_config.backend TRTLLM (the trtllm-gen kernels, priced from
+    # silicon_recipes.TRTLLM_GEN_MOE_SETS) but DEEPGEMM on these (isl, osl, from clients)
+    trtllm_gen_moe: bool = False
+    deepgemm_from: tuple[tuple[int, int, int], ...] = ()
     # the engine's small-batch MoE kernel up to this many tokens (perf.moe_fallback_below_tokens;
     # 0: the engine's rule, silicon_rows.MOE_FALLBACK): MOE_FALLBACK_EVERY_SIZE where the script
     # turned DeepGEMM off, so vLLM ran its Triton fallback at every batch size
@@ -211,6 +215,11 @@ class Deployment:
     def covers(self, precision: str, system: str, tp: int, date: str) -> bool:
         return ((not self.precisions or precision in self.precisions) and (not self.systems or system in self.systems)
                 and self.tp in (0, tp) and date >= self.since)  # "" (no date) is before every date
+
+    def runs_trtllm_gen_moe(self, isl_tokens: int, osl_tokens: int, concurrency: int) -> bool:
+        """Whether the script ran TRT-LLM's trtllm-gen MoE kernels at this shape and client count."""
+        return self.trtllm_gen_moe and not any(
+            (isl_tokens, osl_tokens) == (isl, osl) and concurrency >= clients for isl, osl, clients in self.deepgemm_from)
 
     def budget_tokens(self, isl_tokens: int, concurrency: int) -> int:
         """Tokens per forward (0: the rules' budget stays)."""
@@ -262,6 +271,10 @@ VLLM_CAPTURE_2048 = 2048
 # 2026-03-04 and VLLM_USE_DEEP_GEMM=0 from 2026-03-27 until 2026-04-01: without DeepGEMM (and with
 # FlashInfer's FP8 MoE opt-in) vLLM ran the block-fp8 experts in Triton at every batch size
 MOE_FALLBACK_EVERY_SIZE = 1 << 30
+# dsr1_fp8_b200_trt.sh set moe_config.backend DEEPGEMM until 2026-01-29 (#594), then TRTLLM (the
+# trtllm-gen kernels) but DEEPGEMM at 1k/8k from 256 clients; AIConfigurator's TRT-LLM sets timed
+# fp8 block-scale experts with DeepGEMM only (silicon_recipes.TRTLLM_GEN_MOE_SETS says where the
+# trtllm-gen ones were measured)
 
 # (backend, model_path) -> the versions of its launch scripts (benchmarks/single_node/ in
 # SemiAnalysisAI/InferenceX, read at each date's commit); a row takes the newest version whose
@@ -283,7 +296,7 @@ _TRTLLM_DSR1 = (
                trtllm_clients_budget=True),
     Deployment("dsr1_fp8_b200_trt.sh (from 2026-01-29)", 8192, False, "fp8", since="2026-01-29", precisions=("fp8",),
                trtllm_clients_budget=True, batch_wait=(40, 0.8), batch_wait_shapes=((1024, 1024),),
-               batch_wait_from_clients=64),
+               batch_wait_from_clients=64, trtllm_gen_moe=True, deepgemm_from=((1024, 8192, 256),)),
 )
 # every Qwen3.5 script (and its _mtp version) runs --tokenizer-worker-num 6 from 2026-02-19 (#758),
 # before the first Qwen3.5 row (2026-02-20)

@@ -31,6 +31,17 @@ the recipes as of the measurements (srt-slurm `recipes/`, versions of 2026-02-04
   rows' TTFT seconds long. `TRTLLM_GENERATION` holds every STP recipe's batch and concurrencies
   by (GPU, precision, isl, osl, context servers, generation servers, their GPUs, attention DP).
 
+- **TRT-LLM's MoE kernel** per side (`moe_config.backend`) on the fp8 recipes: `TRTLLM`
+  (TensorRT-LLM's own trtllm-gen block-scale kernels) or `DEEPGEMM`. B300: TRTLLM on both sides.
+  B200: TRTLLM on both sides at 8k prompts; at 1k the context servers run DEEPGEMM, and so do
+  attention-DP generation servers, where a TP generation server runs TRTLLM. GB300: DEEPGEMM on the
+  context servers and on attention-DP generation servers, TRTLLM on TP ones. AIConfigurator's
+  TRT-LLM sets measured fp8 block-scale experts with DeepGEMM only (`kernel_source` deepgemm); its
+  SGLang sets measured the trtllm-gen kernels through FlashInfer (`sglang_flashinfer_trtllm_moe`),
+  so under `silicon.py --trtllm-moe recipe` a TRTLLM side prices its experts from the SGLang set of
+  its GPU (`TRTLLM_GEN_MOE_SETS`, `cluster.<side>_moe_table_set`); the default keeps DeepGEMM's
+  rows (docs/SILICON.md says why). The gap is widest at MoE TP8 and few tokens: 0.035 ms a layer
+  at one token on B200 against DeepGEMM's 0.098.
 - **KV cache**: every SGLang recipe of B200 and GB300 (fp4 and fp8, every isl/osl point) sets
   `--kv-cache-dtype fp8_e4m3` on both sides, where SGLang's default is the model's dtype (bf16
   here); the H100 recipes set none. TRT-LLM's recipes set `kv_cache_config.dtype: fp8`, its
@@ -45,6 +56,17 @@ from __future__ import annotations
 from typing import Protocol
 
 SGLANG_FP8_KV_SYSTEMS = ("b200_sxm", "gb300")  # SGLang recipes with --kv-cache-dtype fp8_e4m3
+# TRT-LLM fp8 recipes' moe_config.backend by (system, isl): (context servers, TP generation
+# servers, attention-DP generation servers); "TRTLLM" = the trtllm-gen kernels
+TRTLLM_FP8_MOE_BACKEND = {
+    ("b200_sxm", 1024): ("DEEPGEMM", "TRTLLM", "DEEPGEMM"), ("b200_sxm", 8192): ("TRTLLM", "TRTLLM", "TRTLLM"),
+    ("b300_sxm", 1024): ("TRTLLM", "TRTLLM", "TRTLLM"), ("b300_sxm", 8192): ("TRTLLM", "TRTLLM", "TRTLLM"),
+    ("gb300", 1024): ("DEEPGEMM", "TRTLLM", "DEEPGEMM"), ("gb300", 8192): ("DEEPGEMM", "TRTLLM", "DEEPGEMM"),
+}
+# the table set whose fp8 block-scale MoE rows are the trtllm-gen kernels (FlashInfer's, measured
+# under SGLang), by GPU
+TRTLLM_GEN_MOE_SETS = {"b200_sxm": "b200_sxm_sglang_0.5.14", "b300_sxm": "b300_sxm_sglang_0.5.14",
+                       "gb300": "gb300_sglang_0.5.14"}
 DEEPEP_SIDES = {("sglang", "gb300", "fp8"): ("prefill", "decode"), ("sglang", "gb300", "fp4"): ("decode",)}
 SGLANG_DEFAULT_MAX_PREFILL_TOKENS = 16384
 # TRT-LLM context server per rank: (max_batch_size, max_num_tokens) by (system, precision, long prompts)
@@ -154,6 +176,18 @@ class Layout(Protocol):
 def recipe_kv_dtype(backend: str, system: str) -> str:
     """The KV-cache dtype a disaggregated row's recipe sets ("" = none: the engine's default)."""
     return "fp8" if backend == "sglang" and system in SGLANG_FP8_KV_SYSTEMS else ""
+
+
+def trtllm_moe_table_overrides(system: str, precision: str, isl_tokens: int, decode: Layout) -> list[str]:
+    """cluster.<side>_moe_table_set for the sides of a TRT-LLM fp8 recipe that run the trtllm-gen
+    MoE kernels (TRTLLM_FP8_MOE_BACKEND); none elsewhere."""
+    backends = TRTLLM_FP8_MOE_BACKEND.get((system, isl_tokens)) if precision == "fp8" else None
+    if backends is None:
+        return []
+    prefill, decode_tp, decode_dp = backends
+    sides = {"prefill": prefill, "decode": decode_dp if decode.attention_dp > 1 else decode_tp}
+    return [f"cluster.{side}_moe_table_set={TRTLLM_GEN_MOE_SETS[system]}"
+            for side, backend in sides.items() if backend == "TRTLLM"]
 
 
 def moe_a2a(backend: str, system: str, precision: str, side: str) -> str:

@@ -31,7 +31,14 @@ from silicon_harness import (
     mtp_overrides,
     tokenizer_overrides,
 )
-from silicon_recipes import moe_a2a, prefill_overrides, recipe_kv_dtype, trtllm_generation_batch
+from silicon_recipes import (
+    TRTLLM_GEN_MOE_SETS,
+    moe_a2a,
+    prefill_overrides,
+    recipe_kv_dtype,
+    trtllm_generation_batch,
+    trtllm_moe_table_overrides,
+)
 
 from pdsim.policy.dp_dispatch import BOOTSTRAP_ROOM
 
@@ -275,6 +282,11 @@ def load_catalog() -> Catalog:
 # did (harness_of: AIPerf's phases or InferenceX's bench_serving run), "aiperf" AIPerf's phases
 # for every row, "steady" one continuous loop and its steady-state window (silicon_harness.py).
 PHASES = ("harness", "aiperf", "steady")
+# Where a TRT-LLM row's fp8 block-scale experts are priced: "tables" (default) the TRT-LLM set's own
+# rows (DeepGEMM, what AIConfigurator timed); "recipe" the kernel its recipe or launch script chose
+# per side, trtllm-gen from the SGLang set of the GPU where it chose TRTLLM (silicon_recipes;
+# tried and not the default: docs/SILICON.md "TRT-LLM's MoE kernel per side")
+TRTLLM_MOE_SOURCES = ("tables", "recipe")
 
 
 def requests_for(concurrency: int) -> int:
@@ -485,8 +497,8 @@ def _disagg_budget(row: SiliconRow, prefill: Side, decode: Side) -> list[str]:
     return recipe or budget_overrides(row, aggregated=False)
 
 
-def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
-    """(cluster overrides, gaps) for the row's deployment."""
+def _shape(row: SiliconRow, moe: bool, trtllm_moe: str = "tables") -> tuple[list[str], list[str]]:
+    """(cluster overrides, gaps) for the row's deployment (`trtllm_moe`: TRTLLM_MOE_SOURCES)."""
     c = row.concurrency
     running = f"cluster.max_running_requests={max(256, c)}"
     if row.mode == "agg":
@@ -510,15 +522,18 @@ def _shape(row: SiliconRow, moe: bool) -> tuple[list[str], list[str]]:
                  *_layout(row, p, "prefill"), *_layout(row, d, "decode"), running, *_disagg_budget(row, p, d)]
     if row.backend == "sglang" and p.attention_dp > 1:  # SGLang's prefill DP follows the bootstrap room
         overrides.append(f"cluster.prefill_dp_dispatch={BOOTSTRAP_ROOM}")
+    if row.backend == "trtllm" and trtllm_moe == "recipe":  # the sides whose recipe runs trtllm-gen MoE
+        overrides += trtllm_moe_table_overrides(row.system, row.precision, row.isl_tokens, d)
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 
-def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: str = "harness") -> RowPlan:
+def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: str = "harness",
+             trtllm_moe: str = "tables") -> RowPlan:
     """The row's pdsim run (hydra overrides), or every feature it lacks."""
     model, gaps = _model_gaps(row, cat)
     hardware, preset, engine_gaps = _engine_gaps(row, cat)
     moe = model is not None and cat.models[model][1]
-    cluster, shape_gaps = _shape(row, moe)
+    cluster, shape_gaps = _shape(row, moe, trtllm_moe)
     gaps += engine_gaps + shape_gaps
     if row.concurrency <= 0:
         gaps.append("row without client concurrency")
@@ -543,11 +558,11 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
     )
     if phases == "harness" and row.harness == "inferencex" and row.agg is not None:
-        overrides = with_overrides(overrides, _script_overrides(row, row.agg, model or "", table_set))
+        overrides = with_overrides(overrides, _script_overrides(row, row.agg, model or "", table_set, trtllm_moe))
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 
 
-def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str) -> list[str]:
+def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str, trtllm_moe: str = "tables") -> list[str]:
     """What an aggregated InferenceX row's launch script set: its MTP script's settings where the
     row ran MTP (silicon_harness.mtp_overrides), else the script version of its date (none known:
     nothing) and the MoE kernel it selects; under attention DP, TensorRT-LLM's balance as the
@@ -561,6 +576,9 @@ def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str) ->
         return balance
     script = deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
     kernel = moe_kernel_overrides(row, model, table_set, deployment.moe_quant) if deployment.moe_quant else []
+    if (trtllm_moe == "recipe" and row.system in TRTLLM_GEN_MOE_SETS
+            and deployment.runs_trtllm_gen_moe(row.isl_tokens, row.osl_tokens, row.concurrency)):
+        kernel.append(f"cluster.colocated_moe_table_set={TRTLLM_GEN_MOE_SETS[row.system]}")
     return [*script, *kernel, *balance]
 
 

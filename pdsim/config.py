@@ -198,6 +198,12 @@ class ClusterConfig:
     prefill_moe_a2a: str = ""
     decode_moe_a2a: str = ""
     colocated_moe_a2a: str = ""
+    # per side, the table set (same GPU) whose fused-MoE rows price the side's routed experts ("" =
+    # perf.moe_table_set): engines choose the MoE kernel per instance (TRT-LLM moe_config.backend),
+    # and a set measured the kernel another engine's set did not (docs/MOE.md)
+    prefill_moe_table_set: str = ""
+    decode_moe_table_set: str = ""
+    colocated_moe_table_set: str = ""
     page_size_tokens: int = 16
     gpu_memory_utilization: float = 0.9
     kv_capacity_tokens: int = 0  # >0 overrides the perf model's capacity (per instance)
@@ -256,16 +262,26 @@ class ClusterConfig:
 
     def parallel(self, side: str) -> Parallel:
         """The layout of one side's instances (side: prefill | decode | colocated)."""
-        if side not in ("prefill", "decode", "colocated"):
-            raise ValueError(f"cluster: side must be prefill, decode or colocated, got {side!r}")
+        _checked_side(side)
         return Parallel(getattr(self, f"{side}_tp"), getattr(self, f"{side}_dp"), getattr(self, f"{side}_moe_ep"),
                         getattr(self, f"{side}_moe_a2a"))
+
+    def perf_for(self, side: str, perf: PerfConfig) -> PerfConfig:
+        """`perf` as one side's instances run it: the side's MoE table set where it names one."""
+        own = getattr(self, f"{_checked_side(side)}_moe_table_set")
+        return dataclasses.replace(perf, moe_table_set=own) if own else perf
 
     @property
     def dispatch_delay_s(self) -> float:
         """Router -> instance delay of a dispatched request (dispatch_latency_s, else one
         control-plane hop)."""
         return self.dispatch_latency_s if self.dispatch_latency_s >= 0 else self.control_plane_latency_s
+
+
+def _checked_side(side: str) -> str:
+    if side not in ("prefill", "decode", "colocated"):
+        raise ValueError(f"cluster: side must be prefill, decode or colocated, got {side!r}")
+    return side
 
 
 @dataclass
@@ -596,6 +612,7 @@ def validate_values(cfg: Config) -> None:
     c = cfg.cluster
     for side in ("colocated",) if c.mode == "colocated" else ("prefill", "decode"):
         c.parallel(side).validate(cfg.model.num_heads, cfg.model.num_experts, cfg.model.name, f"{side}_")
+        _validate_moe_table_set(cfg, side)
     if c.prefix_cache_tokens < 0:
         raise ValueError(f"cluster: field 'prefix_cache_tokens' must be >= 0, got {c.prefix_cache_tokens}")
     check_dispatch(c.prefill_dp_dispatch)
@@ -603,6 +620,19 @@ def validate_values(cfg: Config) -> None:
     _validate_layer_kinds(cfg.model)
     if cfg.search.max_probes < 2:
         raise ValueError(f"search: field 'max_probes' must be >= 2, got {cfg.search.max_probes}")
+
+
+def _validate_moe_table_set(cfg: Config, side: str) -> None:
+    """A side's MoE table set is a measured set of the hardware's GPU (its op_tables)."""
+    name = getattr(cfg.cluster, f"{side}_moe_table_set")
+    if not name:
+        return
+    from pdsim.perf.optables import sets_of_system  # the tables' index: no config import, no cycle
+
+    have = sets_of_system(cfg.hardware.op_tables)
+    if name not in have:
+        raise ValueError(f"cluster: field '{side}_moe_table_set' has unknown value {name!r} for hardware "
+                         f"{cfg.hardware.name} (its table sets: {have})")
 
 
 GEMM_QUANTS = ("", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo")

@@ -117,8 +117,9 @@ class Simulation(SimHooks):
                         c.prefix_cache_tokens)
 
     def _latency(self, side: str) -> Any:
-        return build_latency_model(self.cfg.perf, self.cfg.model, self.cfg.hardware, self.cfg.cluster.parallel(side),
-                                   data_dir=self.cfg.data_dir)
+        cluster = self.cfg.cluster
+        return build_latency_model(cluster.perf_for(side, self.cfg.perf), self.cfg.model, self.cfg.hardware,
+                                   cluster.parallel(side), data_dir=self.cfg.data_dir)
 
     def _build_instances(self, ctx: InstanceContext, block_tokens: int) -> tuple[list[Any], list[Any]]:
         c = self.cfg.cluster

@@ -204,13 +204,13 @@ def test_inferencex_sglang_rows_take_the_scripts_receive_interval(clients: int, 
 
 
 def _script(backend: str, model: str, precision: str, date: str, clients: int = 64, isl: int = 1024, tp: int = 8,
-            system: str = "b200_sxm") -> set[str]:
+            system: str = "b200_sxm", trtllm_moe: str = "tables") -> set[str]:
     src = f"db-dump/x; silicon_concurrency={clients}; measured={date}T00:00:00.000Z"
     quant = {"fp8": "fp8_block", "fp4": "nvfp4"}.get(precision, precision)
     fields = dict(silicon_data_source=src, backend=backend, model_path=model, system=system, precision=precision,
                   gemm_quant_mode=quant, moe_quant_mode=quant, isl=str(isl), osl="1024", tp_size=f"{tp}.0",
                   moe_tp_size="1.0", moe_ep_size=f"{tp}.0")
-    return set(plan_row(parse_row(row("r", **fields)), load_catalog()).overrides)
+    return set(plan_row(parse_row(row("r", **fields)), load_catalog(), trtllm_moe=trtllm_moe).overrides)
 
 
 def test_trtllm_deepseek_script_versions_by_date() -> None:
@@ -437,6 +437,49 @@ def test_a_disaggregated_row_takes_its_recipes_kv_cache_dtype(backend: str, syst
     plan = plan_row(parse_row(raw), load_catalog())
     assert plan.supported, plan.missing
     assert [o for o in plan.overrides if o.startswith("model.kv_dtype=")] == [f"model.kv_dtype={kv}"]
+
+
+@pytest.mark.parametrize(("system", "isl", "decode_dp", "sides"), [
+    ("b200_sxm", 8192, 1, ("prefill", "decode")), ("b200_sxm", 1024, 1, ("decode",)), ("b200_sxm", 1024, 8, ()),
+    ("gb300", 8192, 1, ("decode",)), ("gb300", 1024, 8, ()), ("b300_sxm", 1024, 8, ("prefill", "decode"))])
+def test_trtllm_fp8_sides_on_the_trtllm_gen_moe_read_the_sglang_set(system: str, isl: int, decode_dp: int,
+                                                                   sides: tuple[str, ...]) -> None:
+    """The fp8 recipes' moe_config.backend per side: TRTLLM (trtllm-gen, timed in the SGLang set of
+    the GPU) or DEEPGEMM (the TRT-LLM set's own rows, nothing to override); fp4 keeps its set."""
+    from silicon_recipes import trtllm_moe_table_overrides
+    from silicon_rows import Side
+
+    decode = Side(tp=8 // decode_dp, attention_dp=decode_dp, workers=1)
+    assert trtllm_moe_table_overrides(system, "fp8", isl, decode) == [
+        f"cluster.{side}_moe_table_set={system}_sglang_0.5.14" for side in sides]
+    assert trtllm_moe_table_overrides(system, "fp4", isl, decode) == []
+
+
+def test_a_trtllm_fp8_disagg_row_gets_its_sides_moe_tables() -> None:
+    [wide] = [r for r in ROWS if r["id"] == "dsr1_wide_ep"]  # B200 fp8: TP8/EP8 prefill, DP8 decode
+    raw = {**wide, "backend": "trtllm", "backend_version": "1.0.0rc3", "precision": "fp8", "isl": "8192"}
+    plan = plan_row(parse_row(raw), load_catalog(), trtllm_moe="recipe")
+    assert plan.supported, plan.missing
+    assert [o for o in plan.overrides if "_moe_table_set=" in o] == [
+        "cluster.prefill_moe_table_set=b200_sxm_sglang_0.5.14", "cluster.decode_moe_table_set=b200_sxm_sglang_0.5.14"]
+    default = plan_row(parse_row(raw), load_catalog())  # the default prices the TRT-LLM set's own rows
+    assert not any("_moe_table_set=" in o for o in default.overrides)
+
+
+def test_trtllm_fp8_script_runs_trtllm_gen_moe_from_2026_01_29() -> None:
+    """dsr1_fp8_b200_trt.sh: DEEPGEMM until 2026-01-29 (#594), then TRTLLM but DEEPGEMM at 1k/8k
+    from 256 clients."""
+    moe = "cluster.colocated_moe_table_set=b200_sxm_sglang_0.5.14"
+    assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-01-25", trtllm_moe="recipe")
+    assert moe in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05", trtllm_moe="recipe")
+    assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp4", "2026-02-05", trtllm_moe="recipe")
+    assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05")  # the default: tables
+    from silicon_harness import deployment_for
+
+    late = deployment_for("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "b200_sxm", 8, "2026-02-05")
+    assert late is not None
+    assert late.runs_trtllm_gen_moe(1024, 8192, 128) and not late.runs_trtllm_gen_moe(1024, 8192, 256)
+    assert late.runs_trtllm_gen_moe(8192, 1024, 256)
 
 
 def test_a_system_without_recipes_keeps_the_rules_budget() -> None:

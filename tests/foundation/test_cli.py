@@ -135,3 +135,16 @@ def test_unknown_prefill_dp_dispatch_one_error_line_nothing_written(tmp_path):
     assert lines == ["pdsim: error: cluster: field 'prefill_dp_dispatch' has unknown value 'roomy' "
                      "(choose from ('balanced', 'bootstrap_room'))"]
     assert not out.exists()
+
+
+def test_unknown_side_moe_table_set_one_error_line_nothing_written(tmp_path):
+    from pdsim.perf.optables import sets_of_system
+
+    out = tmp_path / "run"
+    proc = _pdsim("run", "scenario=rag", "cluster.decode_moe_table_set=b200_sxm_sglang_0.5.14", "progress=false",
+                  f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 2  # a B200 set for the default H100 cluster: refused before the run
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == ["pdsim: error: cluster: field 'decode_moe_table_set' has unknown value "
+                     f"'b200_sxm_sglang_0.5.14' for hardware h100 (its table sets: {sets_of_system('h100_sxm')})"]
+    assert not out.exists()
