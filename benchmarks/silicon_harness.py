@@ -271,10 +271,6 @@ VLLM_CAPTURE_2048 = 2048
 # 2026-03-04 and VLLM_USE_DEEP_GEMM=0 from 2026-03-27 until 2026-04-01: without DeepGEMM (and with
 # FlashInfer's FP8 MoE opt-in) vLLM ran the block-fp8 experts in Triton at every batch size
 MOE_FALLBACK_EVERY_SIZE = 1 << 30
-# dsr1_fp8_b200_trt.sh set moe_config.backend DEEPGEMM until 2026-01-29 (#594), then TRTLLM (the
-# trtllm-gen kernels) but DEEPGEMM at 1k/8k from 256 clients; AIConfigurator's TRT-LLM sets timed
-# fp8 block-scale experts with DeepGEMM only (silicon_recipes.TRTLLM_GEN_MOE_SETS says where the
-# trtllm-gen ones were measured)
 
 # (backend, model_path) -> the versions of its launch scripts (benchmarks/single_node/ in
 # SemiAnalysisAI/InferenceX, read at each date's commit); a row takes the newest version whose
@@ -290,6 +286,10 @@ _SGLANG_DSR1 = (
     Deployment("dsr1_fp8_b200.sh (TP4, from 2026-01-13)", 8192, True, "fp8", since="2026-01-13", precisions=("fp8",),
                tp=4, max_running=32, recv_interval=(10, 10)),
 )
+# dsr1_fp8_b200_trt.sh set moe_config.backend DEEPGEMM until 2026-01-29 (#594), then TRTLLM (the
+# trtllm-gen kernels) but DEEPGEMM at 1k/8k from 256 clients; AIConfigurator's TRT-LLM sets timed
+# fp8 block-scale experts with DeepGEMM only (silicon_recipes.TRTLLM_GEN_MOE_SETS says where the
+# trtllm-gen ones were measured; silicon.py --trtllm-moe recipe prices them so)
 _TRTLLM_DSR1 = (
     Deployment("dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh", 0, False, "fp8", trtllm_clients_budget=True),
     Deployment("dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh (from 2026-01-21)", 8192, False, "fp8", since="2026-01-21",
