@@ -208,7 +208,7 @@ class Deployment:
     trtllm_gen_moe: bool = False
     deepgemm_from: tuple[tuple[int, int, int], ...] = ()
     # the engine's small-batch MoE kernel up to this many tokens (perf.moe_fallback_below_tokens;
-    # 0: the engine's rule, silicon_rows.MOE_FALLBACK): MOE_FALLBACK_EVERY_SIZE where the script
+    # 0: the engine's rule, silicon_engines.MOE_FALLBACK): MOE_FALLBACK_EVERY_SIZE where the script
     # turned DeepGEMM off, so vLLM ran its Triton fallback at every batch size
     moe_fallback_below_tokens: int = 0
 

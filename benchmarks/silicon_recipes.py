@@ -45,7 +45,7 @@ the recipes as of the measurements (srt-slurm `recipes/`, versions of 2026-02-04
 - **KV cache**: every SGLang recipe of B200 and GB300 (fp4 and fp8, every isl/osl point) sets
   `--kv-cache-dtype fp8_e4m3` on both sides, where SGLang's default is the model's dtype (bf16
   here); the H100 recipes set none. TRT-LLM's recipes set `kv_cache_config.dtype: fp8`, its
-  default for these checkpoints already (silicon_rows.ENGINES).
+  default for these checkpoints already (silicon_engines.ENGINES).
 
 The values are per DP rank, as SGLang and TRT-LLM apply them and as pdsim's cluster fields read
 them (policy.limits.StepLimits.from_config scales them by the instance's DP ranks).

@@ -8,8 +8,9 @@ attention DP) extend it by adding entries or by dropping a check, not by rewriti
 - SYSTEMS: the row's `system` -> a catalog hardware entry (scenarios/hardware/<name>.yaml);
 - ENGINES: the row's `backend` -> a perf preset (scenarios/perf/<name>.yaml) and the operator
   table sets it needs (pdsim/perf/data/aic/<system>_<engine>_<version>, found at run time);
-- SUPPORTED_QUANT: the GEMM / MoE quant modes the measured perf model has tables for;
-- parallelism: TP per side is modelled; PP, attention DP and MoE EP are not yet.
+- SUPPORTED_QUANT: the GEMM / MoE quant modes the measured perf model has tables for
+  (silicon_engines.py, with the engine constants);
+- parallelism: TP, attention DP and MoE EP per side; PP is not modelled.
 
 Every gap is collected (not only the first), so `reason` lists all that a row would need.
 """
@@ -20,6 +21,18 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 
+from silicon_engines import (
+    ENGINES,
+    PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER,
+    PREFILL_GRAPH_MAX_TOKENS,
+    PREFILL_HOST_MODE,
+    PREFILL_HOST_MS_PER_MOE_LAYER,
+    SUPPORTED_MOE_QUANT,
+    SUPPORTED_QUANT,
+    moe_fallback_overrides,
+    moe_routing,
+    step_overhead_s,
+)
 from silicon_harness import (
     adp_balance_overrides,
     deployment_for,
@@ -65,71 +78,6 @@ SYSTEMS: dict[str, str] = {"h100_sxm": "h100", "b200_sxm": "b200", "h200_sxm": "
                            "gb200": "gb200", "gb300": "gb300"}
 
 
-@dataclass(frozen=True)
-class Engine:
-    """How a serving engine maps onto pdsim: its perf preset, the engine name of its operator
-    tables, and how an aggregated engine schedules prefill against decode."""
-
-    preset: str
-    tables: str
-    colocated_schedule: str
-    tables_version: str  # operator-table version the rows run on (pinned: reproducible numbers)
-    # KV-cache dtype of a quantized (fp8 / nvfp4 GEMM) deployment: the engine's default. vLLM and
-    # SGLang default to the model dtype ("auto"); TRT-LLM's quantized checkpoints carry an fp8 KV cache
-    quantized_kv_dtype: str = "bf16"
-
-
-# backend -> Engine. SGLang runs a waiting prefill batch before decoding and mixes the two only
-# with --enable-mixed-chunk (off by default): pdsim's prefill_priority. vLLM's V1 scheduler
-# fills one token budget with the running decodes first, then prefill chunks: pdsim's mixed.
-# Table versions are pinned to the sets the presets document (scenarios/perf/measured*.yaml);
-# newer sets (issue 39) are taken by changing the pin here.
-ENGINES: dict[str, Engine] = {
-    "sglang": Engine("measured", "sglang", "prefill_priority", "0.5.10"),
-    "vllm": Engine("measured_vllm", "vllm", "mixed", "0.14.0"),
-    # TRT-LLM's in-flight batching puts context (chunked) and generation requests in one batch
-    "trtllm": Engine("measured_trtllm", "trtllm", "mixed", "1.3.0rc20", "fp8"),
-}
-# quant modes the measured perf model composes ("" = the checkpoint's own dtype, bf16 here); a
-# pinned table version without the mode's tables gives way to the newest set that has them
-SUPPORTED_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo"}
-# routed-expert quant modes with fused-MoE tables (a row also needs its shape, MoE TP and EP in
-# the set's moe table: _moe_gaps)
-SUPPORTED_MOE_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "w4a8_mxfp4_mxfp8"}
-# Engine step overhead (ms per step, perf.overhead_s) per (engine, operator-table version): the
-# median of measured - predicted TPOT over the dev split's dense rows run with none, clamped at 0
-# (docs/PRECISION.md). One number per engine and version; nothing per row.
-STEP_OVERHEAD_MS = {("sglang", "0.5.10"): 0.23, ("vllm", "0.14.0"): 2.04, ("vllm", "0.24.0"): 0.0,
-                    ("trtllm", "1.3.0rc20"): 0.0}
-# Host time per MoE layer of an eager step that carries prompt tokens (perf.prefill_host_s_per_moe_layer:
-# the operator tables time the GPU only) and how it meets the forward (perf.prefill_host_mode): one
-# pair per engine. SGLang and TRT-LLM run prompt steps eagerly with a host sync in every MoE layer,
-# so host and GPU time add (serial: 3 ms and 0.75 ms, chosen on the two 400-row MoE samples from
-# 2-4 ms and 0.5-2 ms by median TTFT error, checked leaving each model out and on the 107-row
-# held-back sample; docs/PRECISION.md "Prefill host floor"). vLLM replays piecewise CUDA graphs
-# for a step of up to its capture size in tokens (perf.prefill_graph_max_tokens: the default
-# min(2 x max-num-seqs, 512) here, a launch script's --max-cudagraph-capture-size in its
-# Deployment) and runs a larger one eagerly; each regime has its own host time per MoE layer
-# (perf.prefill_graph_host_s_per_moe_layer for the graphed one), added to the forward: 0.5 ms eager
-# and 0.25 ms graphed, chosen together on A + B's 120 vLLM rows from a 0.25-2 x 0-0.75 ms grid by
-# median TTFT error (docs/PRECISION.md "vLLM's two regimes").
-PREFILL_HOST_MS_PER_MOE_LAYER = {"sglang": 3.0, "trtllm": 0.75, "vllm": 0.5}
-PREFILL_HOST_MODE = {"sglang": "serial", "trtllm": "serial", "vllm": "serial"}
-PREFILL_GRAPH_MAX_TOKENS = {"vllm": 512}
-PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER = {"vllm": 0.25}
-# The MoE kernel an engine falls back to for small batches (perf.moe_fallback_table and
-# perf.moe_fallback_below_tokens), by engine: (table stem, tokens, the first release without it,
-# that release's date: a nightly measured before it predates it; vLLM 0.24.0: 2026-07-01).
-# vLLM releases before 0.24 run block-fp8 experts through TritonOrDeepGemmExperts: DeepGEMM
-# from its 128-token M alignment, Triton below; the B200 set's own rows (0.24.0) measured
-# FlashInfer's TRT-LLM kernel, and its `moe_triton` table is 0.19.0's Triton (docs/MOE.md; the
-# B300 set holds B200's rows, the same FP8 throughput and HBM bandwidth).
-MOE_FALLBACK = {"vllm": ("moe_triton", 128, "0.24.0", "2026-07-01")}
-# The routing the MoE tables are read at (perf.moe_distribution): the tables' skewed routing
-# (AIConfigurator's power_law_1.01) where the row's table set measured it, else balanced (the older
-# sets have nothing else). Chosen over balanced on the two 400-row MoE samples (TPOT 19.4% -> 14.9%)
-# and checked on the 107-row sample drawn before the choice (13.0% -> 11.0%); docs/MOE.md.
-MOE_ROUTING = "power_law_1.01"
 ISSUE_PRECISION = "issue 39"
 
 
@@ -353,7 +301,7 @@ def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[s
 def precision_of(row: SiliconRow) -> tuple[str, str]:
     """(model.gemm_quant, model.kv_dtype) of a row: its GEMM quant mode (an "fp8" row of a
     block-scaled fp8 checkpoint runs its own block scaling), and the KV dtype its engine
-    defaults to for that mode (Engine.quantized_kv_dtype), or a disaggregated row's recipe sets
+    defaults to for that mode (silicon_engines.Engine.quantized_kv_dtype), or a disaggregated row's recipe sets
     (silicon_recipes.recipe_kv_dtype)."""
     quant = row.gemm_quant if row.gemm_quant not in ("", "bf16") else ""
     if quant == "fp8" and _block_fp8_checkpoint(MODELS.get(row.model_path, "")):
@@ -405,18 +353,6 @@ def _block_fp8_checkpoint(model: str) -> bool:
         return False
     dtype, gemm, _ = _checkpoint(model)
     return dtype == "fp8" or gemm == "fp8_block"
-
-
-def moe_routing(table_set: str) -> str:
-    """MOE_ROUTING where `table_set`'s fused-MoE table has it, else balanced."""
-    from pdsim.perf.optables import load_tables
-
-    moe = load_tables(table_set).moe
-    return MOE_ROUTING if len(moe) and (moe.distribution == MOE_ROUTING).any() else "balanced"
-
-
-def step_overhead_s(backend: str, table_set: str) -> float:
-    return STEP_OVERHEAD_MS.get((backend, table_set.rsplit("_", 1)[1]), 0.0) / 1e3
 
 
 def _table_set(row: SiliconRow, cat: Catalog, hardware: str) -> str:
@@ -552,7 +488,8 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
         f"perf.prefill_host_mode={PREFILL_HOST_MODE.get(row.backend, 'floor')}",
         f"perf.prefill_graph_max_tokens={PREFILL_GRAPH_MAX_TOKENS.get(row.backend, 0)}",
         f"perf.prefill_graph_host_s_per_moe_layer={PREFILL_GRAPH_HOST_MS_PER_MOE_LAYER.get(row.backend, 0.0) / 1e3}",
-        f"perf.moe_distribution={moe_routing(table_set)}", *moe_fallback_overrides(row, table_set),
+        f"perf.moe_distribution={moe_routing(table_set)}",
+        *moe_fallback_overrides(row.backend, row.backend_version, row.measured, table_set),
         f"model.gemm_quant={precision_of(row)[0]}", f"model.kv_dtype={precision_of(row)[1]}",
         f"model.moe_quant={moe_quant_of(row)}",
         *workload_overrides(row, prefix_cache, phases), "progress=false", *cluster,
@@ -580,23 +517,6 @@ def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str, tr
             and deployment.runs_trtllm_gen_moe(row.isl_tokens, row.osl_tokens, row.concurrency)):
         kernel.append(f"cluster.colocated_moe_table_set={TRTLLM_GEN_MOE_SETS[row.system]}")
     return [*script, *kernel, *balance]
-
-
-def moe_fallback_overrides(row: SiliconRow, table_set: str) -> list[str]:
-    """The small-batch MoE kernel of the row's engine release (MOE_FALLBACK) where its table set
-    has that kernel's table; [] for a release from the cut-off on, a nightly not measured before
-    the cut-off's release date, or no table."""
-    from pdsim.perf.optables import AIC_DIR, release_before, table_file
-
-    fallback = MOE_FALLBACK.get(row.backend)
-    if fallback is None:
-        return []
-    nightly_before = row.backend_version.startswith("nightly") and "" < row.measured < fallback[3]
-    if not (release_before(row.backend_version, fallback[2]) or nightly_before):
-        return []
-    if table_file(AIC_DIR / table_set, fallback[0]) is None:
-        return []
-    return [f"perf.moe_fallback_table={fallback[0]}", f"perf.moe_fallback_below_tokens={fallback[1]}"]
 
 
 def moe_kernel_overrides(row: SiliconRow, model: str, table_set: str, dtype: str) -> list[str]:
@@ -635,8 +555,8 @@ def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
 def _sides_without_moe(row: SiliconRow, table_set: str, dtype: str, shape: tuple[int, int, int, int]) -> list[Side]:
     """The row's sides (aggregated, or prefill and decode) whose MoE TP x EP split `table_set` has
     no `dtype` fused-MoE grid for at expert `shape` (table_keys.moe_grid_for's fallbacks included)."""
-    from pdsim.perf.measured import moe_grid_for
     from pdsim.perf.optables import load_tables
+    from pdsim.perf.table_keys import moe_grid_for
 
     tables = load_tables(table_set)
     return [side for side in (row.agg, row.prefill, row.decode)

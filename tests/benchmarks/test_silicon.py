@@ -360,7 +360,7 @@ def test_wide_ep_rows_reach_their_experts_as_deployed(system: str, precision: st
 
 
 def test_moe_tables_are_read_at_skewed_routing_where_the_set_has_it() -> None:
-    from silicon_rows import MOE_ROUTING, moe_routing
+    from silicon_engines import MOE_ROUTING, moe_routing
 
     assert moe_routing("b200_sxm_sglang_0.5.14") == MOE_ROUTING == "power_law_1.01"
     assert moe_routing("h100_sxm_sglang_0.5.10") == "balanced"  # the older sets measured nothing else
