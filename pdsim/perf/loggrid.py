@@ -49,7 +49,7 @@ class LogGrid:
                 raise ValueError(f"no {what} rows to build a latency table from")
             ticks, codes = zip(*(np.unique(df[a].to_numpy(dtype=float), return_inverse=True) for a in axes), strict=True)
             shape = [len(t) for t in ticks]
-            measured[key] = ticks, _cell_medians(np.ravel_multi_index(codes, shape),
+            measured[key] = ticks, _cell_medians(np.asarray(np.ravel_multi_index(codes, shape)),
                                                  df["latency_ms"].to_numpy(dtype=float), shape)
         filled = _fill_missing({key: grid for key, (_, grid) in measured.items()})
         return {key: cls(tuple(np.log(t).tolist() for t in ticks), np.log(filled[key]))
@@ -170,7 +170,7 @@ class LogGrid:
         return hit
 
 
-def _segment(axis: np.ndarray, value: float) -> tuple[int, float]:
+def _segment(axis: Sequence[float], value: float) -> tuple[int, float]:
     """Lower index and position in its segment: clamped below, extrapolating above."""
     if len(axis) == 1:
         return 0, 0.0

@@ -42,7 +42,7 @@ from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
 from pdsim.perf.collectives import beyond_table_s
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
-from pdsim.perf.loggrid import Row
+from pdsim.perf.loggrid import HeadTables, Row
 from pdsim.perf.mla import MlaProjections, load_bmm
 from pdsim.perf.optables import (
     AIC_DIR,
@@ -141,7 +141,8 @@ class MeasuredModel:
             raise ValueError(f"perf: moe_ep={self.moe_ep} does not divide the {self.moe_gpus} GPUs of the MoE layers")
         if self.tp > 1 and not self.tables.allreduce:
             raise ValueError(f"perf: {self.tables.source} has no all-reduce rows (tp={self.tp})")
-        context, generation = self.tables.context_attention, self.tables.generation_attention
+        context: HeadTables | None = self.tables.context_attention  # None: the set lacks MLA's, roofline
+        generation: HeadTables | None = self.tables.generation_attention
         if kv_cache_dtype(self.model) == "fp8" and not spec.is_mla(self.model):
             generation = load_kv_generation(self.tables.source, "fp8")
         if self.model.sparse_attention_topk:
