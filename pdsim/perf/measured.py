@@ -5,7 +5,8 @@ layer: the GEMMs at m = T (QKV, output projection, FFN up/gate and down, each sp
 ranks; MoE layers use the fused-MoE table where it has the model's shape, else per-expert GEMMs),
 causal attention over the prefill chunks (context table), attention of the decoding sequences
 (generation table; the fp8-KV table for an fp8 cache), the elementwise kernels (norms, RoPE, activation, residual adds: Vidur's
-table) and, with TP > 1, two all-reduces of T x hidden bf16 elements. Then the LM head for one
+table) and, with TP > 1, two all-reduces of T x hidden bf16 elements (the engine's custom
+all-reduce table inside one NVLink domain; NCCL's table past it, where custom kernels cannot reach). Then the LM head for one
 token per sequence, plus a per-step CPU overhead `overhead_s + overhead_per_seq_s * sequences`
 (the only fitted part: no public table measures an engine's scheduler; see the preset).
 
@@ -40,7 +41,7 @@ from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.parallel import Parallel
 from pdsim.perf import cost, spec
 from pdsim.perf.base import PrefillItem, PrefillTimer
-from pdsim.perf.collectives import beyond_table_s
+from pdsim.perf.collectives import beyond_table_s, nvlink_domain_gpus
 from pdsim.perf.layer_kinds import linear_attention_layer_s, window_pairs
 from pdsim.perf.loggrid import HeadTables, Row
 from pdsim.perf.mla import MlaProjections, load_bmm
@@ -252,13 +253,17 @@ class MeasuredModel:
         """One TP all-reduce of `elements` bf16 values (the tables' unit)."""
         if self.tp == 1:
             return 0.0
-        ratio = self.scaling.link(2 * (self.tp - 1) / self.tp * elements * cost.ACTIVATION_BYTES)
-        grids = self.tables.allreduce
+        nbytes = elements * cost.ACTIVATION_BYTES
+        ratio = self.scaling.link(2 * (self.tp - 1) / self.tp * nbytes)
+        nccl = self.tables.collective("all_reduce") if self.tp > nvlink_domain_gpus(self.scaling.target) else {}
+        if nccl:  # the engines' custom all-reduce joins one NVLink domain: past it NCCL runs it
+            grids, size = nccl, nbytes
+        else:
+            grids, size = self.tables.allreduce, elements
         if self.tp in grids:
-            return grids[self.tp](elements) * ratio / 1e3
-        top = max(grids)  # more GPUs than measured: the measured ring plus beyond_table_s
-        return (grids[top](elements) * ratio / 1e3
-                + beyond_table_s(self.scaling.target, top, self.tp, elements * cost.ACTIVATION_BYTES, 2))
+            return grids[self.tp](size) * ratio / 1e3
+        top = max(grids)  # more GPUs than measured: the measured collective plus beyond_table_s
+        return grids[top](size) * ratio / 1e3 + beyond_table_s(self.scaling.target, top, self.tp, nbytes, 2)
 
     def _heads(self) -> tuple[float, float]:
         """Per-rank (query, KV) heads in units of 128-wide heads (the tables' head_dim)."""

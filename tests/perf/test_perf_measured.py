@@ -276,3 +276,25 @@ def test_moe_fallback_table_refuses_a_missing_table_or_a_count_without_one():
         with pytest.raises(ValueError, match=f"field 'moe_fallback_below_tokens' must be > 0 .* got {below}"):
             build_latency_model(dataclasses.replace(own, moe_fallback_table=table, moe_fallback_below_tokens=below),
                                 shape, hw, 2)
+
+
+def test_an_all_reduce_past_one_nvlink_domain_runs_on_nccl():
+    """TP16 on H100 (8-GPU HGX nodes) under TRT-LLM's tables: the engine's custom all-reduce joins
+    one node's NVLink only, so 16 ranks price NCCL's all-reduce measured on 8 GPUs (the nccl table,
+    message in bytes) plus the two tree levels between the nodes (collectives.extra_steps: 2 x
+    RING_HOP_S) and the bytes past the NIC; TP8 stays on the custom all-reduce table."""
+    from pdsim.perf.collectives import RING_HOP_S
+
+    trtllm = PerfConfig(kind="measured", engine="trtllm", overhead_s=0.0)
+    shape, hw = catalog.load_model("deepseek_v3"), catalog.load_hardware("h100")
+    tp16, tp8 = (build_latency_model(trtllm, shape, hw, tp) for tp in (16, 8))
+    folder = AIC_DIR / tp16.tables.source
+    nccl = pd.read_csv(folder / "nccl.csv.gz")
+    row = nccl[(nccl.op == "all_reduce") & (nccl.num_gpus == 8) & (nccl.message_bytes == 4096)].latency_ms.item()
+    elements = 2048  # 4096 bytes of bf16
+    nic_s = 2 * 4096 * (15 / 16 / (400 / 8 * 1e9) - 7 / 8 / (hw.nvlink_gbps * 1e9))
+    assert tp16._allreduce_elements_s(elements) == pytest.approx(row / 1e3 + 2 * RING_HOP_S + nic_s, rel=1e-9)
+    custom = pd.read_csv(folder / "allreduce.csv.gz")
+    row8 = custom[(custom.num_gpus == 8) & (custom.message_size == elements)].latency_ms.item()
+    assert tp8._allreduce_elements_s(elements) == pytest.approx(row8 / 1e3, rel=1e-12)
+    assert row8 < row / 3  # the custom kernel is several times NCCL's latency at small messages
