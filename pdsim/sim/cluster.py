@@ -89,6 +89,7 @@ class Simulation(SimHooks):
             cfg.cluster.transfer_aux_bytes + state_wire_bytes(cfg.model, cfg.cluster.decode_tp),
         )
         self.wire_bytes_per_token = wire_bytes_per_token(cfg.model, cfg.cluster.decode_tp)
+        self.prefill_dp, self.decode_dp = cfg.cluster.prefill_dp, cfg.cluster.decode_dp
         self.transfer_failure_prob = cfg.faults.transfer_failure_prob
         self.instant_kv = cfg.cluster.transfer_backend == "none"  # no wire: KV at decode at once
         self.faults = FaultInjector(cfg.faults, self, {i.name: i for i in self.instances})
@@ -134,9 +135,9 @@ class Simulation(SimHooks):
         prefill = [self.new_prefill(i, ctx, p_lat, block_tokens) for i in range(c.prefill)]
         decode = [self.new_decode(i, ctx, d_lat) for i in range(c.decode)]
         for p_inst in prefill:
-            p_inst.placement = self.topology.place(p_inst.name, c.parallel("prefill").gpus)
+            p_inst.placement = self.topology.place(p_inst.name, c.parallel("prefill").gpus, c.prefill_dp)
         for d_inst in decode:
-            d_inst.placement = self.topology.place(d_inst.name, c.parallel("decode").gpus)
+            d_inst.placement = self.topology.place(d_inst.name, c.parallel("decode").gpus, c.decode_dp)
         attach_kv_tiers(self.cfg, prefill, self.network, block_tokens)
         return prefill, decode
 
@@ -283,9 +284,10 @@ class Simulation(SimHooks):
         sr.poll = advance_poll(sr.poll, KVPoll.Transferring, sr.rid)
         sr.send.flows_pending += 1
         attempt = sr.attempt
+        room = sr.bootstrap_room  # each side's DP rank of the request: SGLang's bootstrap_room % dp
         flow, nbytes = self.transfer.send(
             prefill.name, decode.name, pages, self.wire_bytes_per_token, is_last,
-            lambda: self._chunk_arrived(sr, attempt),
+            lambda: self._chunk_arrived(sr, attempt), room % self.prefill_dp, room % self.decode_dp,
         )
         sr.send.flows.append(flow)
         sr.send.pages += pages

@@ -6,6 +6,10 @@ node's NICs; per node: egress/ingress for all its NICs together (so instances sh
 its NICs). Two instances in the same NVLink domain (the same node, or `nvlink_domain_gpus` GPUs over
 several nodes: GB200/GB300 NVL72) talk over NVLink (per-GPU nvlink_gbps x tp) when the hardware
 has it; `transfer_backend=nvlink` puts every pair on NVLink (one NVLink domain).
+An attention-DP instance's KV lives on its ranks' GPUs, so one request's transfer leaves (or
+enters) through its rank's share of the links, not the whole instance's: per rank, ports of the
+rank's GPUs' NICs and NVLink, on the path besides the instance's (the rank: path's src_rank /
+dst_rank; instances without DP have none).
 Bandwidths: nic_gbps and tcp_gbps are Gb/s; nvlink_gbps is GB/s (hardware config units).
 """
 
@@ -30,6 +34,8 @@ class Placement:
     node_in: Resource
     nvl_out: Resource | None
     nvl_in: Resource | None
+    # per attention-DP rank (none without DP): (nic_out, nic_in, nvl_out, nvl_in) of its GPUs
+    ranks: tuple[tuple[Resource, Resource, Resource | None, Resource | None], ...] = ()
 
 
 class Topology:
@@ -46,13 +52,16 @@ class Topology:
         self.placements: dict[str, Placement] = {}
         self._gpu_cursor = 0
         self._nodes: dict[int, tuple[Resource, Resource]] = {}
-        self._paths: dict[tuple[str, str], tuple[Resource, ...]] = {}  # answered paths (emptied by `place`)
+        self._paths: dict[tuple[str, str, int, int], tuple[Resource, ...]] = {}  # answered paths (emptied by `place`)
 
     def _nic_bytes_per_s(self) -> float:
         gbps = self.cluster.tcp_gbps if self.cluster.transfer_backend == "tcp" else self.hw.nic_gbps
         return gbps * 1e9 / 8
 
-    def place(self, name: str, tp: int) -> Placement:
+    def place(self, name: str, tp: int, dp: int = 1) -> Placement:
+        """Place an instance of `tp` GPUs (all its DP ranks') with `dp` attention-DP ranks."""
+        if dp < 1 or tp % dp:
+            raise ValueError(f"topology: instance {name} of {tp} GPUs cannot hold {dp} DP ranks")
         per_node = max(1, self.hw.gpus_per_node)
         if tp > per_node and self._gpu_cursor % per_node:
             self._gpu_cursor += per_node - self._gpu_cursor % per_node  # multi-node instances start a node
@@ -65,7 +74,7 @@ class Topology:
                 self.network.add_resource(f"node{node}:out", node_nics * nic),
                 self.network.add_resource(f"node{node}:in", node_nics * nic),
             )
-        nics = max(1, round(tp * self.hw.nics_per_node / per_node))
+        nics = self._nics(tp)
         nvl = self.hw.nvlink_gbps * 1e9 * tp
         placement = Placement(
             name=name,
@@ -77,16 +86,42 @@ class Topology:
             node_in=self._nodes[node][1],
             nvl_out=self.network.add_resource(f"{name}:nvl_out", nvl) if nvl > 0 else None,
             nvl_in=self.network.add_resource(f"{name}:nvl_in", nvl) if nvl > 0 else None,
+            ranks=tuple(self._rank_ports(f"{name}:dp{r}", tp // dp) for r in range(dp)) if dp > 1 else (),
         )
         self.placements[name] = placement
         self._paths.clear()
         return placement
 
-    def path(self, src: str, dst: str) -> tuple[Resource, ...]:
-        path = self._paths.get((src, dst))
+    def _nics(self, gpus: int) -> int:
+        """NIC ports of `gpus` GPUs: their share of the node's NICs, at least one."""
+        return max(1, round(gpus * self.hw.nics_per_node / max(1, self.hw.gpus_per_node)))
+
+    def _rank_ports(self, name: str, gpus: int) -> tuple[Resource, Resource, Resource | None, Resource | None]:
+        nic = self._nics(gpus) * self._nic_bytes_per_s()
+        nvl = self.hw.nvlink_gbps * 1e9 * gpus
+        add = self.network.add_resource
+        return (add(f"{name}:nic_out", nic), add(f"{name}:nic_in", nic),
+                add(f"{name}:nvl_out", nvl) if nvl > 0 else None, add(f"{name}:nvl_in", nvl) if nvl > 0 else None)
+
+    def path(self, src: str, dst: str, src_rank: int = 0, dst_rank: int = 0) -> tuple[Resource, ...]:
+        """The links a flow from `src` (its DP rank `src_rank`) to `dst` (rank `dst_rank`) crosses."""
+        key = (src, dst, src_rank, dst_rank)
+        path = self._paths.get(key)
         if path is None:
-            path = self._paths[(src, dst)] = self._path(src, dst)
+            path = self._paths[key] = self._path(src, dst) + self._rank_links(src, dst, src_rank, dst_rank)
         return path
+
+    def _rank_links(self, src: str, dst: str, src_rank: int, dst_rank: int) -> tuple[Resource, ...]:
+        """The ports of the ranks at either end (instances with DP ranks only), on the path's medium."""
+        a, b = self.placements[src], self.placements[dst]
+        nvlink = self._path(src, dst)[0] is a.nvl_out
+        links: list[Resource] = []
+        for ranks, rank, port in ((a.ranks, src_rank, 2 if nvlink else 0), (b.ranks, dst_rank, 3 if nvlink else 1)):
+            if ranks:
+                link = ranks[rank % len(ranks)][port]
+                if link is not None:
+                    links.append(link)
+        return tuple(links)
 
     def _path(self, src: str, dst: str) -> tuple[Resource, ...]:
         a, b = self.placements[src], self.placements[dst]

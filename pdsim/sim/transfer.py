@@ -66,9 +66,11 @@ class TransferService:
 
     def send(
         self, src: str, dst: str, pages: int, bytes_per_token: int, is_last: bool,
-        on_done: Callable[[], None],
+        on_done: Callable[[], None], src_rank: int = 0, dst_rank: int = 0,
     ) -> tuple[Flow, int]:
-        """Send `pages` (+ aux when last); returns the flow and the bytes it carries."""
+        """Send `pages` (+ aux when last) from DP rank `src_rank` of `src` to rank `dst_rank` of
+        `dst`; returns the flow and the bytes it carries."""
         nbytes = pages * self.page_size_tokens * bytes_per_token + (self.aux_bytes if is_last else 0)
-        flow = self.network.start_flow(self.topology.path(src, dst), nbytes, self.link_latency_s, on_done)
+        path = self.topology.path(src, dst, src_rank, dst_rank)
+        flow = self.network.start_flow(path, nbytes, self.link_latency_s, on_done)
         return flow, nbytes

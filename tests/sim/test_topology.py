@@ -1,0 +1,66 @@
+"""Placement and paths: a DP rank's transfer leaves through its own GPUs' links (hand-computed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from simkit import TINY_HW, make_config
+
+from pdsim.sim.events import SimEnvironment
+from pdsim.sim.network import Network
+from pdsim.sim.topology import Topology
+
+# 8 GPUs and 8 NICs of 1e9 B/s a node, NVLink 10e9 B/s a GPU
+HGX = replace(TINY_HW, gpus_per_node=8, nics_per_node=8, nvlink_gbps=10.0)
+
+
+def _deliveries(flows: list[tuple[str, str, int, int, float]], prefill_dp: int, decode_dp: int,
+                hw=HGX) -> list[float]:
+    """Place prefill:0 (8 GPUs, prefill_dp ranks) and decode:0 (8 GPUs, decode_dp ranks) on two
+    nodes, start the flows (src, dst, src_rank, dst_rank, bytes) at 0; their delivery times."""
+    env = SimEnvironment()
+    net = Network(env)
+    topo = Topology(net, make_config().cluster, hw)
+    topo.place("prefill:0", 8, prefill_dp)
+    topo.place("decode:0", 8, decode_dp)
+    done: list[float] = [0.0] * len(flows)
+    for i, (src, dst, src_rank, dst_rank, nbytes) in enumerate(flows):
+        net.start_flow(topo.path(src, dst, src_rank, dst_rank), nbytes, 0.0,
+                       lambda i=i: done.__setitem__(i, round(env.now, 12)))
+    env.run()
+    return done
+
+
+def test_a_flow_between_tp_instances_uses_every_nic() -> None:
+    # 8e9 B over the instances' 8 NICs (8e9 B/s): 1 s
+    assert _deliveries([("prefill:0", "decode:0", 0, 0, 8e9)], 1, 1) == [1.0]
+
+
+def test_a_dp_rank_sends_through_its_own_nic() -> None:
+    # one GPU a rank: 8e9 B leave through rank 3's single 1e9 B/s NIC, into the TP8 decode's 8
+    assert _deliveries([("prefill:0", "decode:0", 3, 0, 8e9)], 8, 1) == [8.0]
+
+
+def test_two_ranks_send_side_by_side_and_one_rank_shares_its_nic() -> None:
+    # ranks 0 and 1 each at 1e9 B/s; rank 0's second flow halves its share: 1e9 B at 5e8 B/s
+    done = _deliveries([("prefill:0", "decode:0", 0, 0, 1e9), ("prefill:0", "decode:0", 1, 0, 1e9),
+                        ("prefill:0", "decode:0", 0, 0, 1e9)], 8, 1)
+    assert done == [2.0, 1.0, 2.0]
+
+
+def test_a_dp_decode_rank_receives_through_its_own_nic() -> None:
+    # decode DP4 (2 GPUs, 2 NICs a rank): 4e9 B into rank 1 at 2e9 B/s
+    assert _deliveries([("prefill:0", "decode:0", 0, 1, 4e9)], 1, 4) == [2.0]
+
+
+def test_inside_one_nvlink_domain_the_rank_has_its_gpus_nvlink() -> None:
+    # one 16-GPU NVLink domain: rank 2 of the DP8 prefill sends over its GPU's 1e10 B/s NVLink
+    nvl16 = replace(HGX, nvlink_domain_gpus=16)
+    assert _deliveries([("prefill:0", "decode:0", 2, 0, 1e10)], 8, 1, nvl16) == [1.0]
+
+
+def test_an_instance_whose_gpus_do_not_split_into_its_ranks_is_refused() -> None:
+    topo = Topology(Network(SimEnvironment()), make_config().cluster, HGX)
+    with pytest.raises(ValueError, match="instance prefill:0 of 8 GPUs cannot hold 3 DP ranks"):
+        topo.place("prefill:0", 8, 3)
