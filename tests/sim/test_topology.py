@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from simkit import TINY_HW, make_config
+from simkit import TINY_HW, make_config, make_requests
 
+from pdsim.config import PerfConfig
+from pdsim.perf import catalog
+from pdsim.sim import simulate
 from pdsim.sim.events import SimEnvironment
 from pdsim.sim.network import Network
 from pdsim.sim.topology import Topology
@@ -64,3 +67,16 @@ def test_an_instance_whose_gpus_do_not_split_into_its_ranks_is_refused() -> None
     topo = Topology(Network(SimEnvironment()), make_config().cluster, HGX)
     with pytest.raises(ValueError, match="instance prefill:0 of 8 GPUs cannot hold 3 DP ranks"):
         topo.place("prefill:0", 8, 3)
+
+
+def test_a_simulated_dp_prefill_sends_a_requests_kv_through_its_ranks_nic() -> None:
+    """DeepSeek-V3 on H100 (8 x 400 Gb/s NICs a node): a DP8 prefill (one GPU a rank) sends one
+    1,000-token prompt to a TP8 decode, which holds MLA's latent whole on each of its 8 ranks:
+    8 x 1,000 x 61 layers x 1,152 bytes (bf16 latent 512 + rope 64) leave at one NIC, 5e10 B/s."""
+    cfg = make_config(cluster=dict(prefill_tp=1, prefill_dp=8, prefill_moe_ep=8, decode_tp=8, kv_capacity_tokens=100_000,
+                                   page_size_tokens=16, max_prefill_tokens=8192))
+    cfg = replace(cfg, model=catalog.load_model("deepseek_v3"), hardware=catalog.load_hardware("h100"),
+                  perf=PerfConfig(kind="measured", engine="sglang", overhead_s=0.0))
+    row = simulate(cfg, make_requests([(0.0, 1000, 2)])).trace.iloc[0]
+    assert row.transfer_bytes == 8 * 1008 * 61 * 1152  # 63 pages of 16 tokens
+    assert row.transfer_end_s - row.transfer_start_s == pytest.approx(row.transfer_bytes / 5e10, rel=1e-6)
