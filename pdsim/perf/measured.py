@@ -4,11 +4,12 @@ One forward step over T tokens (prefill chunks plus one token per decoding seque
 layer: the GEMMs at m = T (QKV, output projection, FFN up/gate and down, each split over the TP
 ranks; MoE layers use the fused-MoE table where it has the model's shape, else per-expert GEMMs),
 causal attention over the prefill chunks (context table), attention of the decoding sequences
-(generation table; the fp8-KV table for an fp8 cache), the elementwise kernels (norms, RoPE, activation, residual adds: Vidur's
-table) and, with TP > 1, two all-reduces of T x hidden bf16 elements (the engine's custom
-all-reduce table inside one NVLink domain; NCCL's table past it, where custom kernels cannot reach). Then the LM head for one
-token per sequence, plus a per-step CPU overhead `overhead_s + overhead_per_seq_s * sequences`
-(the only fitted part: no public table measures an engine's scheduler; see the preset).
+(generation table; the fp8-KV table for an fp8 cache), the elementwise kernels (norms, RoPE,
+activation, residual adds: Vidur's table) and, with TP > 1, two all-reduces of T x hidden bf16
+elements (the engine's custom all-reduce table inside one NVLink domain; NCCL's table past it,
+where the custom kernels cannot reach). Then the LM head for one token per sequence, plus a
+per-step CPU overhead `overhead_s + overhead_per_seq_s * sequences` (the only fitted part: no
+public table measures an engine's scheduler; see the preset).
 
 Precision (docs/PRECISION.md): GEMMs use the table of the model's `gemm_quant` (fp8, fp8_block,
 nvfp4; bf16 otherwise; int4 weight-only = the bf16 table times the roofline ratio of its weight
