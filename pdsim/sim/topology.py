@@ -24,6 +24,16 @@ BACKENDS = ("rdma", "tcp", "nvlink", "none")  # none: KV moves instantly (Simula
 
 
 @dataclass(frozen=True, slots=True)
+class RankPorts:
+    """One attention-DP rank's share of its instance's links: its GPUs' NIC ports and NVLink."""
+
+    nic_out: Resource
+    nic_in: Resource
+    nvl_out: Resource | None
+    nvl_in: Resource | None
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     name: str  # "prefill:0"
     node: int
@@ -34,8 +44,7 @@ class Placement:
     node_in: Resource
     nvl_out: Resource | None
     nvl_in: Resource | None
-    # per attention-DP rank (none without DP): (nic_out, nic_in, nvl_out, nvl_in) of its GPUs
-    ranks: tuple[tuple[Resource, Resource, Resource | None, Resource | None], ...] = ()
+    ranks: tuple[RankPorts, ...] = ()  # per attention-DP rank (none without DP)
 
 
 class Topology:
@@ -96,32 +105,37 @@ class Topology:
         """NIC ports of `gpus` GPUs: their share of the node's NICs, at least one."""
         return max(1, round(gpus * self.hw.nics_per_node / max(1, self.hw.gpus_per_node)))
 
-    def _rank_ports(self, name: str, gpus: int) -> tuple[Resource, Resource, Resource | None, Resource | None]:
+    def _rank_ports(self, name: str, gpus: int) -> RankPorts:
         nic = self._nics(gpus) * self._nic_bytes_per_s()
         nvl = self.hw.nvlink_gbps * 1e9 * gpus
         add = self.network.add_resource
-        return (add(f"{name}:nic_out", nic), add(f"{name}:nic_in", nic),
-                add(f"{name}:nvl_out", nvl) if nvl > 0 else None, add(f"{name}:nvl_in", nvl) if nvl > 0 else None)
+        return RankPorts(add(f"{name}:nic_out", nic), add(f"{name}:nic_in", nic),
+                         add(f"{name}:nvl_out", nvl) if nvl > 0 else None,
+                         add(f"{name}:nvl_in", nvl) if nvl > 0 else None)
 
     def path(self, src: str, dst: str, src_rank: int = 0, dst_rank: int = 0) -> tuple[Resource, ...]:
         """The links a flow from `src` (its DP rank `src_rank`) to `dst` (rank `dst_rank`) crosses."""
         key = (src, dst, src_rank, dst_rank)
         path = self._paths.get(key)
         if path is None:
-            path = self._paths[key] = self._path(src, dst) + self._rank_links(src, dst, src_rank, dst_rank)
+            base = self._path(src, dst)
+            path = self._paths[key] = base + self._rank_links(src, dst, base, src_rank, dst_rank)
         return path
 
-    def _rank_links(self, src: str, dst: str, src_rank: int, dst_rank: int) -> tuple[Resource, ...]:
-        """The ports of the ranks at either end (instances with DP ranks only), on the path's medium."""
+    def _rank_links(self, src: str, dst: str, base: tuple[Resource, ...], src_rank: int,
+                    dst_rank: int) -> tuple[Resource, ...]:
+        """The ports of the ranks at either end (instances with DP ranks only), on the medium of
+        the instances' path `base`."""
         a, b = self.placements[src], self.placements[dst]
-        nvlink = self._path(src, dst)[0] is a.nvl_out
-        links: list[Resource] = []
-        for ranks, rank, port in ((a.ranks, src_rank, 2 if nvlink else 0), (b.ranks, dst_rank, 3 if nvlink else 1)):
-            if ranks:
-                link = ranks[rank % len(ranks)][port]
-                if link is not None:
-                    links.append(link)
-        return tuple(links)
+        nvlink = base[0] is a.nvl_out
+        links: list[Resource | None] = []
+        if a.ranks:
+            out = a.ranks[src_rank % len(a.ranks)]
+            links.append(out.nvl_out if nvlink else out.nic_out)
+        if b.ranks:
+            into = b.ranks[dst_rank % len(b.ranks)]
+            links.append(into.nvl_in if nvlink else into.nic_in)
+        return tuple(link for link in links if link is not None)
 
     def _path(self, src: str, dst: str) -> tuple[Resource, ...]:
         a, b = self.placements[src], self.placements[dst]

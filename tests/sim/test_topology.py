@@ -63,6 +63,20 @@ def test_inside_one_nvlink_domain_the_rank_has_its_gpus_nvlink() -> None:
     assert _deliveries([("prefill:0", "decode:0", 2, 0, 1e10)], 8, 1, nvl16) == [1.0]
 
 
+def test_a_path_between_dp_instances_names_both_ranks_ports() -> None:
+    # two nodes: the instances' NICs and nodes, then rank 3's NIC out and rank 1's NIC in; inside
+    # one NVLink domain the instances' NVLink, then the two ranks' NVLink ports
+    for hw, names in ((HGX, ["prefill:0:nic_out", "node0:out", "node1:in", "decode:0:nic_in",
+                             "prefill:0:dp3:nic_out", "decode:0:dp1:nic_in"]),
+                      (replace(HGX, nvlink_domain_gpus=16), ["prefill:0:nvl_out", "decode:0:nvl_in",
+                                                             "prefill:0:dp3:nvl_out", "decode:0:dp1:nvl_in"])):
+        topo = Topology(Network(SimEnvironment()), make_config().cluster, hw)
+        topo.place("prefill:0", 8, 8)
+        topo.place("decode:0", 8, 2)
+        assert [link.name for link in topo.path("prefill:0", "decode:0", 3, 1)] == names
+        assert topo.placements["prefill:0"].ranks[3].nic_out.name == "prefill:0:dp3:nic_out"
+
+
 def test_an_instance_whose_gpus_do_not_split_into_its_ranks_is_refused() -> None:
     topo = Topology(Network(SimEnvironment()), make_config().cluster, HGX)
     with pytest.raises(ValueError, match="instance prefill:0 of 8 GPUs cannot hold 3 DP ranks"):
