@@ -108,10 +108,6 @@ def sets_of_system(system: str) -> list[str]:
     return [s for s in table_sets() if system_of_set(s) == system]
 
 
-def _version_key(version: str) -> list:
-    return [int(x) if x.isdigit() else x for x in version.replace("rc", ".").replace("post", ".").split(".")]
-
-
 def release_before(version: str, cutoff: str) -> bool:
     """`version` is a numbered release (0.19.0, 1.3.0rc20, PEP 440) older than `cutoff`; a nightly
     or an unstated version is not."""
@@ -151,7 +147,16 @@ def resolve_set(system: str, engine: str, version: str, needs: Sequence[str] = (
         )
     if prefix + version in found:
         return prefix + version
-    return max(found, key=lambda s: _version_key(s[len(prefix):]))
+    return max(found, key=lambda s: _set_version(s, len(prefix)))
+
+
+def _set_version(table_set: str, prefix_chars: int) -> Version:
+    """A table set's engine version (its name past `prefix_chars`) in PEP 440's order, the one
+    release_before uses: 1.3.0rc20 comes before 1.3.0 (the old digit-list key put it after)."""
+    try:
+        return Version(table_set[prefix_chars:])
+    except InvalidVersion as exc:
+        raise ValueError(f"perf: table set {table_set!r} (under {AIC_DIR}) has no PEP 440 version") from exc
 
 
 def _read(folder: Path, stem: str) -> pd.DataFrame:

@@ -10,6 +10,7 @@ import pytest
 from pdsim.perf.optables import (
     AIC_DIR,
     COLLECTIVES,
+    _set_version,
     load_mla,
     load_mla_bmm,
     load_tables,
@@ -113,3 +114,15 @@ def test_resolve_set_can_require_the_new_tables():
     assert resolve_set("b300_sxm", "sglang", "", ("moe", "mla_context", "nccl")) == "b300_sxm_sglang_0.5.14"
     assert resolve_set("h100_sxm", "vllm", "", ("mla_context_module",)) == "h100_sxm_vllm_0.24.0"
     assert resolve_set("h100_sxm", "sglang", "", ("nccl",)) == "h100_sxm_sglang_0.5.14"
+
+
+def test_table_set_versions_order_as_pep_440():
+    """The newest qualifying set is picked by PEP 440, as release_before compares: a release
+    candidate comes before its release, and numbers compare as numbers."""
+    def key(name: str):
+        return _set_version(name, len("b200_sxm_trtllm_"))
+
+    assert key("b200_sxm_trtllm_1.3.0rc20") < key("b200_sxm_trtllm_1.3.0") < key("b200_sxm_trtllm_1.3.1rc1")
+    assert max(["b200_sxm_trtllm_0.14.0", "b200_sxm_trtllm_0.9.0"], key=key) == "b200_sxm_trtllm_0.14.0"
+    with pytest.raises(ValueError, match="table set 'b200_sxm_trtllm_nightly-x' .* no PEP 440 version"):
+        key("b200_sxm_trtllm_nightly-x")
