@@ -610,9 +610,10 @@ def validate_values(cfg: Config) -> None:
         if getattr(s, name) not in allowed:
             raise ValueError(f"slo: field {name!r} has unknown value {getattr(s, name)!r} (choose from {allowed})")
     c = cfg.cluster
+    _validate_moe_table_set(cfg, "perf", "moe_table_set", cfg.perf.moe_table_set)
     for side in ("colocated",) if c.mode == "colocated" else ("prefill", "decode"):
         c.parallel(side).validate(cfg.model.num_heads, cfg.model.num_experts, cfg.model.name, f"{side}_")
-        _validate_moe_table_set(cfg, side)
+        _validate_moe_table_set(cfg, "cluster", f"{side}_moe_table_set", getattr(c, f"{side}_moe_table_set"))
     if c.prefix_cache_tokens < 0:
         raise ValueError(f"cluster: field 'prefix_cache_tokens' must be >= 0, got {c.prefix_cache_tokens}")
     check_dispatch(c.prefill_dp_dispatch)
@@ -622,16 +623,16 @@ def validate_values(cfg: Config) -> None:
         raise ValueError(f"search: field 'max_probes' must be >= 2, got {cfg.search.max_probes}")
 
 
-def _validate_moe_table_set(cfg: Config, side: str) -> None:
-    """A side's MoE table set is a measured set of the hardware's GPU (its op_tables)."""
-    name = getattr(cfg.cluster, f"{side}_moe_table_set")
+def _validate_moe_table_set(cfg: Config, group: str, field_name: str, name: str) -> None:
+    """An MoE table set (perf.moe_table_set, or a side's own) is a measured set of the hardware's
+    GPU (its op_tables)."""
     if not name:
         return
     from pdsim.perf.optables import sets_of_system  # the tables' index: no config import, no cycle
 
     have = sets_of_system(cfg.hardware.op_tables)
     if name not in have:
-        raise ValueError(f"cluster: field '{side}_moe_table_set' has unknown value {name!r} for hardware "
+        raise ValueError(f"{group}: field '{field_name}' has unknown value {name!r} for hardware "
                          f"{cfg.hardware.name} (its table sets: {have})")
 
 

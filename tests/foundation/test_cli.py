@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from pdsim.trace import read_trace
 
@@ -137,14 +138,16 @@ def test_unknown_prefill_dp_dispatch_one_error_line_nothing_written(tmp_path):
     assert not out.exists()
 
 
-def test_unknown_side_moe_table_set_one_error_line_nothing_written(tmp_path):
+@pytest.mark.parametrize(("key", "field"), [("cluster.decode_moe_table_set", "cluster: field 'decode_moe_table_set'"),
+                                           ("perf.moe_table_set", "perf: field 'moe_table_set'")])
+def test_unknown_moe_table_set_one_error_line_nothing_written(tmp_path, key, field):
     from pdsim.perf.optables import sets_of_system
 
     out = tmp_path / "run"
-    proc = _pdsim("run", "scenario=rag", "cluster.decode_moe_table_set=b200_sxm_sglang_0.5.14", "progress=false",
+    proc = _pdsim("run", "scenario=rag", f"{key}=b200_sxm_sglang_0.5.14", "progress=false",
                   f"hydra.run.dir={out}", cwd=tmp_path)
     assert proc.returncode == 2  # a B200 set for the default H100 cluster: refused before the run
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert lines == ["pdsim: error: cluster: field 'decode_moe_table_set' has unknown value "
+    assert lines == [f"pdsim: error: {field} has unknown value "
                      f"'b200_sxm_sglang_0.5.14' for hardware h100 (its table sets: {sets_of_system('h100_sxm')})"]
     assert not out.exists()
