@@ -152,7 +152,7 @@ def resolve_set(system: str, engine: str, version: str, needs: Sequence[str] = (
 
 def _set_version(table_set: str, prefix_chars: int) -> Version:
     """A table set's engine version (its name past `prefix_chars`) in PEP 440's order, the one
-    release_before uses: 1.3.0rc20 comes before 1.3.0 (the old digit-list key put it after)."""
+    release_before uses: 1.3.0rc20 comes before 1.3.0, 0.9.0 before 0.14.0."""
     try:
         return Version(table_set[prefix_chars:])
     except InvalidVersion as exc:
