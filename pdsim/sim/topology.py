@@ -24,8 +24,8 @@ BACKENDS = ("rdma", "tcp", "nvlink", "none")  # none: KV moves instantly (Simula
 
 
 @dataclass(frozen=True, slots=True)
-class RankPorts:
-    """One attention-DP rank's share of its instance's links: its GPUs' NIC ports and NVLink."""
+class Ports:
+    """The NIC ports and NVLink of a group of GPUs: an instance's, or one attention-DP rank's."""
 
     nic_out: Resource
     nic_in: Resource
@@ -44,7 +44,7 @@ class Placement:
     node_in: Resource
     nvl_out: Resource | None
     nvl_in: Resource | None
-    ranks: tuple[RankPorts, ...] = ()  # per attention-DP rank (none without DP)
+    ranks: tuple[Ports, ...] = ()  # per attention-DP rank (none without DP)
 
 
 class Topology:
@@ -83,19 +83,18 @@ class Topology:
                 self.network.add_resource(f"node{node}:out", node_nics * nic),
                 self.network.add_resource(f"node{node}:in", node_nics * nic),
             )
-        nics = self._nics(tp)
-        nvl = self.hw.nvlink_gbps * 1e9 * tp
+        own = self._ports(name, tp)
         placement = Placement(
             name=name,
             node=node,
             tp=tp,
-            nic_out=self.network.add_resource(f"{name}:nic_out", nics * nic),
-            nic_in=self.network.add_resource(f"{name}:nic_in", nics * nic),
+            nic_out=own.nic_out,
+            nic_in=own.nic_in,
             node_out=self._nodes[node][0],
             node_in=self._nodes[node][1],
-            nvl_out=self.network.add_resource(f"{name}:nvl_out", nvl) if nvl > 0 else None,
-            nvl_in=self.network.add_resource(f"{name}:nvl_in", nvl) if nvl > 0 else None,
-            ranks=tuple(self._rank_ports(f"{name}:dp{r}", tp // dp) for r in range(dp)) if dp > 1 else (),
+            nvl_out=own.nvl_out,
+            nvl_in=own.nvl_in,
+            ranks=tuple(self._ports(f"{name}:dp{r}", tp // dp) for r in range(dp)) if dp > 1 else (),
         )
         self.placements[name] = placement
         self._paths.clear()
@@ -105,13 +104,15 @@ class Topology:
         """NIC ports of `gpus` GPUs: their share of the node's NICs, at least one."""
         return max(1, round(gpus * self.hw.nics_per_node / max(1, self.hw.gpus_per_node)))
 
-    def _rank_ports(self, name: str, gpus: int) -> RankPorts:
+    def _ports(self, name: str, gpus: int) -> Ports:
+        """New links for `gpus` GPUs named `name`: their NICs' share out and in, their NVLink
+        out and in (none without NVLink), created in that order."""
         nic = self._nics(gpus) * self._nic_bytes_per_s()
         nvl = self.hw.nvlink_gbps * 1e9 * gpus
         add = self.network.add_resource
-        return RankPorts(add(f"{name}:nic_out", nic), add(f"{name}:nic_in", nic),
-                         add(f"{name}:nvl_out", nvl) if nvl > 0 else None,
-                         add(f"{name}:nvl_in", nvl) if nvl > 0 else None)
+        return Ports(add(f"{name}:nic_out", nic), add(f"{name}:nic_in", nic),
+                     add(f"{name}:nvl_out", nvl) if nvl > 0 else None,
+                     add(f"{name}:nvl_in", nvl) if nvl > 0 else None)
 
     def path(self, src: str, dst: str, src_rank: int = 0, dst_rank: int = 0) -> tuple[Resource, ...]:
         """The links a flow from `src` (its DP rank `src_rank`) to `dst` (rank `dst_rank`) crosses."""
