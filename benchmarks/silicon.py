@@ -30,6 +30,7 @@ import pandas as pd  # noqa: E402
 import silicon_errors as errors  # noqa: E402
 from silicon_rows import (  # noqa: E402
     PHASES,
+    TRTLLM_MOE_DEFAULT,
     TRTLLM_MOE_SOURCES,
     RowPlan,
     concurrency_of,
@@ -53,7 +54,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 
 def plan_all(raw: list[dict[str, str]], prefix_cache: str = "off", phases: str = "harness",
-             extra: tuple[str, ...] = (), trtllm_moe: str = "tables") -> list[RowPlan | Prediction]:
+             extra: tuple[str, ...] = (), trtllm_moe: str = TRTLLM_MOE_DEFAULT) -> list[RowPlan | Prediction]:
     """A plan per row (with `extra` overrides in place of the plan's own for the same keys), or an
     `error` prediction where the row itself cannot be read."""
     catalog = load_catalog()
@@ -184,10 +185,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="harness (default): each row's own benchmark client (AIPerf's phases for "
                         "AIConfigurator's collection, InferenceX's bench_serving run for the rest); aiperf: AIPerf's "
                         "phases for every row; steady: one continuous loop, its steady-state window (docs/SILICON.md)")
-    p.add_argument("--trtllm-moe", choices=TRTLLM_MOE_SOURCES, default="tables",
-                   help="tables (default): TRT-LLM's fp8 block-scale experts from its own set (DeepGEMM); recipe: "
-                        "the kernel each side's recipe or launch script chose, trtllm-gen from the SGLang set of "
-                        "the GPU where it chose TRTLLM (docs/SILICON.md)")
+    p.add_argument("--trtllm-moe", choices=TRTLLM_MOE_SOURCES, default=TRTLLM_MOE_DEFAULT,
+                   help="tables: TRT-LLM's fp8 block-scale experts from its own set (DeepGEMM); recipe: the kernel "
+                        "each side's recipe or launch script chose, trtllm-gen from the SGLang set of the GPU where "
+                        "it chose TRTLLM; recipe_tp (default): the same on sides without expert parallelism only, "
+                        "DeepGEMM's rows elsewhere (docs/SILICON.md)")
     return p.parse_args(argv)
 
 

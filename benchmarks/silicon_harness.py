@@ -289,7 +289,7 @@ _SGLANG_DSR1 = (
 # dsr1_fp8_b200_trt.sh set moe_config.backend DEEPGEMM until 2026-01-29 (#594), then TRTLLM (the
 # trtllm-gen kernels) but DEEPGEMM at 1k/8k from 256 clients; AIConfigurator's TRT-LLM sets timed
 # fp8 block-scale experts with DeepGEMM only (silicon_recipes.TRTLLM_GEN_MOE_SETS says where the
-# trtllm-gen ones were measured; silicon.py --trtllm-moe recipe prices them so)
+# trtllm-gen ones were measured; silicon.py prices them so at MoE TP, --trtllm-moe says where)
 _TRTLLM_DSR1 = (
     Deployment("dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh", 0, False, "fp8", trtllm_clients_budget=True),
     Deployment("dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh (from 2026-01-21)", 8192, False, "fp8", since="2026-01-21",

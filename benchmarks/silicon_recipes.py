@@ -38,10 +38,11 @@ the recipes as of the measurements (srt-slurm `recipes/`, versions of 2026-02-04
   context servers and on attention-DP generation servers, TRTLLM on TP ones. AIConfigurator's
   TRT-LLM sets measured fp8 block-scale experts with DeepGEMM only (`kernel_source` deepgemm); its
   SGLang sets measured the trtllm-gen kernels through FlashInfer (`sglang_flashinfer_trtllm_moe`),
-  so under `silicon.py --trtllm-moe recipe` a TRTLLM side prices its experts from the SGLang set of
-  its GPU (`TRTLLM_GEN_MOE_SETS`, `cluster.<side>_moe_table_set`); the default keeps DeepGEMM's
-  rows (docs/SILICON.md says why). The gap is widest at MoE TP8 and few tokens: 0.035 ms a layer
-  at one token on B200 against DeepGEMM's 0.098.
+  so a TRTLLM side without expert parallelism prices its experts from the SGLang set of its GPU
+  (`TRTLLM_GEN_MOE_SETS`, `cluster.<side>_moe_table_set`; `silicon.py --trtllm-moe`, default
+  recipe_tp); under EP SGLang's path around the kernel is not TRT-LLM's and the side keeps
+  DeepGEMM's rows (docs/SILICON.md says why). The gap is widest at MoE TP8 and few tokens: 0.035 ms
+  a layer at one token on B200 against DeepGEMM's 0.098.
 - **KV cache**: every SGLang recipe of B200 and GB300 (fp4 and fp8, every isl/osl point) sets
   `--kv-cache-dtype fp8_e4m3` on both sides, where SGLang's default is the model's dtype (bf16
   here); the H100 recipes set none. TRT-LLM's recipes set `kv_cache_config.dtype: fp8`, its
@@ -170,6 +171,7 @@ class Layout(Protocol):
 
     tp: int
     attention_dp: int
+    moe_ep: int
     workers: int
 
 
@@ -178,16 +180,27 @@ def recipe_kv_dtype(backend: str, system: str) -> str:
     return "fp8" if backend == "sglang" and system in SGLANG_FP8_KV_SYSTEMS else ""
 
 
-def trtllm_moe_table_overrides(system: str, precision: str, isl_tokens: int, decode: Layout) -> list[str]:
+def reads_trtllm_gen_table(source: str, moe_ep: int) -> bool:
+    """Whether a side that runs the trtllm-gen MoE kernels is priced from the SGLang set's timing of
+    them under `source` (silicon_rows.TRTLLM_MOE_SOURCES): always under "recipe"; under "recipe_tp"
+    only without expert parallelism, the split in which SGLang calls the kernel as TRT-LLM does."""
+    return source == "recipe" or (source == "recipe_tp" and moe_ep == 1)
+
+
+def trtllm_moe_table_overrides(system: str, precision: str, isl_tokens: int, prefill: Layout, decode: Layout,
+                               source: str = "recipe") -> list[str]:
     """cluster.<side>_moe_table_set for the sides of a TRT-LLM fp8 recipe that run the trtllm-gen
-    MoE kernels (TRTLLM_FP8_MOE_BACKEND); none elsewhere."""
+    MoE kernels (TRTLLM_FP8_MOE_BACKEND) and read them from the SGLang set under `source`
+    (reads_trtllm_gen_table); none elsewhere."""
     backends = TRTLLM_FP8_MOE_BACKEND.get((system, isl_tokens)) if precision == "fp8" else None
     if backends is None:
         return []
-    prefill, decode_tp, decode_dp = backends
-    sides = {"prefill": prefill, "decode": decode_dp if decode.attention_dp > 1 else decode_tp}
+    context, generation_tp, generation_dp = backends
+    sides = {"prefill": (context, prefill),
+             "decode": (generation_dp if decode.attention_dp > 1 else generation_tp, decode)}
     return [f"cluster.{side}_moe_table_set={TRTLLM_GEN_MOE_SETS[system]}"
-            for side, backend in sides.items() if backend == "TRTLLM"]
+            for side, (backend, layout) in sides.items()
+            if backend == "TRTLLM" and reads_trtllm_gen_table(source, layout.moe_ep)]
 
 
 def moe_a2a(backend: str, system: str, precision: str, side: str) -> str:

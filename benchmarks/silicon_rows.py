@@ -48,6 +48,7 @@ from silicon_recipes import (
     TRTLLM_GEN_MOE_SETS,
     moe_a2a,
     prefill_overrides,
+    reads_trtllm_gen_table,
     recipe_kv_dtype,
     trtllm_generation_batch,
     trtllm_moe_table_overrides,
@@ -230,11 +231,13 @@ def load_catalog() -> Catalog:
 # did (harness_of: AIPerf's phases or InferenceX's bench_serving run), "aiperf" AIPerf's phases
 # for every row, "steady" one continuous loop and its steady-state window (silicon_harness.py).
 PHASES = ("harness", "aiperf", "steady")
-# Where a TRT-LLM row's fp8 block-scale experts are priced: "tables" (default) the TRT-LLM set's own
-# rows (DeepGEMM, what AIConfigurator timed); "recipe" the kernel its recipe or launch script chose
-# per side, trtllm-gen from the SGLang set of the GPU where it chose TRTLLM (silicon_recipes;
-# tried and not the default: docs/SILICON.md "TRT-LLM's MoE kernel per side")
-TRTLLM_MOE_SOURCES = ("tables", "recipe")
+# Where a TRT-LLM row's fp8 block-scale experts are priced: "tables" the TRT-LLM set's own rows
+# (DeepGEMM, what AIConfigurator timed); "recipe" the kernel its recipe or launch script chose per
+# side, trtllm-gen from the SGLang set of the GPU where it chose TRTLLM; "recipe_tp" (default) the
+# same on the sides without expert parallelism only, where SGLang runs the kernel as TRT-LLM does
+# (silicon_recipes.reads_trtllm_gen_table; docs/SILICON.md "TRT-LLM's MoE kernel per side")
+TRTLLM_MOE_SOURCES = ("tables", "recipe", "recipe_tp")
+TRTLLM_MOE_DEFAULT = "recipe_tp"
 
 
 def requests_for(concurrency: int) -> int:
@@ -433,7 +436,7 @@ def _disagg_budget(row: SiliconRow, prefill: Side, decode: Side) -> list[str]:
     return recipe or budget_overrides(row, aggregated=False)
 
 
-def _shape(row: SiliconRow, moe: bool, trtllm_moe: str = "tables") -> tuple[list[str], list[str]]:
+def _shape(row: SiliconRow, moe: bool, trtllm_moe: str) -> tuple[list[str], list[str]]:
     """(cluster overrides, gaps) for the row's deployment (`trtllm_moe`: TRTLLM_MOE_SOURCES)."""
     c = row.concurrency
     running = f"cluster.max_running_requests={max(256, c)}"
@@ -458,13 +461,13 @@ def _shape(row: SiliconRow, moe: bool, trtllm_moe: str = "tables") -> tuple[list
                  *_layout(row, p, "prefill"), *_layout(row, d, "decode"), running, *_disagg_budget(row, p, d)]
     if row.backend == "sglang" and p.attention_dp > 1:  # SGLang's prefill DP follows the bootstrap room
         overrides.append(f"cluster.prefill_dp_dispatch={BOOTSTRAP_ROOM}")
-    if row.backend == "trtllm" and trtllm_moe == "recipe":  # the sides whose recipe runs trtllm-gen MoE
-        overrides += trtllm_moe_table_overrides(row.system, row.precision, row.isl_tokens, d)
+    if row.backend == "trtllm":  # the sides whose recipe runs trtllm-gen MoE
+        overrides += trtllm_moe_table_overrides(row.system, row.precision, row.isl_tokens, p, d, trtllm_moe)
     return overrides, _side_gaps(p, "prefill", moe) + _side_gaps(d, "decode", moe)
 
 
 def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: str = "harness",
-             trtllm_moe: str = "tables") -> RowPlan:
+             trtllm_moe: str = TRTLLM_MOE_DEFAULT) -> RowPlan:
     """The row's pdsim run (hydra overrides), or every feature it lacks."""
     model, gaps = _model_gaps(row, cat)
     hardware, preset, engine_gaps = _engine_gaps(row, cat)
@@ -499,7 +502,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
     return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
 
 
-def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str, trtllm_moe: str = "tables") -> list[str]:
+def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str, trtllm_moe: str) -> list[str]:
     """What an aggregated InferenceX row's launch script set: its MTP script's settings where the
     row ran MTP (silicon_harness.mtp_overrides), else the script version of its date (none known:
     nothing) and the MoE kernel it selects; under attention DP, TensorRT-LLM's balance as the
@@ -513,7 +516,7 @@ def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str, tr
         return balance
     script = deployment.overrides(row.isl_tokens, row.osl_tokens, agg.tp, row.concurrency)
     kernel = moe_kernel_overrides(row, model, table_set, deployment.moe_quant) if deployment.moe_quant else []
-    if (trtllm_moe == "recipe" and row.system in TRTLLM_GEN_MOE_SETS
+    if (reads_trtllm_gen_table(trtllm_moe, agg.moe_ep) and row.system in TRTLLM_GEN_MOE_SETS
             and deployment.runs_trtllm_gen_moe(row.isl_tokens, row.osl_tokens, row.concurrency)):
         kernel.append(f"cluster.colocated_moe_table_set={TRTLLM_GEN_MOE_SETS[row.system]}")
     return [*script, *kernel, *balance]

@@ -19,7 +19,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import silicon  # noqa: E402
 import silicon_errors  # noqa: E402
 from silicon_harness import harness_of  # noqa: E402
-from silicon_rows import load_catalog, parse_row, plan_row  # noqa: E402
+from silicon_rows import TRTLLM_MOE_DEFAULT, load_catalog, parse_row, plan_row  # noqa: E402
 
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
           "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,"
@@ -204,13 +204,17 @@ def test_inferencex_sglang_rows_take_the_scripts_receive_interval(clients: int, 
 
 
 def _script(backend: str, model: str, precision: str, date: str, clients: int = 64, isl: int = 1024, tp: int = 8,
-            system: str = "b200_sxm", trtllm_moe: str = "tables") -> set[str]:
+            system: str = "b200_sxm", trtllm_moe: str = "", moe_ep: int = 0) -> set[str]:
+    """An aggregated InferenceX row's overrides (trtllm_moe "": the default source); moe_ep 0: EP over
+    the TP GPUs, 1: MoE TP."""
     src = f"db-dump/x; silicon_concurrency={clients}; measured={date}T00:00:00.000Z"
     quant = {"fp8": "fp8_block", "fp4": "nvfp4"}.get(precision, precision)
+    ep = moe_ep or tp
     fields = dict(silicon_data_source=src, backend=backend, model_path=model, system=system, precision=precision,
                   gemm_quant_mode=quant, moe_quant_mode=quant, isl=str(isl), osl="1024", tp_size=f"{tp}.0",
-                  moe_tp_size="1.0", moe_ep_size=f"{tp}.0")
-    return set(plan_row(parse_row(row("r", **fields)), load_catalog(), trtllm_moe=trtllm_moe).overrides)
+                  moe_tp_size=f"{tp // ep}.0", moe_ep_size=f"{ep}.0")
+    source = trtllm_moe or TRTLLM_MOE_DEFAULT
+    return set(plan_row(parse_row(row("r", **fields)), load_catalog(), trtllm_moe=source).overrides)
 
 
 def test_trtllm_deepseek_script_versions_by_date() -> None:
@@ -449,10 +453,30 @@ def test_trtllm_fp8_sides_on_the_trtllm_gen_moe_read_the_sglang_set(system: str,
     from silicon_recipes import trtllm_moe_table_overrides
     from silicon_rows import Side
 
-    decode = Side(tp=8 // decode_dp, attention_dp=decode_dp, workers=1)
-    assert trtllm_moe_table_overrides(system, "fp8", isl, decode) == [
+    prefill = Side(tp=1, attention_dp=8, moe_ep=8, workers=1)
+    decode = Side(tp=8 // decode_dp, attention_dp=decode_dp, moe_ep=8, workers=1)
+    assert trtllm_moe_table_overrides(system, "fp8", isl, prefill, decode) == [
         f"cluster.{side}_moe_table_set={system}_sglang_0.5.14" for side in sides]
-    assert trtllm_moe_table_overrides(system, "fp4", isl, decode) == []
+    assert trtllm_moe_table_overrides(system, "fp4", isl, prefill, decode) == []
+
+
+@pytest.mark.parametrize(("prefill_ep", "decode_ep", "sides"), [
+    (1, 1, ("prefill", "decode")), (8, 1, ("decode",)), (1, 8, ("prefill",)), (8, 8, ())])
+def test_recipe_tp_reads_trtllm_gen_only_on_sides_without_expert_parallelism(
+        prefill_ep: int, decode_ep: int, sides: tuple[str, ...]) -> None:
+    """The default source (recipe_tp) takes SGLang's timing of the trtllm-gen kernels where SGLang
+    calls them as TRT-LLM does (MoE TP, no EP); a side under EP keeps DeepGEMM's rows; tables
+    never reads them."""
+    from silicon_recipes import trtllm_moe_table_overrides
+    from silicon_rows import Side
+
+    prefill = Side(tp=1, attention_dp=8, moe_ep=prefill_ep, workers=1)
+    decode = Side(tp=8, attention_dp=1, moe_ep=decode_ep, workers=1)  # B200 8k: TRTLLM on both sides
+    assert TRTLLM_MOE_DEFAULT == "recipe_tp"
+    assert trtllm_moe_table_overrides("b200_sxm", "fp8", 8192, prefill, decode, "recipe_tp") == [
+        f"cluster.{side}_moe_table_set=b200_sxm_sglang_0.5.14" for side in sides]
+    assert trtllm_moe_table_overrides("b200_sxm", "fp8", 8192, prefill, decode, "tables") == []
+    assert len(trtllm_moe_table_overrides("b200_sxm", "fp8", 8192, prefill, decode, "recipe")) == 2
 
 
 def test_a_trtllm_fp8_disagg_row_gets_its_sides_moe_tables() -> None:
@@ -462,8 +486,9 @@ def test_a_trtllm_fp8_disagg_row_gets_its_sides_moe_tables() -> None:
     assert plan.supported, plan.missing
     assert [o for o in plan.overrides if "_moe_table_set=" in o] == [
         "cluster.prefill_moe_table_set=b200_sxm_sglang_0.5.14", "cluster.decode_moe_table_set=b200_sxm_sglang_0.5.14"]
-    default = plan_row(parse_row(raw), load_catalog())  # the default prices the TRT-LLM set's own rows
-    assert not any("_moe_table_set=" in o for o in default.overrides)
+    for source in ("tables", "recipe_tp"):  # its own rows: tables always, the default under EP
+        plan = plan_row(parse_row(raw), load_catalog(), trtllm_moe=source)
+        assert not any("_moe_table_set=" in o for o in plan.overrides), source
 
 
 def test_trtllm_fp8_script_runs_trtllm_gen_moe_from_2026_01_29() -> None:
@@ -473,7 +498,10 @@ def test_trtllm_fp8_script_runs_trtllm_gen_moe_from_2026_01_29() -> None:
     assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-01-25", trtllm_moe="recipe")
     assert moe in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05", trtllm_moe="recipe")
     assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp4", "2026-02-05", trtllm_moe="recipe")
-    assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05")  # the default: tables
+    assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05", trtllm_moe="tables")
+    # the default (recipe_tp): the script's kernel at MoE TP8, DeepGEMM's rows under EP8
+    assert moe in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05", moe_ep=1)
+    assert moe not in _script("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "2026-02-05")
     from silicon_harness import deployment_for
 
     late = deployment_for("trtllm", "deepseek-ai/DeepSeek-R1", "fp8", "b200_sxm", 8, "2026-02-05")
