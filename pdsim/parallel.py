@@ -11,7 +11,7 @@ moe_ep = 1 this is plain tensor parallelism, which is what every instance was be
 An instance also names how its MoE layers reach their experts under attention DP (`moe_a2a`:
 all-gather / reduce-scatter, or DeepEP's dispatch / combine), since engines set it per instance
 (a prefill may all-gather while its decode runs DeepEP). A leaf module (plain values in, no
-config types), so that config.py can validate with it.
+config types), so that pdsim.config can validate with it.
 """
 
 from __future__ import annotations
