@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/silicon.py --rows ../shared/data/silicon/silicon_dev.csv --out PRED.csv
 
 For every row of a file shaped like silicon_dev.csv (README beside it) this builds the pdsim run
-the row describes (silicon_rows.py: model, system -> hardware, backend -> operator tables,
-quantization, parallelism, agg -> one colocated engine / disagg -> P and D workers with TP per
-side, isl/osl, client concurrency), simulates the closed loop the benchmark ran (silicon_run.py)
+the row describes (silicon_parse.py, silicon_models.py, silicon_rows.py: model, system ->
+hardware, backend -> operator tables, quantization, parallelism, agg -> one colocated engine /
+disagg -> P and D workers with TP per side, isl/osl, client concurrency), simulates the closed loop the benchmark ran (silicon_run.py)
 and writes `id,pdsim_ttft_ms,pdsim_tpot_ms,status,reason` for every row: status `ok`, or
 `unsupported` with every missing feature named (`error` if pdsim failed on a row it accepted).
 Then it prints the error tables (silicon_errors.py) for pdsim and for AIConfigurator 0.12.0 on
@@ -28,17 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pandas as pd  # noqa: E402
 import silicon_errors as errors  # noqa: E402
-from silicon_rows import (  # noqa: E402
-    PHASES,
-    TRTLLM_MOE_DEFAULT,
-    TRTLLM_MOE_SOURCES,
-    RowPlan,
-    concurrency_of,
-    load_catalog,
-    parse_row,
-    plan_row,
-    with_overrides,
-)
+from silicon_parse import RowPlan, concurrency_of, load_catalog, parse_row  # noqa: E402
+from silicon_rows import PHASES, TRTLLM_MOE_DEFAULT, TRTLLM_MOE_SOURCES, plan_row, with_overrides  # noqa: E402
 from silicon_run import STATUS_ERROR, STATUS_OK, Prediction, predict  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 

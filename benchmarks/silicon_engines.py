@@ -4,7 +4,7 @@ prefill's host time, the small-batch MoE kernel, the routing the MoE tables are 
 
 Each constant is one number per engine (or engine and table version), chosen on the dev split's
 samples A + B and checked on the held-back sample C where it says so; nothing is per row.
-silicon_rows.py turns a row into a pdsim run with them.
+silicon_rows.py turns a row into a pdsim run with them (silicon_models.py checks what it runs on).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ ENGINES: dict[str, Engine] = {
 # pinned table version without the mode's tables gives way to the newest set that has them
 SUPPORTED_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo"}
 # routed-expert quant modes with fused-MoE tables (a row also needs its shape, MoE TP and EP in
-# the set's moe table: silicon_rows._moe_gaps)
+# the set's moe table: silicon_models.moe_gaps)
 SUPPORTED_MOE_QUANT = {"", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "w4a8_mxfp4_mxfp8"}
 # Engine step overhead (ms per step, perf.overhead_s) per (engine, operator-table version): the
 # median of measured - predicted TPOT over the dev split's dense rows run with none, clamped at 0

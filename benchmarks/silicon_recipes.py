@@ -167,7 +167,7 @@ TRTLLM_GENERATION: dict[tuple[str, str, int, int, int, int, int, bool], tuple[tu
 
 
 class Layout(Protocol):
-    """One side of a row (silicon_rows.Side)."""
+    """One side of a row (silicon_parse.Side)."""
 
     tp: int
     attention_dp: int

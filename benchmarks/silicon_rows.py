@@ -1,25 +1,15 @@
-"""A measured silicon row (silicon_dev.csv's columns) -> the pdsim run it describes, or why none.
+"""A measured silicon row -> the pdsim run it describes (hydra overrides), or why none.
 
 The mapping is a set of small tables, one per axis, so that the precision issue (39: quant
 modes, Blackwell/NVL72 hardware, TRT-LLM tables) and the MoE issue (40: expert parallelism,
-attention DP) extend it by adding entries or by dropping a check, not by rewriting it:
-
-- MODELS: the row's `model_path` -> a catalog model (scenarios/model/<name>.yaml);
-- SYSTEMS: the row's `system` -> a catalog hardware entry (scenarios/hardware/<name>.yaml);
-- ENGINES: the row's `backend` -> a perf preset (scenarios/perf/<name>.yaml) and the operator
-  table sets it needs (pdsim/perf/data/aic/<system>_<engine>_<version>, found at run time);
-- SUPPORTED_QUANT: the GEMM / MoE quant modes the measured perf model has tables for
-  (silicon_engines.py, with the engine constants);
-- parallelism: TP, attention DP and MoE EP per side; PP is not modelled.
-
-Every gap is collected (not only the first), so `reason` lists all that a row would need.
+attention DP) extend it by adding entries or by dropping a check, not by rewriting it. The row as
+data and the catalog: silicon_parse.py; its model, precision and table set (and what pdsim
+lacks of them): silicon_models.py; here, the run: the benchmark client's workload, each side's
+layout and budgets (TP, attention DP and MoE EP per side; PP is not modelled), the launch
+script's or recipe's settings, and the engine's constants (silicon_engines.py).
 """
 
 from __future__ import annotations
-
-import re
-from dataclasses import dataclass, field, replace
-from functools import cache
 
 from silicon_engines import (
     ENGINES,
@@ -27,8 +17,6 @@ from silicon_engines import (
     PREFILL_GRAPH_MAX_TOKENS,
     PREFILL_HOST_MODE,
     PREFILL_HOST_MS_PER_MOE_LAYER,
-    SUPPORTED_MOE_QUANT,
-    SUPPORTED_QUANT,
     moe_fallback_overrides,
     moe_routing,
     step_overhead_s,
@@ -36,168 +24,31 @@ from silicon_engines import (
 from silicon_harness import (
     adp_balance_overrides,
     deployment_for,
-    harness_of,
-    inferencex_layout,
     inferencex_workload,
-    measured_date,
-    mtp_draft_tokens,
     mtp_overrides,
     tokenizer_overrides,
 )
+from silicon_models import (
+    engine_gaps,
+    model_gaps,
+    moe_gaps,
+    moe_kernel_overrides,
+    moe_quant_of,
+    precision_of,
+    table_set_for,
+    version_note,
+)
+from silicon_parse import Catalog, RowPlan, Side, SiliconRow
 from silicon_recipes import (
     TRTLLM_GEN_MOE_SETS,
     moe_a2a,
     prefill_overrides,
     reads_trtllm_gen_table,
-    recipe_kv_dtype,
     trtllm_generation_batch,
     trtllm_moe_table_overrides,
 )
 
 from pdsim.policy.dp_dispatch import BOOTSTRAP_ROOM
-
-# model_path -> catalog model. Instruct / quantized checkpoints share their base model's
-# architecture (config.json); their quantization comes from the row's quant modes.
-MODELS: dict[str, str] = {
-    "Qwen/Qwen3-32B": "qwen3_32b",
-    "nvidia/Qwen3-32B-NVFP4": "qwen3_32b",
-    "meta-llama/Llama-3.1-70B": "llama3_70b",
-    "meta-llama/Llama-3.1-8B-Instruct": "llama3_8b",
-    "deepseek-ai/DeepSeek-V3": "deepseek_v3",
-    "deepseek-ai/DeepSeek-R1": "deepseek_v3",  # same architecture as V3 (config.json)
-    "nvidia/DeepSeek-R1-NVFP4": "deepseek_v3",
-    "nvidia/DeepSeek-V3.1-NVFP4": "deepseek_v3",
-    "openai/gpt-oss-120b": "gpt_oss_120b",
-    "moonshotai/Kimi-K2.5": "kimi_k25",
-    "Qwen/Qwen3-235B-A22B-FP8": "qwen3_235b_a22b",
-    "MiniMaxAI/MiniMax-M2.5": "minimax_m25",
-    "zhipuai/GLM-5": "glm5",
-    "Qwen/Qwen3.5-397B-A17B": "qwen35_397b_a17b",
-}
-# silicon system -> catalog hardware (the operator tables of that GPU: hardware.op_tables)
-SYSTEMS: dict[str, str] = {"h100_sxm": "h100", "b200_sxm": "b200", "h200_sxm": "h200", "b300_sxm": "b300",
-                           "gb200": "gb200", "gb300": "gb300"}
-
-
-ISSUE_PRECISION = "issue 39"
-
-
-@dataclass(frozen=True)
-class Side:
-    """One engine shape: tensor parallel size and the parallelism pdsim does not model yet."""
-
-    tp: int
-    pp: int = 1
-    attention_dp: int = 1
-    moe_tp: int = 1
-    moe_ep: int = 1
-    workers: int = 1
-
-
-@dataclass(frozen=True)
-class SiliconRow:
-    """The fields of one measured row that decide its pdsim run (and the measured latencies)."""
-
-    id: str
-    model_path: str
-    system: str
-    backend: str
-    backend_version: str
-    mode: str  # agg | disagg
-    isl_tokens: int
-    osl_tokens: int
-    concurrency: int  # closed-loop clients (0 = the row does not say)
-    precision: str
-    gemm_quant: str
-    moe_quant: str
-    agg: Side | None
-    prefill: Side | None
-    decode: Side | None
-    measured_ttft_ms: float
-    measured_tpot_ms: float
-    harness: str = "aiperf"  # the benchmark client that measured it: HARNESSES
-    measured: str = ""  # measurement date (YYYY-MM-DD) from silicon_data_source, "" where none
-    mtp_draft_tokens: int = 0  # speculative decoding the run used, where its image says (MTP_IMAGES)
-
-
-@dataclass(frozen=True)
-class RowPlan:
-    """The pdsim run of a row: hydra overrides over config.yaml, or the features it lacks."""
-
-    row: SiliconRow
-    overrides: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()
-    note: str = ""  # e.g. which table version stands in for the row's engine version
-
-    @property
-    def supported(self) -> bool:
-        return not self.missing
-
-
-@dataclass
-class Catalog:
-    """What pdsim has: catalog models (with their dtype and MoE-ness) and operator table sets."""
-
-    models: dict[str, tuple[str, bool]]  # name -> (dtype, is_moe)
-    hardware: set[str]
-    table_sets: list[str]  # "<system>_<engine>_<version>"
-    hardware_tables: dict[str, str] = field(default_factory=dict)  # hardware -> op_tables system
-
-
-def _int(value: str) -> int:
-    return int(float(value)) if value.strip() else 0
-
-
-def _side(raw: dict[str, str], prefix: str) -> Side | None:
-    tp = _int(raw.get(f"{prefix}tp_size", ""))
-    if tp <= 0:
-        return None
-    get = lambda name: _int(raw.get(f"{prefix}{name}", "")) or 1  # noqa: E731
-    workers = _int(raw.get(f"{prefix}num_workers", "")) if prefix else 1
-    return Side(tp, get("pp_size"), get("attention_dp_size"), get("moe_tp_size"), get("moe_ep_size"), workers)
-
-
-def _agg_side(raw: dict[str, str]) -> Side | None:
-    """An aggregated row's engine; an InferenceX row's as its launch script ran it (inferencex_layout)."""
-    side = _side(raw, "") if raw["mode"] == "agg" else None
-    if side is None or harness_of(raw.get("silicon_data_source", "")) != "inferencex":
-        return side
-    tp, dp, moe_tp, moe_ep = inferencex_layout(raw["backend"], side.tp, side.attention_dp, side.moe_tp, side.moe_ep)
-    return replace(side, tp=tp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep)
-
-
-def concurrency_of(raw: dict[str, str]) -> int:
-    """Client concurrency: `silicon_concurrency=` in silicon_data_source, else batch_size (agg)."""
-    found = re.search(r"silicon_concurrency=(\d+)", raw.get("silicon_data_source", ""))
-    if found:
-        return int(found.group(1))
-    return _int(raw.get("batch_size", "")) if raw.get("mode") == "agg" else 0
-
-
-def parse_row(raw: dict[str, str]) -> SiliconRow:
-    """One CSV row (silicon_dev.csv's header) as a SiliconRow; ValueError names the bad field."""
-    try:
-        agg, source = _agg_side(raw), raw.get("silicon_data_source", "")
-        return SiliconRow(
-            id=raw["id"], model_path=raw["model_path"], system=raw["system"], backend=raw["backend"],
-            backend_version=raw.get("backend_version", ""), mode=raw["mode"],
-            isl_tokens=_int(raw["isl"]), osl_tokens=_int(raw["osl"]), concurrency=concurrency_of(raw),
-            precision=raw.get("precision", ""), gemm_quant=raw.get("gemm_quant_mode", ""),
-            moe_quant=raw.get("moe_quant_mode", ""),
-            agg=agg,
-            prefill=_side(raw, "prefill_"), decode=_side(raw, "decode_"),
-            measured_ttft_ms=float(raw.get("silicon_ttft_ms") or "nan"),
-            measured_tpot_ms=float(raw.get("silicon_tpot_ms") or "nan"),
-            harness=harness_of(source),
-            measured=measured_date(source),
-            mtp_draft_tokens=mtp_draft_tokens(raw["backend"], raw["model_path"], source,
-                                              agg.attention_dp if agg is not None else 1),
-        )
-    except KeyError as exc:
-        raise ValueError(f"row {raw.get('id', '?')}: missing column {exc.args[0]}") from None
-    except ValueError as exc:
-        raise ValueError(f"row {raw.get('id', '?')}: {exc}") from None
-
 
 # AIConfigurator's aiperf template: 2 C warm-up requests, then 20 C profiled
 MIN_REQUESTS, WARMUP_PER_CLIENT, PROFILED_PER_CLIENT = 60, 2, 20
@@ -211,20 +62,6 @@ AIPERF_PROMPTS = 100
 PREFIX_CACHE = {"vllm": True, "sglang": True, "trtllm": False}
 CACHE_BLOCK_TOKENS = 16  # the engines' KV page (vLLM block-size 16; a repeat hits all but its last block)
 SCENARIO = "bench_random"
-
-
-def load_catalog() -> Catalog:
-    """pdsim's catalog models, hardware and operator table sets, read from this checkout."""
-    from pdsim.perf import catalog, spec
-    from pdsim.perf.optables import table_sets
-
-    models = {}
-    for name in catalog.catalog_names("model"):
-        m = catalog.load_model(name)
-        models[name] = (m.dtype, spec.is_moe(m))
-    hardware = set(catalog.catalog_names("hardware"))
-    tables = {name: catalog.load_hardware(name).op_tables for name in hardware}
-    return Catalog(models, hardware, table_sets(), tables)
 
 
 # How the replay runs each row's benchmark client: "harness" (default) as the row's own harness
@@ -264,123 +101,6 @@ def workload_overrides(row: SiliconRow, prefix_cache: str = "off", phases: str =
             f"scenario.warmup_barrier={str(phases != 'steady').lower()}",
             f"scenario.prefix.prompt_pool={AIPERF_PROMPTS}", f"scenario.prefix.block_tokens={CACHE_BLOCK_TOKENS}",
             f"cluster.prefix_cache={str(cache).lower()}"]
-
-
-def _model_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, list[str]]:
-    name = MODELS.get(row.model_path)
-    if name is None or name not in cat.models:
-        return None, [f"model {row.model_path} not in catalog"]
-    dtype, moe = cat.models[name]
-    gaps = []
-    topk = _checkpoint_sparse_topk(name)
-    if topk:
-        gaps.append(f"sparse attention (DSA, index top-k {topk}) of {name} not modelled")
-    quant = {"gemm_quant_mode": row.gemm_quant}
-    if moe:
-        quant["moe_quant_mode"] = row.moe_quant
-    for field_name, mode in quant.items():
-        if mode not in (SUPPORTED_MOE_QUANT if field_name == "moe_quant_mode" else SUPPORTED_QUANT):
-            gaps.append(f"{field_name} {mode} not modelled ({ISSUE_PRECISION})")
-    if not row.gemm_quant and row.precision not in SUPPORTED_QUANT:
-        gaps.append(f"precision {row.precision} not modelled ({ISSUE_PRECISION})")
-    if not row.gemm_quant and not row.precision and dtype != "bf16":
-        gaps.append(f"checkpoint dtype {dtype} of {name} not modelled ({ISSUE_PRECISION})")
-    return name, gaps
-
-
-def _engine_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, str, list[str]]:
-    """(catalog hardware, perf preset, gaps)."""
-    hardware = SYSTEMS.get(row.system)
-    gaps = [] if hardware in cat.hardware else [f"hardware {row.system} not in catalog ({ISSUE_PRECISION})"]
-    if row.backend not in ENGINES:
-        return hardware, "", [*gaps, f"backend {row.backend} not modelled (no operator tables, {ISSUE_PRECISION})"]
-    engine = ENGINES[row.backend]
-    if hardware in cat.hardware and not _table_set(row, cat, hardware or ""):
-        gaps.append(f"no {engine.tables} operator tables for {row.system} with {row.gemm_quant or 'bf16'} "
-                    f"GEMMs ({ISSUE_PRECISION})")
-    return hardware, engine.preset, gaps
-
-
-def precision_of(row: SiliconRow) -> tuple[str, str]:
-    """(model.gemm_quant, model.kv_dtype) of a row: its GEMM quant mode (an "fp8" row of a
-    block-scaled fp8 checkpoint runs its own block scaling), and the KV dtype its engine
-    defaults to for that mode (silicon_engines.Engine.quantized_kv_dtype), or a disaggregated row's recipe sets
-    (silicon_recipes.recipe_kv_dtype)."""
-    quant = row.gemm_quant if row.gemm_quant not in ("", "bf16") else ""
-    if quant == "fp8" and _block_fp8_checkpoint(MODELS.get(row.model_path, "")):
-        quant = "fp8_block"
-    engine = ENGINES.get(row.backend)
-    kv = engine.quantized_kv_dtype if quant and engine else "bf16"
-    if row.mode == "disagg":
-        kv = recipe_kv_dtype(row.backend, row.system) or kv
-    return quant, kv
-
-
-MXFP4_MODES = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
-BLACKWELL = ("b200_sxm", "b300_sxm", "gb200", "gb300")
-
-
-def moe_quant_of(row: SiliconRow) -> str:
-    """model.moe_quant of a row: its MoE quant mode ("" = as the GEMMs). A checkpoint whose
-    experts ship in MXFP4 (gpt-oss) runs them so whatever fp4/fp8 label the row carries (with
-    MXFP8 activations under TRT-LLM on Blackwell, its default there, else 16-bit ones); an
-    "fp8" row of a block-scaled fp8 checkpoint runs block scaling."""
-    name = MODELS.get(row.model_path, "")
-    own = _checkpoint(name)[2] if name else ""
-    if own in MXFP4_MODES:  # TRT-LLM on Blackwell runs MXFP4 experts with MXFP8 activations
-        return "w4a8_mxfp4_mxfp8" if row.backend == "trtllm" and row.system in BLACKWELL else own
-    if row.moe_quant == "fp8" and _block_fp8_checkpoint(name):
-        return "fp8_block"
-    return row.moe_quant if row.moe_quant not in ("", "bf16") else ""
-
-
-@cache
-def _catalog_model(model: str):  # noqa: ANN202 - a ModelConfig (pdsim imported lazily)
-    from pdsim.perf import catalog
-
-    return catalog.load_model(model)
-
-
-def _checkpoint(model: str) -> tuple[str, str, str]:
-    """(dtype, gemm_quant, moe_quant) of a catalog model as its checkpoint ships."""
-    m = _catalog_model(model)
-    return m.dtype, m.gemm_quant, m.moe_quant
-
-
-def _checkpoint_sparse_topk(model: str) -> int:
-    return int(_catalog_model(model).sparse_attention_topk)
-
-
-def _block_fp8_checkpoint(model: str) -> bool:
-    if not model:
-        return False
-    dtype, gemm, _ = _checkpoint(model)
-    return dtype == "fp8" or gemm == "fp8_block"
-
-
-def _table_set(row: SiliconRow, cat: Catalog, hardware: str) -> str:
-    """The operator-table set the row runs on ("" = none has the tables its precision needs)."""
-    model = MODELS.get(row.model_path, "")
-    return _resolve(row.backend, model if model in cat.models else "", *precision_of(row),
-                    cat.hardware_tables.get(hardware, ""))
-
-
-@cache
-def _resolve(backend: str, model: str, quant: str, kv: str, system: str) -> str:
-    import dataclasses
-
-    from pdsim.perf.optables import resolve_set
-    from pdsim.perf.table_keys import needed_tables
-
-    engine = ENGINES[backend]
-    spec_model = _catalog_model(model) if model else None
-    needs = needed_tables(dataclasses.replace(spec_model, gemm_quant=quant, kv_dtype=kv)) if spec_model else ()
-    if spec_model is not None and spec_model.num_experts:
-        needs = (*needs, "nccl")  # MoE models: the sets with the MoE-at-scale tables (issue 40)
-    try:
-        return resolve_set(system, engine.tables, engine.tables_version, needs)
-    except ValueError:
-        return ""
 
 
 def _side_gaps(side: Side, label: str, moe: bool) -> list[str]:
@@ -443,7 +163,7 @@ def _shape(row: SiliconRow, moe: bool, trtllm_moe: str) -> tuple[list[str], list
     if row.mode == "agg":
         if row.agg is None:
             return [], ["agg row without tp_size"]
-        engine = ENGINES.get(row.backend)  # None: unsupported anyway (_engine_gaps says why)
+        engine = ENGINES.get(row.backend)  # None: unsupported anyway (engine_gaps says why)
         schedule = f"cluster.colocated_schedule={engine.colocated_schedule if engine else 'mixed'}"
         return (["cluster.mode=colocated", "cluster.colocated=1", *_layout(row, row.agg, "colocated"), schedule,
                  running, *budget_overrides(row, aggregated=True)],
@@ -469,18 +189,18 @@ def _shape(row: SiliconRow, moe: bool, trtllm_moe: str) -> tuple[list[str], list
 def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: str = "harness",
              trtllm_moe: str = TRTLLM_MOE_DEFAULT) -> RowPlan:
     """The row's pdsim run (hydra overrides), or every feature it lacks."""
-    model, gaps = _model_gaps(row, cat)
-    hardware, preset, engine_gaps = _engine_gaps(row, cat)
+    model, gaps = model_gaps(row, cat)
+    hardware, preset, engine_missing = engine_gaps(row, cat)
     moe = model is not None and cat.models[model][1]
     cluster, shape_gaps = _shape(row, moe, trtllm_moe)
-    gaps += engine_gaps + shape_gaps
+    gaps += engine_missing + shape_gaps
     if row.concurrency <= 0:
         gaps.append("row without client concurrency")
     if row.isl_tokens <= 0 or row.osl_tokens <= 0:
         gaps.append(f"isl/osl {row.isl_tokens}/{row.osl_tokens} not positive")
-    table_set = "" if gaps else _table_set(row, cat, hardware or "")
+    table_set = "" if gaps else table_set_for(row, cat, hardware or "")
     if not gaps and moe:
-        gaps += _moe_gaps(row, model or "", table_set)
+        gaps += moe_gaps(row, model or "", table_set)
     if gaps:
         return RowPlan(row, missing=tuple(gaps))
     overrides = (
@@ -499,7 +219,7 @@ def plan_row(row: SiliconRow, cat: Catalog, prefix_cache: str = "off", phases: s
     )
     if phases == "harness" and row.harness == "inferencex" and row.agg is not None:
         overrides = with_overrides(overrides, _script_overrides(row, row.agg, model or "", table_set, trtllm_moe))
-    return RowPlan(row, overrides, note=_version_note(row, cat, hardware or ""))
+    return RowPlan(row, overrides, note=version_note(row, cat, hardware or ""))
 
 
 def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str, trtllm_moe: str) -> list[str]:
@@ -522,51 +242,9 @@ def _script_overrides(row: SiliconRow, agg: Side, model: str, table_set: str, tr
     return [*script, *kernel, *balance]
 
 
-def moe_kernel_overrides(row: SiliconRow, model: str, table_set: str, dtype: str) -> list[str]:
-    """model.moe_quant=`dtype` (the MoE kernel a script selects) and, where the row's own table
-    set never measured it at the row's expert shape and MoE split, perf.moe_table_set: the first
-    set of the same GPU that did (the kernel is FlashInfer's in every engine); [] where none did."""
-    from pdsim.perf.optables import sets_of_system, system_of_set
-    from pdsim.perf.table_keys import moe_shape
-
-    shape = moe_shape(_catalog_model(model))
-    if not _sides_without_moe(row, table_set, dtype, shape):
-        return [f"model.moe_quant={dtype}"]
-    found = [name for name in sets_of_system(system_of_set(table_set))
-             if not _sides_without_moe(row, name, dtype, shape)]
-    return [f"model.moe_quant={dtype}", f"perf.moe_table_set={found[0]}"] if found else []
-
-
 def with_overrides(overrides: tuple[str, ...], extra: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """`overrides` with each `key=value` of `extra` in place of the same key's entry (or added)."""
     keys = {e.split("=", 1)[0] for e in extra}
     return (*(o for o in overrides if o.split("=", 1)[0] not in keys), *extra)
 
 
-def _moe_gaps(row: SiliconRow, model: str, table_set: str) -> list[str]:
-    """A fused-MoE table of the row's expert shape, quant mode, MoE TP and EP for each side."""
-    import dataclasses
-
-    from pdsim.perf.table_keys import moe_shape, moe_table_dtype
-
-    m = dataclasses.replace(_catalog_model(model), gemm_quant=precision_of(row)[0], moe_quant=moe_quant_of(row))
-    shape, dtype = moe_shape(m), moe_table_dtype(m)
-    return [f"no {dtype} fused-MoE table for {model} at MoE TP {side.moe_tp} x EP {side.moe_ep} in {table_set}"
-            for side in _sides_without_moe(row, table_set, dtype, shape)]
-
-
-def _sides_without_moe(row: SiliconRow, table_set: str, dtype: str, shape: tuple[int, int, int, int]) -> list[Side]:
-    """The row's sides (aggregated, or prefill and decode) whose MoE TP x EP split `table_set` has
-    no `dtype` fused-MoE grid for at expert `shape` (table_keys.moe_grid_for's fallbacks included)."""
-    from pdsim.perf.optables import load_tables
-    from pdsim.perf.table_keys import moe_grid_for
-
-    tables = load_tables(table_set)
-    return [side for side in (row.agg, row.prefill, row.decode)
-            if side is not None and moe_grid_for(tables, dtype, shape, side.moe_tp, side.moe_ep) is None]
-
-
-def _version_note(row: SiliconRow, cat: Catalog, hardware: str) -> str:
-    """Which operator tables stand in for the row's engine version."""
-    used = _table_set(row, cat, hardware)
-    return f"{row.backend} {row.backend_version or '(unstated)'} row on {used} tables"

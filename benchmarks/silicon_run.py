@@ -13,7 +13,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from silicon_rows import RowPlan
+from silicon_parse import RowPlan
 
 STATUS_OK, STATUS_UNSUPPORTED, STATUS_ERROR = "ok", "unsupported", "error"
 

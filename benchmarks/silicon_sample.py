@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from silicon_rows import MODELS  # noqa: E402
+from silicon_parse import MODELS  # noqa: E402
 
 from pdsim.rng import stream  # noqa: E402
 

@@ -19,7 +19,8 @@ sys.path.insert(0, str(BENCHMARKS))
 import silicon  # noqa: E402
 import silicon_errors  # noqa: E402
 from silicon_harness import harness_of  # noqa: E402
-from silicon_rows import TRTLLM_MOE_DEFAULT, load_catalog, parse_row, plan_row  # noqa: E402
+from silicon_parse import load_catalog, parse_row  # noqa: E402
+from silicon_rows import TRTLLM_MOE_DEFAULT, plan_row  # noqa: E402
 
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
           "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,"
@@ -450,8 +451,8 @@ def test_trtllm_fp8_sides_on_the_trtllm_gen_moe_read_the_sglang_set(system: str,
                                                                    sides: tuple[str, ...]) -> None:
     """The fp8 recipes' moe_config.backend per side: TRTLLM (trtllm-gen, timed in the SGLang set of
     the GPU) or DEEPGEMM (the TRT-LLM set's own rows, nothing to override); fp4 keeps its set."""
+    from silicon_parse import Side
     from silicon_recipes import trtllm_moe_table_overrides
-    from silicon_rows import Side
 
     prefill = Side(tp=1, attention_dp=8, moe_ep=8, workers=1)
     decode = Side(tp=8 // decode_dp, attention_dp=decode_dp, moe_ep=8, workers=1)
@@ -467,8 +468,8 @@ def test_recipe_tp_reads_trtllm_gen_only_on_sides_without_expert_parallelism(
     """The default source (recipe_tp) takes SGLang's timing of the trtllm-gen kernels where SGLang
     calls them as TRT-LLM does (MoE TP, no EP); a side under EP keeps DeepGEMM's rows; tables
     never reads them."""
+    from silicon_parse import Side
     from silicon_recipes import trtllm_moe_table_overrides
-    from silicon_rows import Side
 
     prefill = Side(tp=1, attention_dp=8, moe_ep=prefill_ep, workers=1)
     decode = Side(tp=8, attention_dp=1, moe_ep=decode_ep, workers=1)  # B200 8k: TRTLLM on both sides
@@ -511,8 +512,8 @@ def test_trtllm_fp8_script_runs_trtllm_gen_moe_from_2026_01_29() -> None:
 
 
 def test_a_system_without_recipes_keeps_the_rules_budget() -> None:
+    from silicon_parse import Side
     from silicon_recipes import prefill_overrides
-    from silicon_rows import Side
 
     side = Side(tp=8, attention_dp=1, workers=1)
     assert prefill_overrides("sglang", "a100_sxm", "fp8", 1024, side, side) == []
