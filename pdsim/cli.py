@@ -149,7 +149,7 @@ def frontier_labels(cfg: Config) -> list[str]:
     return [d.label for d in frontier_deployments(cfg)]
 
 
-def _hydra(name: str, task: Callable[[], object], rest: list[str]) -> int:
+def _hydra(name: str, task: Callable[..., object], rest: list[str]) -> int:
     """A plain run composes once (hydra_task.run_once); hydra flags and multiruns go through
     @hydra.main, after the overrides are checked up front (one-line errors)."""
     flagged = any(a.split("=")[0] in _HYDRA_FLAGS for a in rest)

@@ -70,7 +70,7 @@ case "$cmd" in
     install_all
     step "ruff check"
     "$VENV/bin/ruff" check .
-    step "mypy (pdreal, analysis: [tool.mypy] in pyproject.toml)"
+    step "mypy (pdsim, pdreal, analysis: [tool.mypy] in pyproject.toml)"
     "$VENV/bin/mypy"
     # the engine tests write ~0.5 GB weight-cache entries and pytest keeps its last 3 runs' temp folders
     step "pytest (free disk: $(df -h --output=avail . | tail -1 | tr -d ' ') here, $(df -h --output=avail "${TMPDIR:-/tmp}" | tail -1 | tr -d ' ') in ${TMPDIR:-/tmp})"

@@ -101,7 +101,7 @@ def _unknown_key(node: DictConfig, schema: type, prefix: str) -> str:
 
     hints = typing.get_type_hints(schema)
     for key in node:
-        name = f"{prefix}{key}"
+        name = f"{prefix}{str(key)}"
         if key not in hints:
             return name
         child = node._get_node(key)

@@ -39,7 +39,8 @@ PrefillTimer = Callable[[Sequence[PrefillItem]], float]
 
 @runtime_checkable
 class LatencyModel(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def prefill_time_s(self, items: Sequence[PrefillItem]) -> float: ...
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypeVar
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from pdsim.config import HardwareConfig, ModelConfig, PerfConfig
 from pdsim.paths import SCENARIOS_DIR
@@ -29,6 +29,8 @@ def _load(group: str, name: str, schema: type[T], scenarios_dir: Path) -> T:
             f"no {group} named {name!r} ({path}); have {catalog_names(group, scenarios_dir)}"
         )
     raw = OmegaConf.load(path)
+    if not isinstance(raw, DictConfig):
+        raise ValueError(f"{path}: a {group} entry must be a mapping, got a list")
     if "defaults" in raw:
         raw.pop("defaults")
     merged = OmegaConf.merge(OmegaConf.structured(schema), raw)

@@ -64,7 +64,8 @@ def _subset(workload: Workload, keep: np.ndarray, arrival_s: np.ndarray) -> Work
     lengths = offsets[keep + 1] - offsets[keep]
     new_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     if workload.hash_values.size:
-        index = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in keep]) if lengths.sum() else []
+        index = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in keep]) if lengths.sum() \
+            else np.zeros(0, dtype=np.int64)
         values = workload.hash_values[np.asarray(index, dtype=np.int64)]
     else:
         values = workload.hash_values

@@ -93,3 +93,17 @@ def test_compat_distserve_preset_and_user_overrides_win():
     with initialize_config_dir(str(SCENARIOS_DIR), version_base="1.3"):
         mooncake = to_config(compose("config", overrides=["slo.tpot_definition=tbt_mooncake"]))
     assert mooncake.record_token_times  # the TBT SLO needs the token times
+
+
+def test_a_catalog_entry_that_is_not_a_mapping_is_refused_by_name(tmp_path):
+    """A model or hardware YAML holding a list (not the fields of one entry) fails with one line
+    naming the file, not an omegaconf traceback."""
+    from pdsim.perf.catalog import load_model
+
+    (tmp_path / "model").mkdir()
+    bad = tmp_path / "model" / "listy.yaml"
+    bad.write_text("- num_layers: 2\n- hidden_size: 8\n")
+    with pytest.raises(ValueError, match=r"listy\.yaml: a model entry must be a mapping, got a list"):
+        load_model("listy", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no model named 'absent'.*have \['listy'\]"):
+        load_model("absent", tmp_path)

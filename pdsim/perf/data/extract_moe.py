@@ -151,11 +151,14 @@ def extract_set(base: Path, engine: str, version: str, out: Path, shapes: set) -
         add("heldout_moe", held)
     for phase in ("context", "generation"):
         source = mla_source(base / "mla" / engine / version, phase)
-        for kv, suffix in KV_SUFFIX.items() if source else ():
-            df = mla(source[1], phase, kv)
+        if source is None:
+            continue
+        stem, path = source
+        for kv, suffix in KV_SUFFIX.items():
+            df = mla(path, phase, kv)
             kept, held = split_isl(df) if phase == "context" else (df, df.iloc[:0])
-            add(f"{source[0]}{suffix}", kept)
-            add(f"heldout_{source[0]}{suffix}", held)
+            add(f"{stem}{suffix}", kept)
+            add(f"heldout_{stem}{suffix}", held)
     bmm_path = base / "mla_bmm" / engine / version / "mla_bmm_perf.parquet"
     if bmm_path.is_file():
         add("mla_bmm", mla_bmm(bmm_path))
