@@ -22,6 +22,7 @@ ISSUE_PRECISION = "issue 39"
 
 
 def model_gaps(row: SiliconRow, cat: Catalog) -> tuple[str | None, list[str]]:
+    """(the row's catalog model or None, what pdsim lacks of it: sparse attention, quant modes)."""
     name = MODELS.get(row.model_path)
     if name is None or name not in cat.models:
         return None, [f"model {row.model_path} not in catalog"]
