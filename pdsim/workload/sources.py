@@ -66,7 +66,7 @@ def _subset(workload: Workload, keep: np.ndarray, arrival_s: np.ndarray) -> Work
     if workload.hash_values.size:
         index = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in keep]) if lengths.sum() \
             else np.zeros(0, dtype=np.int64)
-        values = workload.hash_values[np.asarray(index, dtype=np.int64)]
+        values = workload.hash_values[index]
     else:
         values = workload.hash_values
     return Workload(

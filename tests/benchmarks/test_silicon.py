@@ -205,17 +205,15 @@ def test_inferencex_sglang_rows_take_the_scripts_receive_interval(clients: int, 
 
 
 def _script(backend: str, model: str, precision: str, date: str, clients: int = 64, isl: int = 1024, tp: int = 8,
-            system: str = "b200_sxm", trtllm_moe: str = "", moe_ep: int = 0) -> set[str]:
-    """An aggregated InferenceX row's overrides (trtllm_moe "": the default source); moe_ep 0: EP over
-    the TP GPUs, 1: MoE TP."""
+            system: str = "b200_sxm", trtllm_moe: str = TRTLLM_MOE_DEFAULT, moe_ep: int = 0) -> set[str]:
+    """An aggregated InferenceX row's overrides; moe_ep 0: EP over the TP GPUs, 1: MoE TP."""
     src = f"db-dump/x; silicon_concurrency={clients}; measured={date}T00:00:00.000Z"
     quant = {"fp8": "fp8_block", "fp4": "nvfp4"}.get(precision, precision)
     ep = moe_ep or tp
     fields = dict(silicon_data_source=src, backend=backend, model_path=model, system=system, precision=precision,
                   gemm_quant_mode=quant, moe_quant_mode=quant, isl=str(isl), osl="1024", tp_size=f"{tp}.0",
                   moe_tp_size=f"{tp // ep}.0", moe_ep_size=f"{ep}.0")
-    source = trtllm_moe or TRTLLM_MOE_DEFAULT
-    return set(plan_row(parse_row(row("r", **fields)), load_catalog(), trtllm_moe=source).overrides)
+    return set(plan_row(parse_row(row("r", **fields)), load_catalog(), trtllm_moe=trtllm_moe).overrides)
 
 
 def test_trtllm_deepseek_script_versions_by_date() -> None:
